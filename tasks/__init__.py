@@ -1,0 +1,1 @@
+"""Prefect tasks of the train-cifar pipeline (see the pipeline issue); empty for now."""

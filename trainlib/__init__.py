@@ -1,0 +1,55 @@
+"""trainlib: Ray-Train-style distributed PyTorch training on a Dask cluster.
+
+Port a Ray Train loop by changing imports: ``ray.train`` -> ``trainlib``,
+``ray.train.torch`` -> ``trainlib.torch``.
+"""
+
+from trainlib.callbacks import Callback, Report, RunInfo
+from trainlib.checkpoint import Checkpoint
+from trainlib.config import (
+    CheckpointConfig,
+    DaskConfig,
+    FailureConfig,
+    RunConfig,
+    ScalingConfig,
+    TorchConfig,
+)
+from trainlib.context import TrainContext, get_context
+from trainlib.errors import (
+    CheckpointError,
+    ClusterError,
+    ConfigError,
+    NotEnoughWorkersError,
+    RankFailure,
+    TrainingFailedError,
+    TrainlibError,
+    WorkerGroupError,
+)
+from trainlib.reporting import get_checkpoint, report
+from trainlib.result import Result
+
+__all__ = [
+    "Callback",
+    "Checkpoint",
+    "CheckpointConfig",
+    "CheckpointError",
+    "ClusterError",
+    "ConfigError",
+    "DaskConfig",
+    "FailureConfig",
+    "NotEnoughWorkersError",
+    "RankFailure",
+    "Report",
+    "Result",
+    "RunConfig",
+    "RunInfo",
+    "ScalingConfig",
+    "TorchConfig",
+    "TrainContext",
+    "TrainingFailedError",
+    "TrainlibError",
+    "WorkerGroupError",
+    "get_checkpoint",
+    "get_context",
+    "report",
+]

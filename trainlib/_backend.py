@@ -1,0 +1,81 @@
+"""The torch.distributed process group: backend choice, free port, init and destroy."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+from typing import Literal
+
+from trainlib.config import TorchConfig
+
+
+def choose_backend(config: TorchConfig, use_gpu: bool) -> Literal["gloo", "nccl"]:
+    """NCCL with GPUs, gloo otherwise, unless the config names one."""
+    if config.backend is not None:
+        return config.backend
+    return "nccl" if use_gpu else "gloo"
+
+
+def find_free_port() -> int:
+    """A TCP port that is free on this host now (run on rank 0's Dask worker)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_environment(
+    *,
+    world_rank: int,
+    local_rank: int,
+    node_rank: int,
+    world_size: int,
+    local_world_size: int,
+    master_addr: str,
+    master_port: int,
+) -> dict[str, str]:
+    """The torchrun-compatible variables a rank process gets (``env://`` rendezvous)."""
+    return {
+        "MASTER_ADDR": master_addr,
+        "MASTER_PORT": str(master_port),
+        "RANK": str(world_rank),
+        "LOCAL_RANK": str(local_rank),
+        "GROUP_RANK": str(node_rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(local_world_size),
+    }
+
+
+def init_process_group(backend: Literal["gloo", "nccl"], timeout_s: int, use_gpu: bool) -> None:
+    """Join the group described by the environment; with GPUs, bind this rank's device first."""
+    import torch
+    import torch.distributed as dist
+
+    if use_gpu:
+        if not torch.cuda.is_available():
+            raise RuntimeError(
+                f"ScalingConfig(use_gpu=True) but rank {os.environ['RANK']} on host "
+                f"{socket.gethostname()} sees no CUDA device; set use_gpu=False or use GPU workers."
+            )
+        torch.cuda.set_device(0)  # the supervisor made exactly one device visible
+    dist.init_process_group(
+        backend=backend, init_method="env://", timeout=timedelta(seconds=timeout_s)
+    )
+
+
+def destroy_process_group() -> None:
+    """Leave the process group if this process joined one."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def is_collective_error(exc: BaseException) -> bool:
+    """True for errors raised by a collective because a peer failed (not a root cause)."""
+    import torch.distributed as dist
+
+    if isinstance(exc, dist.DistError):
+        return True
+    message = str(exc).lower()
+    return "gloo" in message or "nccl" in message

@@ -1,0 +1,137 @@
+"""The Dask cluster: start a LocalCluster or a cluster class, or connect to one; pick workers."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from distributed import Client, LocalCluster
+
+from trainlib.config import DaskConfig, ScalingConfig
+from trainlib.errors import ConfigError, NotEnoughWorkersError
+
+logger = logging.getLogger(__name__)
+
+_WORKER_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """One Dask worker chosen to host a rank, with the rank's place in the group."""
+
+    address: str
+    host: str
+    world_rank: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+
+
+@contextmanager
+def connect(
+    config: DaskConfig, scaling: ScalingConfig, client: Client | None = None
+) -> Iterator[Client]:
+    """Yield a client of the cluster to use; clusters started here are closed afterwards."""
+    if client is not None:
+        yield client
+        return
+    if config.address:
+        with Client(config.address) as remote:
+            yield remote
+        return
+    with _start_cluster(config, scaling) as cluster, Client(cluster) as own:
+        logger.info("Started %s at %s", type(cluster).__name__, cluster.scheduler_address)
+        yield own
+
+
+@contextmanager
+def _start_cluster(config: DaskConfig, scaling: ScalingConfig) -> Iterator[Any]:
+    if config.cluster_class is None:
+        kwargs: dict[str, Any] = {
+            "n_workers": scaling.num_workers,
+            "threads_per_worker": 1,
+            "processes": True,
+            "dashboard_address": ":0",
+        }
+        with LocalCluster(**{**kwargs, **config.cluster_kwargs}) as local:
+            yield local
+        return
+    with _import_class(config.cluster_class)(**config.cluster_kwargs) as cluster:
+        if config.adapt_kwargs is not None:
+            cluster.adapt(**config.adapt_kwargs)
+        else:
+            cluster.scale(scaling.num_workers)
+        yield cluster
+
+
+def _import_class(path: str) -> Any:
+    module_name, _, class_name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(
+            f"DaskConfig(cluster_class={path!r}) cannot be imported ({exc}); "
+            "give a full import path such as 'dask_jobqueue.SLURMCluster' and install its package."
+        ) from exc
+
+
+def select_workers(client: Client, scaling: ScalingConfig, timeout_s: float) -> list[WorkerSlot]:
+    """Wait for enough eligible workers and assign ranks: sorted by host, then address.
+
+    Raises:
+        NotEnoughWorkersError: Fewer eligible workers than ``num_workers`` after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        eligible = _eligible_workers(client, scaling.resources_per_worker)
+        if len(eligible) >= scaling.num_workers:
+            return assign_ranks(eligible[: scaling.num_workers])
+        if time.monotonic() >= deadline:
+            raise NotEnoughWorkersError(
+                requested=scaling.num_workers,
+                available=len(eligible),
+                address=str(client.scheduler_info(n_workers=0).get("address")),
+                timeout_s=timeout_s,
+                resources=str(dict(scaling.resources_per_worker or {})),
+            )
+        time.sleep(_WORKER_POLL_S)
+
+
+def live_workers(client: Client) -> set[str]:
+    """Addresses of the workers the scheduler knows now."""
+    return set(client.scheduler_info(n_workers=-1)["workers"])
+
+
+def _eligible_workers(
+    client: Client, resources: Mapping[str, float] | None
+) -> list[tuple[str, str]]:
+    workers = client.scheduler_info(n_workers=-1)["workers"]
+    found = [
+        (info["host"], address)
+        for address, info in workers.items()
+        if all(info.get("resources", {}).get(k, 0) >= v for k, v in (resources or {}).items())
+    ]
+    return sorted(found)
+
+
+def assign_ranks(workers: list[tuple[str, str]]) -> list[WorkerSlot]:
+    """Ranks for ``(host, address)`` pairs: world rank in sorted order, local rank per host."""
+    ordered = sorted(workers)
+    hosts = sorted({host for host, _ in ordered})
+    per_host = {host: [a for h, a in ordered if h == host] for host in hosts}
+    return [
+        WorkerSlot(
+            address=address,
+            host=host,
+            world_rank=world_rank,
+            local_rank=per_host[host].index(address),
+            local_world_size=len(per_host[host]),
+            node_rank=hosts.index(host),
+        )
+        for world_rank, (host, address) in enumerate(ordered)
+    ]

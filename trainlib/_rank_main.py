@@ -1,0 +1,98 @@
+"""Entry point of a rank process: ``python -m trainlib._rank_main FD``.
+
+The supervisor (in a Dask worker) passes one end of a socket pair as FD and sends a
+``RankSpec`` on it. The rank joins the process group, runs the train function, and sends
+reports, rank 0's log records, and finally ``done`` or ``error`` back. If the supervisor goes
+away (its Dask worker died), the connection closes and the rank exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+import os
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+
+import cloudpickle
+
+from trainlib import _backend, _session
+from trainlib._messages import RankSpec
+from trainlib.errors import RankFailure
+
+_EXIT_FAILED = 1
+_EXIT_ORPHANED = 70
+
+
+class _LogForwarder:
+    """A queue for ``logging.handlers.QueueHandler`` that sends records to the supervisor."""
+
+    def __init__(self, session: _session.Session) -> None:
+        self._session = session
+
+    def put_nowait(self, record: logging.LogRecord) -> None:
+        self._session.send("log", record)
+
+
+def _exit_when_orphaned(connection: Connection) -> None:
+    """Block on the connection; when the supervisor's end closes, exit immediately."""
+    try:
+        while True:
+            connection.recv()
+    except (EOFError, OSError):
+        os._exit(_EXIT_ORPHANED)
+
+
+def _forward_logs(session: _session.Session) -> None:
+    handler = logging.handlers.QueueHandler(_LogForwarder(session))  # type: ignore[arg-type]
+    handler.setLevel(logging.INFO)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def _failure(spec: RankSpec, exc: BaseException) -> RankFailure:
+    return RankFailure(
+        world_rank=spec.world_rank,
+        host=spec.host,
+        kind="exception",
+        summary=f"{type(exc).__name__}: {exc}",
+        traceback="".join(traceback.format_exception(exc)),
+        time=time.time(),
+        is_collective_error=_backend.is_collective_error(exc),
+    )
+
+
+def _run(spec: RankSpec) -> None:
+    train_func = cloudpickle.loads(spec.train_func_payload)
+    _backend.init_process_group(spec.backend, spec.timeout_s, spec.use_gpu)
+    try:
+        train_func()
+    finally:
+        _backend.destroy_process_group()
+
+
+def main(fd: int) -> None:
+    connection = Connection(fd)
+    spec: RankSpec = connection.recv()
+    sys.path[:0] = [p for p in spec.sys_path if p not in sys.path]
+    session = _session.Session(spec, connection.send)
+    _session.start(session)
+    threading.Thread(target=_exit_when_orphaned, args=(connection,), daemon=True).start()
+    if spec.world_rank == 0:
+        _forward_logs(session)
+    try:
+        _run(spec)
+    except BaseException as exc:
+        session.send("error", _failure(spec, exc))
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_EXIT_FAILED)
+    session.send("done", None)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

@@ -1,0 +1,78 @@
+"""Collects the ranks' reports on the driver: commits checkpoints, keeps history, calls back."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from trainlib._checkpoint_manager import CheckpointManager
+from trainlib._messages import ReportMessage
+from trainlib.callbacks import Callback, Report
+from trainlib.errors import TrainingFailedError
+from trainlib.storage import FileEntry, RunStorage
+
+
+class ReportCollector:
+    """Turns per-rank ``ReportMessage``s into complete reports, in order."""
+
+    def __init__(
+        self, storage: RunStorage, manager: CheckpointManager, callbacks: Sequence[Callback]
+    ) -> None:
+        self._storage = storage
+        self._manager = manager
+        self._callbacks = callbacks
+        self._history: list[tuple[int, dict[str, Any]]] = []
+        self._pending: dict[int, list[ReportMessage]] = defaultdict(list)
+        self._world_size = 0
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Rank 0's metrics of every complete report, oldest first."""
+        return [metrics for _, metrics in self._history]
+
+    def start_attempt(self, world_size: int, start_index: int) -> None:
+        """Forget reports newer than the checkpoint this attempt resumes from."""
+        self._world_size = world_size
+        self._pending.clear()
+        self._history = [(i, m) for i, m in self._history if i < start_index]
+
+    def handle(self, kind: str, payload: Any) -> None:
+        """Handle one message relayed from a rank: a report or a rank-0 log record."""
+        if kind == "log":
+            record: logging.LogRecord = payload
+            target = logging.getLogger(record.name)
+            if target.isEnabledFor(record.levelno):
+                target.handle(record)
+            return
+        message: ReportMessage = payload
+        reports = self._pending[message.index]
+        reports.append(message)
+        if len(reports) == self._world_size:
+            del self._pending[message.index]
+            self._complete(message.index, reports)
+
+    def check_all_complete(self) -> None:
+        """Raise if some ranks called ``report()`` more often than others."""
+        if self._pending:
+            index = min(self._pending)
+            ranks = sorted(m.world_rank for m in self._pending[index])
+            raise TrainingFailedError(
+                f"Report {index} was made by ranks {ranks} only, out of {self._world_size}; "
+                "every rank must call trainlib.report() the same number of times."
+            )
+
+    def _complete(self, index: int, reports: list[ReportMessage]) -> None:
+        metrics = next(r.metrics for r in reports if r.world_rank == 0) or {}
+        files: dict[str, FileEntry] = {}
+        for report in reports:
+            files.update(report.files or {})
+        checkpoint = None
+        if any(r.files is not None for r in reports):
+            committed = self._storage.commit(index, files, metrics)
+            self._manager.register(committed)
+            checkpoint = committed.checkpoint
+        self._history.append((index, metrics))
+        for callback in self._callbacks:
+            callback.on_report(Report(index, metrics, checkpoint))

@@ -1,0 +1,42 @@
+"""The state of the training function running in one rank process."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from trainlib._messages import RankSpec
+
+_current: Session | None = None
+
+
+class Session:
+    """One rank's connection to its supervisor plus what ``report()`` needs."""
+
+    def __init__(self, spec: RankSpec, send: Callable[[tuple[str, Any]], None]) -> None:
+        self.spec = spec
+        self._send = send
+        self._lock = threading.Lock()
+        self.next_index = spec.start_index
+
+    def send(self, kind: str, payload: Any) -> None:
+        """Send one message to the supervisor (thread-safe)."""
+        with self._lock:
+            self._send((kind, payload))
+
+
+def start(session: Session) -> None:
+    """Make ``session`` the current one (once per rank process)."""
+    global _current
+    _current = session
+
+
+def current(caller: str) -> Session:
+    """The current session; raises a RuntimeError naming ``caller`` outside a training function."""
+    if _current is None:
+        raise RuntimeError(
+            f"trainlib.{caller} was called outside a training function; call it inside the "
+            "train_loop_per_worker that TorchTrainer runs on every rank."
+        )
+    return _current

@@ -1,0 +1,164 @@
+"""One attempt of a run: a rank per chosen Dask worker, watched until all end or one fails."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+from distributed import Client, Event, Future, Queue, wait
+
+from trainlib import _backend, _cluster
+from trainlib._cluster import WorkerSlot
+from trainlib._messages import RankSpec
+from trainlib._supervisor import RankOutcome, supervise_rank
+from trainlib.errors import RankFailure
+
+logger = logging.getLogger(__name__)
+
+STOP_TIMEOUT_S = 10.0
+_POLL_S = 0.1
+_LIVENESS_CHECK_S = 1.0
+
+SpecBuilder = Callable[[WorkerSlot, str, int], RankSpec]
+MessageHandler = Callable[[str, Any], None]
+
+
+class WorkerGroup:
+    """The supervisors of one attempt, their message queue and their stop event."""
+
+    def __init__(
+        self,
+        client: Client,
+        slots: list[WorkerSlot],
+        futures: list[Future[RankOutcome]],
+        queue: Queue,
+        stop: Event,
+    ) -> None:
+        self._client = client
+        self._slots = slots
+        self._futures = futures
+        self._queue = queue
+        self._stop = stop
+        self._outcomes: dict[int, RankOutcome] = {}
+
+    @classmethod
+    @contextmanager
+    def start(
+        cls,
+        client: Client,
+        slots: list[WorkerSlot],
+        build_spec: SpecBuilder,
+        resources: dict[str, float] | None = None,
+    ) -> Iterator[WorkerGroup]:
+        """Start one rank per slot; on leaving, every rank is stopped and its task released."""
+        token = uuid.uuid4().hex[:12]
+        queue = Queue(f"trainlib-reports-{token}", client=client)
+        stop = Event(f"trainlib-stop-{token}", client=client)
+        rank0 = slots[0]
+        port = client.submit(
+            _backend.find_free_port, workers=[rank0.address], allow_other_workers=False, pure=False
+        ).result(timeout=STOP_TIMEOUT_S)
+        futures = [
+            client.submit(
+                supervise_rank,
+                build_spec(slot, rank0.host, port),
+                queue.name,
+                stop.name,
+                key=f"trainlib-rank-{slot.world_rank}-{token}",
+                workers=[slot.address],
+                allow_other_workers=False,
+                pure=False,
+                resources=resources,
+            )
+            for slot in slots
+        ]
+        group = cls(client, slots, futures, queue, stop)
+        try:
+            yield group
+        finally:
+            group._shut_down()
+
+    def run(self, handle: MessageHandler) -> dict[int, RankFailure]:
+        """Relay messages to ``handle`` until every rank ends or one fails.
+
+        Returns:
+            The failures by world rank (empty when every rank finished cleanly); after a
+            failure the other ranks are stopped and appear as ``stopped``.
+        """
+        next_liveness_check = time.monotonic() + _LIVENESS_CHECK_S
+        while True:
+            self._wait_for_any(_POLL_S)
+            self._drain(handle)
+            self._collect_done()
+            if self._failures() or len(self._outcomes) == len(self._futures):
+                break
+            if time.monotonic() >= next_liveness_check:
+                next_liveness_check = time.monotonic() + _LIVENESS_CHECK_S
+                self._check_workers_alive()
+        if self._failures():
+            self._stop_all()
+        self._drain(handle)
+        return self._failures()
+
+    def _failures(self) -> dict[int, RankFailure]:
+        return {r: o.failure for r, o in self._outcomes.items() if o.failure is not None}
+
+    def _drain(self, handle: MessageHandler) -> None:
+        for item in self._queue.get(batch=True):
+            kind, payload = pickle.loads(item)
+            handle(kind, payload)
+
+    def _wait_for_any(self, timeout_s: float) -> None:
+        """Return when a rank's task ends, or after ``timeout_s``."""
+        running = [f for f in self._futures if not f.done()]
+        if running:
+            with suppress(TimeoutError):
+                wait(running, timeout=timeout_s, return_when="FIRST_COMPLETED")
+
+    def _collect_done(self) -> None:
+        for slot, future in zip(self._slots, self._futures, strict=True):
+            if slot.world_rank in self._outcomes or not future.done():
+                continue
+            if future.status == "finished":
+                self._outcomes[slot.world_rank] = future.result()
+            else:
+                summary = f"the rank's Dask task failed on {slot.address}: {future.exception()!r}"
+                self._record(slot, "exception", summary)
+
+    def _check_workers_alive(self) -> None:
+        alive = _cluster.live_workers(self._client)
+        for slot in self._slots:
+            if slot.address not in alive and slot.world_rank not in self._outcomes:
+                self._record(slot, "worker_lost", f"Dask worker {slot.address} left the cluster")
+
+    def _record(self, slot: WorkerSlot, kind: Any, summary: str) -> None:
+        failure = RankFailure(slot.world_rank, slot.host, kind, summary, time=time.time())
+        self._outcomes[slot.world_rank] = RankOutcome(slot.world_rank, failure)
+
+    def _stop_all(self) -> None:
+        """Ask every supervisor to stop its rank and wait for them (bounded)."""
+        self._stop.set()
+        pending = [
+            f
+            for s, f in zip(self._slots, self._futures, strict=True)
+            if s.world_rank not in self._outcomes
+        ]
+        if pending:
+            with suppress(TimeoutError):
+                wait(pending, timeout=STOP_TIMEOUT_S)
+        self._collect_done()
+        for slot in self._slots:
+            if slot.world_rank not in self._outcomes:
+                self._record(slot, "worker_lost", f"did not stop within {STOP_TIMEOUT_S:g} s")
+
+    def _shut_down(self) -> None:
+        if len(self._outcomes) < len(self._futures):
+            self._stop_all()
+        self._client.cancel(self._futures)
+        self._queue.close()
+        self._stop.clear()

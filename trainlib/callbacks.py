@@ -1,0 +1,51 @@
+"""Callbacks: how trackers (MLflow, Prefect) observe a run from the driver.
+
+Subclass ``Callback`` and override what you need; pass instances in
+``RunConfig(callbacks=[...])``. Every method runs in the process that called ``fit()``, while
+training runs. An exception raised by a callback stops the run and is raised by ``fit()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from trainlib.checkpoint import Checkpoint
+from trainlib.result import Result
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The run that is starting."""
+
+    name: str
+    path: str
+    world_size: int
+
+
+@dataclass(frozen=True)
+class Report:
+    """One ``report()`` call, complete once every rank has made it.
+
+    Attributes:
+        index: The report's number in this run (it names the checkpoint directory).
+        metrics: Rank 0's metrics.
+        checkpoint: The committed checkpoint, if one was reported.
+    """
+
+    index: int
+    metrics: dict[str, Any]
+    checkpoint: Checkpoint | None
+
+
+class Callback:
+    """Base class of run callbacks; every method does nothing unless overridden."""
+
+    def on_start(self, run: RunInfo) -> None:
+        """Called once before the first rank starts."""
+
+    def on_report(self, report: Report) -> None:
+        """Called for each report, in order, after its checkpoint is committed."""
+
+    def on_end(self, result: Result) -> None:
+        """Called once at the end; ``result.error`` is set if the run failed."""

@@ -1,0 +1,175 @@
+"""Configuration objects: frozen dataclasses, validated when built.
+
+Names and defaults follow Ray Train v2 (``ray.train.ScalingConfig`` etc.); ``DaskConfig`` is
+ours and says which Dask cluster runs the ranks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from trainlib.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
+    from trainlib.callbacks import Callback
+
+DEFAULT_STORAGE_PATH = "~/trainlib_results"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScalingConfig:
+    """How many ranks to run and what each needs.
+
+    Args:
+        num_workers: Number of ranks; each runs in its own process next to one Dask worker.
+        use_gpu: Give each rank one CUDA device and use NCCL.
+        resources_per_worker: Dask worker resources each rank needs (e.g. ``{"GPU": 1}``);
+            only workers that declare them (``dask worker --resources GPU=1``) are used.
+    """
+
+    num_workers: int = 1
+    use_gpu: bool = False
+    resources_per_worker: Mapping[str, float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 1:
+            raise ConfigError(f"ScalingConfig(num_workers={self.num_workers}) must be at least 1.")
+        for name, amount in (self.resources_per_worker or {}).items():
+            if amount <= 0:
+                raise ConfigError(
+                    f"ScalingConfig(resources_per_worker={{{name!r}: {amount}}}) must be > 0."
+                )
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointConfig:
+    """Which checkpoints to keep.
+
+    Args:
+        num_to_keep: Keep this many best checkpoints (``None`` keeps all). The latest
+            checkpoint is always kept as well, so a run can resume from it.
+        checkpoint_score_attribute: Metric that ranks checkpoints; ``None`` ranks by recency.
+        checkpoint_score_order: ``"max"`` or ``"min"``: which end of the score is best.
+    """
+
+    num_to_keep: int | None = None
+    checkpoint_score_attribute: str | None = None
+    checkpoint_score_order: Literal["max", "min"] = "max"
+
+    def __post_init__(self) -> None:
+        if self.num_to_keep is not None and self.num_to_keep < 1:
+            raise ConfigError(
+                f"CheckpointConfig(num_to_keep={self.num_to_keep}) must be None or at least 1."
+            )
+        if self.checkpoint_score_order not in ("max", "min"):
+            raise ConfigError(
+                f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}) "
+                "must be 'max' or 'min'."
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FailureConfig:
+    """How often to restart the worker group after a failure.
+
+    Args:
+        max_failures: Restarts allowed before ``fit()`` raises; ``-1`` means unlimited.
+    """
+
+    max_failures: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_failures < -1:
+            raise ConfigError(
+                f"FailureConfig(max_failures={self.max_failures}) must be -1 (unlimited) or >= 0."
+            )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    """Where and how a run is stored and observed.
+
+    Args:
+        name: Run name; the run directory is ``{storage_path}/{name}``. ``None`` generates
+            ``TorchTrainer_<UTC timestamp>``. Re-using a name resumes from its latest checkpoint.
+        storage_path: Local directory or fsspec URL (``s3://bucket/prefix``) shared by all ranks.
+        storage_filesystem: An fsspec filesystem to use instead of inferring one from
+            ``storage_path`` (e.g. an ``s3fs.S3FileSystem`` with an endpoint).
+        checkpoint_config: Checkpoint retention.
+        failure_config: Restarts after failures.
+        callbacks: Receive run start, every report, and the end (see ``trainlib.Callback``).
+    """
+
+    name: str | None = None
+    storage_path: str = DEFAULT_STORAGE_PATH
+    storage_filesystem: AbstractFileSystem | None = None
+    checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
+    failure_config: FailureConfig = field(default_factory=FailureConfig)
+    callbacks: Sequence[Callback] = ()
+
+    def __post_init__(self) -> None:
+        if self.name is not None and (not self.name or "/" in self.name):
+            raise ConfigError(f"RunConfig(name={self.name!r}) must be non-empty without '/'.")
+        if not self.storage_path:
+            raise ConfigError("RunConfig(storage_path='') must name a directory or URL.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TorchConfig:
+    """torch.distributed settings.
+
+    Args:
+        backend: ``"gloo"``, ``"nccl"`` or ``None`` (NCCL with GPUs, gloo otherwise).
+        timeout_s: Timeout of process-group set-up and collectives.
+    """
+
+    backend: Literal["gloo", "nccl"] | None = None
+    timeout_s: int = 1800
+
+    def __post_init__(self) -> None:
+        if self.backend not in (None, "gloo", "nccl"):
+            raise ConfigError(
+                f"TorchConfig(backend={self.backend!r}) must be 'gloo', 'nccl' or None."
+            )
+        if self.timeout_s <= 0:
+            raise ConfigError(f"TorchConfig(timeout_s={self.timeout_s}) must be positive.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaskConfig:
+    """Which Dask cluster runs the ranks.
+
+    With neither ``address`` nor ``cluster_class``, ``fit()`` starts a
+    ``distributed.LocalCluster`` with one single-threaded worker process per rank and closes it
+    afterwards (``cluster_kwargs`` are passed to it). Follows prefect-dask's conventions.
+
+    Args:
+        address: Scheduler address of an existing cluster, e.g. ``"tcp://10.0.0.5:8786"``.
+        cluster_class: Import path of a cluster class, e.g. ``"dask_jobqueue.SLURMCluster"``;
+            started with ``cluster_kwargs`` and closed by ``fit()``.
+        cluster_kwargs: Keyword arguments for the cluster class (or the LocalCluster).
+        adapt_kwargs: If set, ``cluster.adapt(**adapt_kwargs)``; otherwise the started
+            cluster is scaled to ``num_workers``.
+        worker_timeout_s: How long to wait for enough workers before raising
+            ``NotEnoughWorkersError``.
+    """
+
+    address: str | None = None
+    cluster_class: str | None = None
+    cluster_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    adapt_kwargs: Mapping[str, Any] | None = None
+    worker_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.address and self.cluster_class:
+            raise ConfigError(
+                "DaskConfig takes address or cluster_class, not both; drop one of them."
+            )
+        if self.worker_timeout_s <= 0:
+            raise ConfigError(
+                f"DaskConfig(worker_timeout_s={self.worker_timeout_s}) must be positive."
+            )

@@ -1,0 +1,129 @@
+"""The exception hierarchy of trainlib.
+
+::
+
+    TrainlibError
+    ├── ConfigError              (also a ValueError)
+    ├── ClusterError
+    │   └── NotEnoughWorkersError
+    ├── CheckpointError
+    └── TrainingFailedError
+        └── WorkerGroupError
+
+Every error survives pickling, because Dask ships errors between processes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Literal
+
+
+class TrainlibError(Exception):
+    """Base class of every error raised by trainlib."""
+
+
+class ConfigError(TrainlibError, ValueError):
+    """A configuration value is invalid."""
+
+
+class ClusterError(TrainlibError):
+    """The Dask cluster cannot run the training job."""
+
+
+class NotEnoughWorkersError(ClusterError):
+    """The cluster has fewer eligible Dask workers than ``ScalingConfig.num_workers``."""
+
+    def __init__(
+        self, *, requested: int, available: int, address: str, timeout_s: float, resources: str = ""
+    ) -> None:
+        super().__init__(requested, available, address, timeout_s, resources)
+        self.requested = requested
+        self.available = available
+        self.address = address
+        self.timeout_s = timeout_s
+        self.resources = resources
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return (partial(NotEnoughWorkersError, **self.__dict__), ())
+
+    def __str__(self) -> str:
+        kind = f"Dask workers with resources {self.resources}" if self.resources else "Dask workers"
+        return (
+            f"ScalingConfig(num_workers={self.requested}) needs {self.requested} {kind} but "
+            f"{self.address} has {self.available} after {self.timeout_s:g} s; "
+            "lower num_workers or add workers to the cluster."
+        )
+
+
+class CheckpointError(TrainlibError):
+    """A checkpoint cannot be written, found or read."""
+
+
+class TrainingFailedError(TrainlibError):
+    """The training run failed and used up ``FailureConfig.max_failures``."""
+
+
+FailureKind = Literal["exception", "exit", "worker_lost", "stopped"]
+
+
+@dataclass(frozen=True)
+class RankFailure:
+    """What happened to one rank of a failed attempt (plain data, always picklable).
+
+    Attributes:
+        world_rank: The rank's global index.
+        host: The host the rank ran on.
+        kind: ``exception`` (the train function raised), ``exit`` (the process died),
+            ``worker_lost`` (its Dask worker left) or ``stopped`` (stopped by trainlib after
+            another rank failed).
+        summary: One line: exception type and message, exit code or signal.
+        traceback: The formatted traceback, for ``exception`` failures.
+        time: Wall-clock time the failure was seen (seconds since the epoch).
+        is_collective_error: The exception came out of a torch.distributed collective, so it
+            is most likely a consequence of another rank's failure.
+    """
+
+    world_rank: int
+    host: str
+    kind: FailureKind
+    summary: str
+    traceback: str = ""
+    time: float = 0.0
+    is_collective_error: bool = False
+
+    def one_line(self) -> str:
+        """The failure as one line, naming rank and host."""
+        return f"rank {self.world_rank} ({self.host}): {self.summary}"
+
+
+class WorkerGroupError(TrainingFailedError):
+    """One or more ranks failed; shows the root cause once and the other ranks one line each."""
+
+    def __init__(self, failures: dict[int, RankFailure], num_restarts: int = 0) -> None:
+        super().__init__(failures, num_restarts)
+        self.failures = failures
+        self.num_restarts = num_restarts
+
+    @property
+    def root_cause(self) -> RankFailure:
+        """The failure that most likely started it: not a collective error, then the earliest."""
+        candidates = [f for f in self.failures.values() if f.kind != "stopped"] or list(
+            self.failures.values()
+        )
+        return min(candidates, key=lambda f: (f.is_collective_error, f.time, f.world_rank))
+
+    def __str__(self) -> str:
+        root = self.root_cause
+        restarts = f" after {self.num_restarts} restart(s)" if self.num_restarts else ""
+        lines = [
+            f"Training failed{restarts}: rank {root.world_rank} on host {root.host}: {root.summary}"
+        ]
+        if root.traceback:
+            lines.append(root.traceback.rstrip())
+        others = [f for rank, f in sorted(self.failures.items()) if rank != root.world_rank]
+        if others:
+            lines.append("Other ranks:")
+            lines.extend(f"  {f.one_line()}" for f in others)
+        return "\n".join(lines)

@@ -1,0 +1,43 @@
+"""Result: what ``TorchTrainer.fit()`` returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fsspec import AbstractFileSystem
+
+from trainlib.checkpoint import Checkpoint
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class Result:
+    """The outcome of a training run.
+
+    Attributes:
+        metrics: The last metrics reported by rank 0 (``{}`` if none were).
+        checkpoint: The latest committed checkpoint, or None.
+        best_checkpoints: The kept checkpoints with their metrics, best first.
+        path: The run directory on ``filesystem``.
+        filesystem: The fsspec filesystem of the run directory.
+        error: The error that ended the run, or None. ``fit()`` raises it; callbacks see it here.
+        metrics_history: Every report of rank 0, oldest first (``metrics_dataframe`` as dicts).
+    """
+
+    metrics: dict[str, Any]
+    checkpoint: Checkpoint | None
+    best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]]
+    path: str
+    filesystem: AbstractFileSystem
+    error: BaseException | None = None
+    metrics_history: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def metrics_dataframe(self) -> pd.DataFrame:
+        """One row per report of rank 0, one column per metric."""
+        import pandas as pd  # imported on use: rank processes never need pandas
+
+        return pd.DataFrame(self.metrics_history)

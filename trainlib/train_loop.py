@@ -1,0 +1,140 @@
+"""Helpers used inside a training function: device, model and data loader preparation."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+import torch
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data.distributed import DistributedSampler
+
+from trainlib import _session
+
+
+def get_device() -> torch.device:
+    """This rank's device: its own CUDA device with ``use_gpu=True``, else the CPU."""
+    if _session.current("torch.get_device()").spec.use_gpu:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def prepare_model(
+    model: nn.Module,
+    move_to_device: bool = True,
+    parallel_strategy: Literal["ddp"] | None = "ddp",
+    parallel_strategy_kwargs: Mapping[str, Any] | None = None,
+) -> nn.Module:
+    """Move ``model`` to this rank's device and wrap it in DistributedDataParallel.
+
+    With one rank (or ``parallel_strategy=None``) the model is not wrapped.
+
+    Raises:
+        TypeError: ``model`` is already wrapped (prepare it once).
+    """
+    spec = _session.current("torch.prepare_model()").spec
+    if isinstance(model, DistributedDataParallel):
+        raise TypeError(
+            "prepare_model() got a model already wrapped in DistributedDataParallel; "
+            "pass the plain nn.Module, once."
+        )
+    if parallel_strategy not in ("ddp", None):
+        raise ValueError(
+            f"prepare_model(parallel_strategy={parallel_strategy!r}) must be 'ddp' or None."
+        )
+    device = get_device()
+    if move_to_device:
+        model = model.to(device)
+    if parallel_strategy is None or spec.world_size == 1:
+        return model
+    device_ids = [device.index] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=device_ids, **(parallel_strategy_kwargs or {}))
+
+
+def prepare_data_loader(
+    data_loader: DataLoader[Any], add_dist_sampler: bool = True, move_to_device: bool = True
+) -> DataLoader[Any]:
+    """Give each rank its own shard of ``data_loader`` and move batches to its device.
+
+    The loader is rebuilt with a ``DistributedSampler`` (shuffling if the original did) and
+    the same other settings. The sampler advances its epoch at every pass over the loader;
+    calling ``loader.sampler.set_epoch(epoch)`` yourself, as in Ray Train, also works.
+
+    Example:
+        >>> loader = prepare_data_loader(DataLoader(dataset, batch_size=64, shuffle=True))
+        >>> for x, y in loader: ...
+    """
+    spec = _session.current("torch.prepare_data_loader()").spec
+    if add_dist_sampler and spec.world_size > 1:
+        data_loader = _with_sampler(data_loader, spec.world_size, spec.world_rank)
+    device = get_device()
+    if move_to_device and device.type != "cpu":
+        return _DeviceDataLoader(data_loader, device)
+    return data_loader
+
+
+class _EpochSampler(DistributedSampler[Any]):
+    """A DistributedSampler that moves to the next epoch after each pass."""
+
+    def __iter__(self) -> Iterator[Any]:
+        indices = super().__iter__()  # computed now, from the current epoch
+        self.epoch += 1  # the next pass reshuffles, unless set_epoch() is called first
+        return indices
+
+
+def _with_sampler(loader: DataLoader[Any], world_size: int, world_rank: int) -> DataLoader[Any]:
+    if loader.batch_size is None:
+        raise TypeError(
+            "prepare_data_loader() needs a DataLoader built with batch_size; a custom "
+            "batch_sampler cannot be sharded. Pass add_dist_sampler=False and shard yourself."
+        )
+    sampler = _EpochSampler(
+        loader.dataset,
+        num_replicas=world_size,
+        rank=world_rank,
+        shuffle=isinstance(loader.sampler, RandomSampler),
+    )
+    return DataLoader(
+        loader.dataset,
+        batch_size=loader.batch_size,
+        sampler=sampler,
+        num_workers=loader.num_workers,
+        collate_fn=loader.collate_fn,
+        pin_memory=loader.pin_memory,
+        drop_last=loader.drop_last,
+        timeout=loader.timeout,
+        worker_init_fn=loader.worker_init_fn,
+        multiprocessing_context=loader.multiprocessing_context,
+        generator=loader.generator,
+        prefetch_factor=loader.prefetch_factor,
+        persistent_workers=loader.persistent_workers,
+    )
+
+
+class _DeviceDataLoader(DataLoader[Any]):
+    """The same loader, with every batch moved to a device."""
+
+    def __init__(self, base: DataLoader[Any], device: torch.device) -> None:
+        self.__dict__.update(base.__dict__)
+        self._base = base
+        self._device = device
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        non_blocking = self._device.type == "cuda" and self._base.pin_memory
+        for batch in iter(self._base):
+            yield _to_device(batch, self._device, non_blocking)
+
+    def __len__(self) -> int:
+        return len(self._base)
+
+
+def _to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
+    if isinstance(batch, torch.Tensor):
+        return batch.to(device, non_blocking=non_blocking)
+    if isinstance(batch, Mapping):
+        return {k: _to_device(v, device, non_blocking) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(v, device, non_blocking) for v in batch)
+    return batch
