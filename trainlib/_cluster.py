@@ -52,10 +52,16 @@ def connect(
 @contextmanager
 def _start_cluster(config: DaskConfig, scaling: ScalingConfig) -> Iterator[Any]:
     if config.cluster_class is None:
+        # Workers are threads of this process: ranks are processes of their own, so nothing
+        # heavy runs in a worker. It starts in milliseconds and, unlike spawned worker
+        # processes, never re-imports a script that lacks an `if __name__ == "__main__"` guard
+        # (Ray's examples have none).
         kwargs: dict[str, Any] = {
             "n_workers": scaling.num_workers,
             "threads_per_worker": 1,
-            "processes": True,
+            "processes": False,
+            "protocol": "tcp://",
+            "host": "127.0.0.1",
             "dashboard_address": ":0",
         }
         with LocalCluster(**{**kwargs, **config.cluster_kwargs}) as local:
@@ -97,7 +103,9 @@ def select_workers(client: Client, scaling: ScalingConfig, timeout_s: float) -> 
                 available=len(eligible),
                 address=str(client.scheduler_info(n_workers=0).get("address")),
                 timeout_s=timeout_s,
-                resources=str(dict(scaling.resources_per_worker or {})),
+                resources=str(dict(scaling.resources_per_worker))
+                if scaling.resources_per_worker
+                else "",
             )
         time.sleep(_WORKER_POLL_S)
 

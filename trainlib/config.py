@@ -144,8 +144,10 @@ class DaskConfig:
     """Which Dask cluster runs the ranks.
 
     With neither ``address`` nor ``cluster_class``, ``fit()`` starts a
-    ``distributed.LocalCluster`` with one single-threaded worker process per rank and closes it
-    afterwards (``cluster_kwargs`` are passed to it). Follows prefect-dask's conventions.
+    ``distributed.LocalCluster`` on 127.0.0.1 with one single-threaded worker per rank, running
+    as threads of the calling process (each rank is still a process of its own), and closes it
+    afterwards; ``cluster_kwargs`` override its arguments (e.g. ``{"processes": True}``).
+    Follows prefect-dask's conventions.
 
     Args:
         address: Scheduler address of an existing cluster, e.g. ``"tcp://10.0.0.5:8786"``.

@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+import pytest
+
+from trainlib import (
+    CheckpointConfig,
+    ConfigError,
+    DaskConfig,
+    FailureConfig,
+    RunConfig,
+    ScalingConfig,
+    TorchConfig,
+)
+
+
+def test_scaling_config_rejects_zero_workers() -> None:
+    with pytest.raises(ConfigError, match=r"num_workers=0\) must be at least 1"):
+        ScalingConfig(num_workers=0)
+
+
+def test_scaling_config_rejects_non_positive_resources() -> None:
+    with pytest.raises(ConfigError, match="'GPU': 0"):
+        ScalingConfig(num_workers=1, resources_per_worker={"GPU": 0})
+
+
+def test_checkpoint_config_rejects_bad_order() -> None:
+    with pytest.raises(ConfigError, match="'max' or 'min'"):
+        CheckpointConfig(checkpoint_score_order="best")  # type: ignore[arg-type]
+
+
+def test_checkpoint_config_rejects_zero_to_keep() -> None:
+    with pytest.raises(ConfigError, match="num_to_keep=0"):
+        CheckpointConfig(num_to_keep=0)
+
+
+def test_failure_config_accepts_unlimited_and_rejects_below() -> None:
+    assert FailureConfig(max_failures=-1).max_failures == -1
+    with pytest.raises(ConfigError, match="max_failures=-2"):
+        FailureConfig(max_failures=-2)
+
+
+def test_run_config_rejects_name_with_slash() -> None:
+    with pytest.raises(ConfigError, match="without '/'"):
+        RunConfig(name="a/b")
+
+
+def test_torch_config_rejects_unknown_backend() -> None:
+    with pytest.raises(ConfigError, match="'gloo', 'nccl' or None"):
+        TorchConfig(backend="mpi")  # type: ignore[arg-type]
+
+
+def test_dask_config_rejects_address_and_cluster_class() -> None:
+    with pytest.raises(ConfigError, match="not both"):
+        DaskConfig(address="tcp://127.0.0.1:8786", cluster_class="dask_jobqueue.SLURMCluster")
+
+
+def test_configs_are_keyword_only_and_frozen() -> None:
+    config = ScalingConfig(num_workers=2)
+    with pytest.raises(TypeError):
+        ScalingConfig(2)  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        config.num_workers = 3  # type: ignore[misc]
