@@ -1,0 +1,29 @@
+# Two commands do all the set-up: `make run` (the main job) and `make test` (the test suite).
+# Both create .venv and install the project on first use.
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: run test check clean
+
+run: $(STAMP)
+	$(VENV)/bin/python examples/train_cnn.py
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest
+
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy trainlib
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --upgrade pip
+	# torch first, pinned: the preinstalled 2.13.0+cpu wheel cannot load torchvision
+	$(VENV)/bin/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(VENV)/bin/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) trainlib_results
