@@ -37,9 +37,14 @@ def synthetic_cifar(num_samples: int, seed: int) -> TensorDataset:
 
 def small_cnn() -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(32 * 8 * 8, 10),
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 8 * 8, 10),
     )
 
 
@@ -58,8 +63,9 @@ def train_func(config: dict[str, Any]) -> None:
     model = prepare_model(small_cnn())
     optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=0.9)
     per_rank_batch = config["batch_size"] // trainlib.get_context().get_world_size()
-    train = prepare_data_loader(DataLoader(synthetic_cifar(2048, seed=1),
-                                           batch_size=per_rank_batch, shuffle=True))
+    train = prepare_data_loader(
+        DataLoader(synthetic_cifar(2048, seed=1), batch_size=per_rank_batch, shuffle=True)
+    )
     val = prepare_data_loader(DataLoader(synthetic_cifar(512, seed=2), batch_size=256))
     for epoch in range(config["epochs"]):
         for images, labels in train:
@@ -68,14 +74,21 @@ def train_func(config: dict[str, Any]) -> None:
             loss.backward()
             optimizer.step()
         accuracy = evaluate(model, val)
-        logger.info("epoch %d: loss %.3f, val accuracy %.3f (%s)", epoch, loss.item(), accuracy,
-                    get_device())
+        logger.info(
+            "epoch %d: loss %.3f, val accuracy %.3f (%s)",
+            epoch,
+            loss.item(),
+            accuracy,
+            get_device(),
+        )
         with tempfile.TemporaryDirectory() as directory:
             if trainlib.get_context().get_world_rank() == 0:
                 plain = model.module if hasattr(model, "module") else model
                 torch.save(plain.state_dict(), os.path.join(directory, "model.pt"))
-            trainlib.report({"epoch": epoch, "loss": loss.item(), "val_accuracy": accuracy},
-                            checkpoint=Checkpoint.from_directory(directory))
+            trainlib.report(
+                {"epoch": epoch, "loss": loss.item(), "val_accuracy": accuracy},
+                checkpoint=Checkpoint.from_directory(directory),
+            )
 
 
 def main() -> None:
@@ -95,14 +108,17 @@ def main() -> None:
         run_config=RunConfig(
             storage_path=os.path.abspath(args.storage_path),
             checkpoint_config=CheckpointConfig(
-                num_to_keep=1, checkpoint_score_attribute="val_accuracy"),
+                num_to_keep=1, checkpoint_score_attribute="val_accuracy"
+            ),
         ),
     )
     result = trainer.fit()
     best, metrics = result.best_checkpoints[0]
-    print(f"val accuracy {result.metrics['val_accuracy']:.3f} after {args.epochs} epochs "
-          f"(chance is 0.100); best checkpoint {best.path} (val accuracy "
-          f"{metrics['val_accuracy']:.3f})")
+    print(
+        f"val accuracy {result.metrics['val_accuracy']:.3f} after {args.epochs} epochs "
+        f"(chance is 0.100); best checkpoint {best.path} (val accuracy "
+        f"{metrics['val_accuracy']:.3f})"
+    )
 
 
 if __name__ == "__main__":
