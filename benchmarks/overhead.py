@@ -102,9 +102,12 @@ def run_trainlib(steps: int, out: str) -> None:
 # --- the harness ---------------------------------------------------------------------------
 
 
-def launch(mode: str, steps: int, out: str) -> float:
-    """Run one mode in a fresh process; return the wall-clock time at launch."""
-    script = [os.path.abspath(__file__), "--run", mode, "--steps", str(steps), "--out", out]
+def launch(mode: str, steps: int, out: str, attempts: int = 3) -> float:
+    """Run one mode in a fresh process; return the wall-clock time at launch.
+
+    A failed launch is reported and retried (torchrun's rank 0 aborted now and then here).
+    """
+    script = [os.path.abspath(__file__), "--mode", mode, "--steps", str(steps), "--out", out]
     if mode == "torchrun":
         command = [
             sys.executable,
@@ -116,9 +119,14 @@ def launch(mode: str, steps: int, out: str) -> float:
         ]
     else:
         command = [sys.executable, *script]
-    launched_at = time.time()
-    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return launched_at
+    for attempt in range(1, attempts + 1):
+        launched_at = time.time()
+        done = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if done.returncode == 0:
+            return launched_at
+        last_lines = " | ".join(done.stderr.strip().splitlines()[-3:])
+        print(f"{mode} run failed (attempt {attempt}, exit {done.returncode}): {last_lines}")
+    raise RuntimeError(f"{mode} failed {attempts} times; see the lines above.")
 
 
 def measure(rounds: int, steps: int, warmup: int) -> dict[str, dict[str, list[float]]]:
@@ -165,14 +173,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--run", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.run == "single":
+    if args.mode == "single":
         train_steps(1, 0, args.steps, args.out)
-    elif args.run == "torchrun":
+    elif args.mode == "torchrun":
         run_torchrun(args.steps, args.out)
-    elif args.run == "trainlib":
+    elif args.mode == "trainlib":
         run_trainlib(args.steps, args.out)
     else:
         report(measure(args.rounds, args.steps, args.warmup))

@@ -25,8 +25,10 @@ from trainlib import _backend
 from trainlib._messages import RankSpec
 from trainlib.errors import RankFailure
 
-_POLL_S = 0.05
+_POLL_S = 0.5  # a message or the rank's exit wakes the supervisor sooner
 _STOP_CHECK_S = 0.5
+_EXIT_WAIT_S = 5.0
+_CLOSED = ("closed", None)
 _TERMINATE_GRACE_S = 3.0
 
 
@@ -103,12 +105,17 @@ def _relay(
     state = _RankState()
     next_stop_check = 0.0
     while True:
-        if state.take(_receive(connection, _POLL_S), queue):
+        message = _receive(connection, _POLL_S)
+        if message == _CLOSED:  # every copy of the rank's end is closed: it is exiting
+            code = _wait(process)
+            break
+        if state.take(message, queue):
             continue
-        code = process.poll()
-        if code is not None:
+        exit_code = process.poll()
+        if exit_code is not None:
             while state.take(_receive(connection, 0), queue):
                 pass  # messages sent just before the exit
+            code = exit_code
             break
         if time.monotonic() >= next_stop_check:
             next_stop_check = time.monotonic() + _STOP_CHECK_S
@@ -134,7 +141,7 @@ class _RankState:
 
     def take(self, message: tuple[str, Any] | None, queue: Queue) -> bool:
         """Act on one message; False when there was none."""
-        if message is None:
+        if message is None or message == _CLOSED:
             return False
         kind, payload = message
         if kind in ("report", "log"):
@@ -147,14 +154,23 @@ class _RankState:
 
 
 def _receive(connection: Connection, timeout_s: float) -> tuple[str, Any] | None:
-    """The next message, or None when there is none yet or the rank closed its end."""
+    """The next message, ``_CLOSED`` once the rank's end is closed, or None after timeout_s."""
     try:
         if connection.poll(timeout_s):
             message: tuple[str, Any] = connection.recv()
             return message
     except (EOFError, OSError):
-        time.sleep(timeout_s)  # the rank is exiting; let process.poll() see it
+        return _CLOSED
     return None
+
+
+def _wait(process: subprocess.Popen[bytes]) -> int:
+    """The exit code of a rank that is exiting; killed if it lingers."""
+    try:
+        return process.wait(timeout=_EXIT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        _kill_session(process)
+        return process.wait()
 
 
 def _failure(spec: RankSpec, kind: Any, summary: str) -> RankFailure:

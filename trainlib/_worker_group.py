@@ -21,7 +21,7 @@ from trainlib.errors import RankFailure
 logger = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 10.0
-_POLL_S = 0.1
+_POLL_S = 0.5  # a rank's task ending wakes the driver sooner
 _LIVENESS_CHECK_S = 1.0
 
 SpecBuilder = Callable[[WorkerSlot, str, int], RankSpec]
