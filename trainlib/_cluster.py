@@ -65,11 +65,15 @@ def _start_cluster(config: DaskConfig, scaling: ScalingConfig) -> Iterator[Any]:
             "host": "127.0.0.1",
             "dashboard_address": ":0",
         }
-        # Its workers only supervise rank processes: Dask's statistical profiler and a
-        # twice-a-second system monitor would take about 5% of a core from the ranks.
+        # Its workers only supervise rank processes: Dask's statistical profiler, a
+        # twice-a-second system monitor, 1 s heartbeats and 100 ms work stealing (rank tasks
+        # are pinned anyway) took about 6% of a core from the ranks (py-spy on
+        # benchmarks/overhead.py).
+        kwargs["heartbeat_interval"] = "5s"
         quiet = {
             "distributed.worker.profile.enabled": False,
             "distributed.admin.system-monitor.interval": "5s",
+            "distributed.scheduler.work-stealing": False,
         }
         with dask.config.set(quiet), LocalCluster(**{**kwargs, **config.cluster_kwargs}) as local:
             yield local
