@@ -1,13 +1,18 @@
 # Two commands do all the set-up: `make run` (the main job) and `make test` (the test suite).
-# Both create .venv and install the project on first use.
+# Both create .venv and install the project on first use. `make run-offline` runs the main
+# job on a synthetic archive in the CIFAR-10 format (no download). ARGS="--epochs 2" passes
+# options to train-cifar.
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run test check clean
+.PHONY: run run-offline test check clean
 
 run: $(STAMP)
-	$(VENV)/bin/python examples/train_cnn.py
+	$(VENV)/bin/train-cifar $(ARGS)
+
+run-offline: $(STAMP)
+	$(VENV)/bin/train-cifar --synthetic $(ARGS)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest
@@ -15,7 +20,7 @@ test: $(STAMP)
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy trainlib
+	$(VENV)/bin/mypy trainlib tasks flows
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,4 +31,4 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 clean:
-	rm -rf $(VENV) trainlib_results
+	rm -rf $(VENV) trainlib_results cifar-data mlflow.db mlruns

@@ -159,10 +159,14 @@ def report(figures: dict[str, dict[str, list[float]]]) -> None:
             f"{mode:9s} {m['startup_s']:15.2f} s {1000 * m['step_s']:11.1f} ms "
             f"{m['step_s'] / base['step_s']:15.3f}x"
         )
-    paired = [t / r for t, r in zip(figures["trainlib"]["step_s"], figures["torchrun"]["step_s"],
-                                     strict=True)]
-    print(f"\nmedian of per-round step-time ratios trainlib/torchrun: "
-          f"{statistics.median(paired):.3f}x (min {min(paired):.3f}, max {max(paired):.3f})")
+    paired = [
+        t / r
+        for t, r in zip(figures["trainlib"]["step_s"], figures["torchrun"]["step_s"], strict=True)
+    ]
+    print(
+        f"\nmedian of per-round step-time ratios trainlib/torchrun: "
+        f"{statistics.median(paired):.3f}x (min {min(paired):.3f}, max {max(paired):.3f})"
+    )
     step_ratio = medians["trainlib"]["step_s"] / base["step_s"]
     startup_delta = medians["trainlib"]["startup_s"] - base["startup_s"]
     print(

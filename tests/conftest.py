@@ -1,9 +1,14 @@
-"""Shared fixtures: a real Dask LocalCluster and a real S3 endpoint (moto's server) over HTTP."""
+"""Shared fixtures: a Dask LocalCluster, an S3 endpoint (moto's server) and an HTTP file server."""
 
 from __future__ import annotations
 
 import socket
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import s3fs
@@ -43,3 +48,31 @@ def s3_filesystem() -> Iterator[s3fs.S3FileSystem]:
         yield fs
     finally:
         server.stop()
+
+
+@dataclass(frozen=True)
+class HttpDir:
+    """A local directory served over HTTP."""
+
+    path: Path
+    url: str
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="session")
+def http_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpDir]:
+    """Files in a directory, served by a real HTTP server on a free local port."""
+    root = tmp_path_factory.mktemp("http")
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(root)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield HttpDir(root, f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

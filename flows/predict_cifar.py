@@ -1,0 +1,33 @@
+"""The predict-cifar flow: score new images with the registered model at an alias."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+from flows.train_cifar import DEFAULT_TRACKING_URI
+from tasks.predict import predict_task
+from tasks.registry import CHAMPION
+from tasks.tracking import use_tracking_uri
+
+
+@flow(name="predict-cifar")
+def predict_cifar(
+    input_uri: str,
+    output_uri: str,
+    model_name: str = "cifar10-classifier",
+    alias: str = CHAMPION,
+    mlflow_tracking_uri: str = DEFAULT_TRACKING_URI,
+) -> dict[str, Any]:
+    """Write predictions (CSV, or Parquet for ``.parquet``) for the images at ``input_uri``."""
+    use_tracking_uri(mlflow_tracking_uri)
+    summary = predict_task(model_name, alias, input_uri, output_uri)
+    return {
+        "output_uri": summary.output_uri,
+        "errors_uri": summary.errors_uri,
+        "num_scored": summary.num_scored,
+        "num_errors": summary.num_errors,
+        "model_name": summary.model_name,
+        "model_version": summary.model_version,
+    }

@@ -1,0 +1,31 @@
+"""Batched data augmentation as tensor ops, run on the training device."""
+
+from __future__ import annotations
+
+import torch
+
+
+def random_crop(
+    images: torch.Tensor, padding: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Pad every image by ``padding`` (zeros) and crop it back at a random offset."""
+    n, _, h, w = images.shape
+    padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))
+    dy = torch.randint(0, 2 * padding + 1, (n,), generator=generator).to(images.device)
+    dx = torch.randint(0, 2 * padding + 1, (n,), generator=generator).to(images.device)
+    rows = (dy[:, None] + torch.arange(h, device=images.device)[None, :])[:, None, :, None]
+    cols = (dx[:, None] + torch.arange(w, device=images.device)[None, :])[:, None, None, :]
+    batch = torch.arange(n, device=images.device)[:, None, None, None]
+    channels = torch.arange(images.shape[1], device=images.device)[None, :, None, None]
+    return padded[batch, channels, rows, cols]
+
+
+def random_flip(images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Flip a random half of the images horizontally."""
+    flip = torch.rand(images.shape[0], generator=generator).to(images.device) < 0.5
+    return torch.where(flip[:, None, None, None], images.flip(3), images)
+
+
+def augment(images: torch.Tensor) -> torch.Tensor:
+    """CIFAR's standard augmentation: random crop with 4-pixel padding, horizontal flip."""
+    return random_flip(random_crop(images, padding=4))

@@ -1,0 +1,138 @@
+"""The CIFAR-10 python format: reading its batches safely, and writing a synthetic archive.
+
+The archive ``cifar-10-python.tar.gz`` holds ``cifar-10-batches-py/`` with ``data_batch_1`` to
+``data_batch_5``, ``test_batch`` and ``batches.meta``. Each batch is a pickled dict with
+``data`` (uint8, N x 3072, channel-major 32x32 images) and ``labels`` (N ints in 0..9).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import pickle
+import tarfile
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+OFFICIAL_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
+OFFICIAL_MD5 = "c58f30108f718f92721af3b95e74349a"
+ARCHIVE_DIR = "cifar-10-batches-py"
+TRAIN_BATCHES = tuple(f"data_batch_{i}" for i in range(1, 6))
+TEST_BATCH = "test_batch"
+META = "batches.meta"
+CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer",
+               "dog", "frog", "horse", "ship", "truck")  # fmt: skip
+IMAGE_SHAPE = (3, 32, 32)
+
+# What a CIFAR batch pickle may reference: numpy array reconstruction and bytes. Anything else
+# (os.system, ...) is refused, so a malicious archive cannot run code when parsed.
+_ALLOWED_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),
+}
+
+
+class DataFormatError(ValueError):
+    """A file is not in the CIFAR-10 python format."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Images (N, 3, 32, 32) uint8 and labels (N,) int64 of one batch."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+
+class _RestrictedUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) not in _ALLOWED_GLOBALS:
+            raise DataFormatError(f"refusing to load {module}.{name} from a CIFAR batch")
+        return super().find_class(module, name)
+
+
+def _unpickle(data: bytes, name: str) -> dict[str, Any]:
+    try:
+        value = _RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
+    except DataFormatError as exc:
+        raise DataFormatError(f"{name}: {exc}") from exc
+    except Exception as exc:
+        raise DataFormatError(f"{name} is not a CIFAR-10 python batch ({exc})") from exc
+    if not isinstance(value, dict):
+        raise DataFormatError(f"{name} holds a {type(value).__name__}, expected a dict")
+    return value
+
+
+def parse_batch(data: bytes, name: str) -> Batch:
+    """Parse and validate one pickled batch (shapes, dtype, label range and count)."""
+    batch = _unpickle(data, name)
+    if "data" not in batch or "labels" not in batch:
+        raise DataFormatError(f"{name} lacks 'data' or 'labels' (has {sorted(batch)})")
+    images, labels = batch["data"], np.asarray(batch["labels"])
+    if not isinstance(images, np.ndarray) or images.dtype != np.uint8:
+        raise DataFormatError(f"{name}: data must be a uint8 array")
+    if images.ndim != 2 or images.shape[1] != 3 * 32 * 32:
+        raise DataFormatError(f"{name}: data has shape {images.shape}, expected (N, 3072)")
+    if labels.shape != (images.shape[0],):
+        raise DataFormatError(f"{name}: {labels.shape[0]} labels for {images.shape[0]} images")
+    if labels.size and (labels.min() < 0 or labels.max() >= len(CLASS_NAMES)):
+        raise DataFormatError(f"{name}: labels outside 0..9")
+    return Batch(images.reshape(-1, *IMAGE_SHAPE), labels.astype(np.int64))
+
+
+def parse_meta(data: bytes) -> tuple[str, ...]:
+    """The class names from ``batches.meta``."""
+    meta = _unpickle(data, META)
+    names = tuple(meta.get("label_names", ()))
+    if len(names) != len(CLASS_NAMES):
+        raise DataFormatError(f"{META}: expected 10 label_names, got {len(names)}")
+    return names
+
+
+def synthetic_batch(num_images: int, seed: int) -> Batch:
+    """Images whose class is a fixed smooth colour pattern plus noise: learnable, not trivial."""
+    pattern_rng = np.random.default_rng(12345)
+    coarse = pattern_rng.uniform(0, 255, size=(len(CLASS_NAMES), 3, 4, 4))
+    patterns = coarse.repeat(8, axis=2).repeat(8, axis=3)
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, len(CLASS_NAMES), size=num_images)
+    noise = rng.normal(0, 64, size=(num_images, *IMAGE_SHAPE))
+    images = np.clip(patterns[labels] + noise, 0, 255).astype(np.uint8)
+    return Batch(images, labels.astype(np.int64))
+
+
+def write_synthetic_archive(path: str, images_per_batch: int = 1000, seed: int = 0) -> str:
+    """Write a ``cifar-10-python.tar.gz`` with synthetic images; return its md5."""
+    members: dict[str, bytes] = {
+        META: pickle.dumps(
+            {
+                "label_names": list(CLASS_NAMES),
+                "num_cases_per_batch": images_per_batch,
+                "num_vis": 3072,
+            },
+            protocol=2,
+        )
+    }
+    for index, name in enumerate((*TRAIN_BATCHES, TEST_BATCH)):
+        batch = synthetic_batch(images_per_batch, seed=seed * 100 + index)
+        members[name] = pickle.dumps(
+            {
+                "batch_label": f"synthetic {name}",
+                "labels": batch.labels.tolist(),
+                "data": batch.images.reshape(len(batch.labels), -1),
+                "filenames": [f"synthetic_{name}_{i}.png" for i in range(len(batch.labels))],
+            },
+            protocol=2,
+        )
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(f"{ARCHIVE_DIR}/{name}")
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    with open(path, "rb") as f:
+        return hashlib.md5(f.read(), usedforsecurity=False).hexdigest()

@@ -1,0 +1,112 @@
+"""Evaluation of a registered model on the held-out test split."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: render to files only
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from mlflow.tracking import MlflowClient
+from prefect import task
+from prefect.artifacts import create_table_artifact
+from torch import nn
+
+from tasks.preprocess import read_manifest, read_shard
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Test-set figures of one model version."""
+
+    accuracy: float
+    per_class_accuracy: dict[str, float]
+    confusion: list[list[int]]  # rows: true class, columns: predicted class
+    num_images: int
+
+
+def predict_classes(model: nn.Module, images: np.ndarray, batch_size: int = 1024) -> np.ndarray:
+    """Predicted class of each uint8 image."""
+    predictions = []
+    with torch.no_grad():
+        for start in range(0, len(images), batch_size):
+            logits = model(torch.from_numpy(images[start : start + batch_size]))
+            predictions.append(logits.argmax(1).numpy())
+    return np.concatenate(predictions) if predictions else np.zeros(0, dtype=np.int64)
+
+
+def evaluate_model(model: nn.Module, dataset_uri: str) -> Evaluation:
+    """Accuracy, per-class accuracy and confusion matrix on the dataset's test split."""
+    manifest = read_manifest(dataset_uri)
+    batches = [read_shard(dataset_uri, s) for s in manifest.splits["test"]]
+    images = np.concatenate([b.images for b in batches])
+    labels = np.concatenate([b.labels for b in batches])
+    predicted = predict_classes(model.eval(), images)
+    classes = len(manifest.class_names)
+    confusion = np.zeros((classes, classes), dtype=np.int64)
+    np.add.at(confusion, (labels, predicted), 1)
+    per_class = confusion.diagonal() / np.maximum(confusion.sum(axis=1), 1)
+    return Evaluation(
+        accuracy=float((predicted == labels).mean()),
+        per_class_accuracy={
+            n: float(a) for n, a in zip(manifest.class_names, per_class, strict=True)
+        },
+        confusion=confusion.tolist(),
+        num_images=len(labels),
+    )
+
+
+def confusion_figure(evaluation: Evaluation, class_names: tuple[str, ...]) -> Figure:
+    """The confusion matrix as a labelled heat map."""
+    figure, axes = plt.subplots(figsize=(7, 6))
+    matrix = np.array(evaluation.confusion)
+    axes.imshow(matrix, cmap="Blues")
+    axes.set_xticks(range(len(class_names)), class_names, rotation=45, ha="right")
+    axes.set_yticks(range(len(class_names)), class_names)
+    axes.set_xlabel("predicted")
+    axes.set_ylabel("true")
+    axes.set_title(f"test accuracy {evaluation.accuracy:.3f} ({evaluation.num_images} images)")
+    for (row, col), count in np.ndenumerate(matrix):
+        axes.text(col, row, str(count), ha="center", va="center", fontsize=7)
+    figure.tight_layout()
+    return figure
+
+
+def record_evaluation(
+    evaluation: Evaluation, class_names: tuple[str, ...], run_id: str, model_name: str, version: str
+) -> None:
+    """Put the figures on the MLflow run and on the model version."""
+    client = MlflowClient()
+    client.log_metric(run_id, "test_accuracy", evaluation.accuracy)
+    for name, accuracy in evaluation.per_class_accuracy.items():
+        client.log_metric(run_id, f"test_accuracy_{name}", accuracy)
+    figure = confusion_figure(evaluation, class_names)
+    client.log_figure(run_id, figure, "evaluation/confusion_matrix.png")
+    plt.close(figure)
+    client.set_model_version_tag(model_name, version, "test_accuracy", f"{evaluation.accuracy:.6f}")
+    client.set_model_version_tag(model_name, version, "test_images", str(evaluation.num_images))
+
+
+@task(name="evaluate")
+def evaluate_task(model_name: str, version: str, dataset_uri: str, run_id: str) -> Evaluation:
+    """Evaluate the registered version (loaded from the registry) and record the figures."""
+    import mlflow.pytorch
+
+    model = mlflow.pytorch.load_model(f"models:/{model_name}/{version}")
+    evaluation = evaluate_model(model, dataset_uri)
+    class_names = read_manifest(dataset_uri).class_names
+    record_evaluation(evaluation, class_names, run_id, model_name, version)
+    create_table_artifact(
+        key="confusion-matrix",
+        table=[
+            {"true": name, **dict(zip(class_names, row, strict=True))}
+            for name, row in zip(class_names, evaluation.confusion, strict=True)
+        ],
+        description=f"{model_name} v{version}: test accuracy {evaluation.accuracy:.4f}",
+    )
+    return evaluation

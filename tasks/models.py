@@ -1,0 +1,72 @@
+"""Image classifiers that take raw uint8 images: normalisation is part of the model."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torchvision
+from torch import nn
+
+NUM_CLASSES = 10
+
+
+class Classifier(nn.Module):
+    """Raw uint8 images (N, 3, 32, 32) in, class scores (N, 10) out."""
+
+    def __init__(self, backbone: nn.Module, mean: Sequence[float], std: Sequence[float]) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1))
+
+    mean: torch.Tensor
+    std: torch.Tensor
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        x = images.to(self.mean.dtype) / 255.0
+        return self.backbone((x - self.mean) / self.std)
+
+
+def small_cnn() -> nn.Module:
+    """A fast CNN for CPU runs (about 0.3 M parameters)."""
+
+    def block(c_in: int, c_out: int) -> nn.Sequential:
+        return nn.Sequential(
+            nn.Conv2d(c_in, c_out, 3, padding=1, bias=False),
+            nn.BatchNorm2d(c_out),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),
+        )
+
+    return nn.Sequential(
+        block(3, 32),
+        block(32, 64),
+        block(64, 128),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(128, NUM_CLASSES),
+    )
+
+
+def cifar_resnet18() -> nn.Module:
+    """torchvision's resnet18 adapted to 32x32 images: 3x3 stem, stride 1, no max-pool."""
+    model = torchvision.models.resnet18(num_classes=NUM_CLASSES)
+    model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    model.maxpool = nn.Identity()
+    return model
+
+
+BACKBONES: dict[str, Callable[[], nn.Module]] = {"small_cnn": small_cnn, "resnet18": cifar_resnet18}
+
+
+def check_model_name(name: str) -> None:
+    """Raise a ValueError naming the choices if ``name`` is not a known model."""
+    if name not in BACKBONES:
+        raise ValueError(f"Unknown model {name!r}; choose one of {sorted(BACKBONES)}.")
+
+
+def build_model(name: str, mean: Sequence[float], std: Sequence[float]) -> Classifier:
+    """The classifier ``name`` with the dataset's normalisation built in."""
+    check_model_name(name)
+    return Classifier(BACKBONES[name](), mean, std)

@@ -1,0 +1,87 @@
+"""MLflow tracking: one run per training run, created by the driver, fed by trainlib callbacks."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+import mlflow
+import torch
+from mlflow.entities import RunStatus
+from mlflow.tracking import MlflowClient
+
+import trainlib
+
+logger = logging.getLogger(__name__)
+
+
+def git_sha() -> str:
+    """The commit of the code that runs, or "unknown" outside a git checkout."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return done.stdout.strip()
+
+
+def start_run(
+    tracking_uri: str,
+    experiment: str,
+    run_name: str,
+    params: Mapping[str, Any],
+    tags: Mapping[str, str],
+) -> str:
+    """Create the MLflow run of a training run, with its params and tags; return its id."""
+    client = MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+    all_tags = {"git_sha": git_sha(), "torch_version": torch.__version__, **tags}
+    run = client.create_run(experiment_id, run_name=run_name, tags=all_tags)
+    for key, value in params.items():
+        client.log_param(run.info.run_id, key, value)
+    return run.info.run_id
+
+
+class MLflowCallback(trainlib.Callback):
+    """Logs every report's metrics (``step=epoch``) and checkpoint to an MLflow run."""
+
+    def __init__(self, tracking_uri: str, run_id: str) -> None:
+        self._client = MlflowClient(tracking_uri)
+        self._run_id = run_id
+
+    def on_report(self, report: trainlib.Report) -> None:
+        step = int(report.metrics.get("epoch", report.index))
+        for key, value in report.metrics.items():
+            if key != "epoch" and isinstance(value, (int, float)):
+                self._client.log_metric(self._run_id, key, float(value), step=step)
+        if report.checkpoint is not None:
+            with report.checkpoint.as_directory() as directory:
+                name = report.checkpoint.path.rstrip("/").rsplit("/", 1)[-1]
+                self._client.log_artifacts(self._run_id, directory, f"checkpoints/{name}")
+
+    def on_end(self, result: trainlib.Result) -> None:
+        if result.error is not None:
+            self._client.set_terminated(self._run_id, RunStatus.to_string(RunStatus.FAILED))
+
+
+def finish_run(tracking_uri: str, run_id: str) -> None:
+    """Mark the run finished."""
+    MlflowClient(tracking_uri).set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
+
+
+def run_url(tracking_uri: str, run_id: str) -> str:
+    """A link to the run in the MLflow UI (for an HTTP tracking server), else the run id."""
+    if not tracking_uri.startswith("http"):
+        return f"mlflow run {run_id} in {tracking_uri}"
+    experiment_id = MlflowClient(tracking_uri).get_run(run_id).info.experiment_id
+    return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
+def use_tracking_uri(tracking_uri: str) -> None:
+    """Point the fluent mlflow API and its registry at ``tracking_uri``."""
+    mlflow.set_tracking_uri(tracking_uri)
+    mlflow.set_registry_uri(tracking_uri)

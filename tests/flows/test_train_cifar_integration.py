@@ -1,0 +1,213 @@
+"""The train-cifar and predict-cifar flows end to end: real Prefect, MLflow, Dask and gloo."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+from PIL import Image
+
+from flows.predict_cifar import predict_cifar
+from flows.train_cifar import train_cifar
+from tasks.cifar import write_synthetic_archive
+from tasks.data import ChecksumError, UnsafeArchiveError
+from tasks.registry import ModelNotFoundError
+from tests.conftest import HttpDir
+
+MODEL = "e2e-classifier"
+EPOCHS = 3
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+    tracking_uri: str
+    archive_url: str
+    archive_md5: str
+    images: Path
+    http: HttpDir
+
+    def run(self, **overrides: Any) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "data_url": self.archive_url,
+            "data_md5": self.archive_md5,
+            "storage_path": str(self.root / "store"),
+            "epochs": EPOCHS,
+            "batch_size": 64,
+            "lr": 0.05,
+            "num_workers": 2,
+            "shard_size": 250,
+            "mlflow_tracking_uri": self.tracking_uri,
+            "registered_model_name": MODEL,
+        }
+        return train_cifar(**{**params, **overrides})
+
+    def versions(self) -> list[str]:
+        return sorted(
+            str(v.version)
+            for v in MlflowClient(self.tracking_uri).search_model_versions(f"name='{MODEL}'")
+        )
+
+
+@pytest.fixture(scope="module")
+def workspace(
+    prefect_server: None, http_dir: HttpDir, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Workspace]:
+    root = tmp_path_factory.mktemp("flow")
+    md5 = write_synthetic_archive(
+        str(http_dir.path / "cifar-10-python.tar.gz"), images_per_batch=200
+    )
+    images = root / "to-score"
+    images.mkdir()
+    for i in range(5):
+        Image.fromarray(np.random.default_rng(i).integers(0, 256, (32, 32, 3), np.uint8)).save(
+            images / f"img{i}.png"
+        )
+    old_cwd = os.getcwd()
+    os.chdir(root)  # MLflow's sqlite store keeps artifacts in ./mlruns
+    try:
+        yield Workspace(
+            root,
+            f"sqlite:///{root}/mlflow.db",
+            f"{http_dir.url}/cifar-10-python.tar.gz",
+            md5,
+            images,
+            http_dir,
+        )
+    finally:
+        os.chdir(old_cwd)
+
+
+@pytest.fixture(scope="module")
+def first_run(workspace: Workspace) -> dict[str, Any]:
+    return workspace.run(predict_input=str(workspace.images))
+
+
+def test_flow_registers_first_model_as_champion(
+    first_run: dict[str, Any], workspace: Workspace
+) -> None:
+    assert (first_run["model_version"], first_run["promoted"], first_run["alias"]) == (
+        "1",
+        True,
+        "champion",
+    )
+    champion = MlflowClient(workspace.tracking_uri).get_model_version_by_alias(MODEL, "champion")
+    assert str(champion.version) == "1" and champion.run_id == first_run["mlflow_run_id"]
+
+
+def test_flow_tracks_one_run_with_per_epoch_metrics(
+    first_run: dict[str, Any], workspace: Workspace
+) -> None:
+    client = MlflowClient(workspace.tracking_uri)
+    experiment = client.get_experiment_by_name("train-cifar")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    assert [r.info.run_id for r in runs] == [first_run["mlflow_run_id"]]
+    history = client.get_metric_history(first_run["mlflow_run_id"], "val_accuracy")
+    assert [m.step for m in history] == list(range(EPOCHS))
+    run = runs[0]
+    assert run.data.params["model"] == "small_cnn" and run.data.tags["world_size"] == "2"
+    assert run.info.status == "FINISHED"
+
+
+def test_flow_model_is_well_above_chance(first_run: dict[str, Any]) -> None:
+    assert first_run["test_accuracy"] > 0.5  # chance is 0.1
+
+
+def test_flow_predicts_every_input_image(first_run: dict[str, Any]) -> None:
+    table = pd.read_csv(first_run["predictions"])
+    assert sorted(Path(f).name for f in table["file"]) == [f"img{i}.png" for i in range(5)]
+    assert set(table["model_version"].astype(str)) == {"1"}
+
+
+def test_flow_worse_model_is_not_promoted(first_run: dict[str, Any], workspace: Workspace) -> None:
+    second = workspace.run(lr=0.0)
+    assert (second["promoted"], second["alias"]) == (False, "challenger")
+    client = MlflowClient(workspace.tracking_uri)
+    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "1"
+    assert (
+        client.get_model_version(MODEL, second["model_version"])
+        .tags["promotion"]
+        .startswith("@challenger")
+    )
+
+
+def test_flow_wrong_checksum_registers_nothing(
+    first_run: dict[str, Any], workspace: Workspace
+) -> None:
+    before = workspace.versions()
+    with pytest.raises(ChecksumError, match="pass the right data_md5"):
+        workspace.run(data_md5="0" * 32, storage_path=str(workspace.root / "store-md5"))
+    assert workspace.versions() == before
+    assert os.listdir(workspace.root / "store-md5" / "raw") == []
+
+
+def _serve(workspace: Workspace, name: str, data: bytes) -> str:
+    (workspace.http.path / name).write_bytes(data)
+    return f"{workspace.http.url}/{name}"
+
+
+def test_flow_truncated_archive_registers_nothing(
+    first_run: dict[str, Any], workspace: Workspace
+) -> None:
+    data = (workspace.http.path / "cifar-10-python.tar.gz").read_bytes()
+    url = _serve(workspace, "truncated.tar.gz", data[: len(data) // 2])
+    before = workspace.versions()
+    with pytest.raises(ValueError, match="may be truncated"):
+        workspace.run(data_url=url, data_md5=None, storage_path=str(workspace.root / "store-cut"))
+    assert workspace.versions() == before
+    assert not (workspace.root / "store-cut" / "datasets").exists()
+
+
+def test_flow_path_traversal_archive_registers_nothing(
+    first_run: dict[str, Any], workspace: Workspace
+) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        member = tarfile.TarInfo("../../../tmp/evil.txt")
+        member.size = 4
+        tar.addfile(member, io.BytesIO(b"evil"))
+    url = _serve(workspace, "evil.tar.gz", buffer.getvalue())
+    before = workspace.versions()
+    with pytest.raises(UnsafeArchiveError, match="escapes the target directory"):
+        workspace.run(data_url=url, data_md5=None, storage_path=str(workspace.root / "store-evil"))
+    assert workspace.versions() == before
+
+
+def test_flow_unknown_model_fails_before_downloading(workspace: Workspace) -> None:
+    with pytest.raises(ValueError, match="Unknown model 'vgg'"):
+        workspace.run(model="vgg", storage_path=str(workspace.root / "store-vgg"))
+    assert not (workspace.root / "store-vgg").exists()
+
+
+def test_predict_flow_scores_with_champion(first_run: dict[str, Any], workspace: Workspace) -> None:
+    output = str(workspace.root / "scored.parquet")
+    summary = predict_cifar(
+        str(workspace.images), output, model_name=MODEL, mlflow_tracking_uri=workspace.tracking_uri
+    )
+    assert (summary["num_scored"], summary["num_errors"], summary["model_version"]) == (5, 0, "1")
+    assert len(pd.read_parquet(output)) == 5
+
+
+def test_predict_flow_unknown_alias_names_the_fix(
+    first_run: dict[str, Any], workspace: Workspace
+) -> None:
+    output = workspace.root / "never.csv"
+    with pytest.raises(ModelNotFoundError, match="has no version with alias @nope"):
+        predict_cifar(
+            str(workspace.images),
+            str(output),
+            model_name=MODEL,
+            alias="nope",
+            mlflow_tracking_uri=workspace.tracking_uri,
+        )
+    assert not output.exists()

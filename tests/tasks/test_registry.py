@@ -1,0 +1,101 @@
+"""The model registry on a real MLflow sqlite store."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tasks.models import build_model
+from tasks.registry import ModelNotFoundError, load_model, promote, register_model
+from tasks.tracking import start_run, use_tracking_uri
+
+
+@pytest.fixture(scope="module")
+def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("mlflow")
+    old_cwd = os.getcwd()
+    os.chdir(root)  # MLflow's sqlite store keeps artifacts in ./mlruns
+    uri = f"sqlite:///{root}/mlflow.db"
+    use_tracking_uri(uri)
+    try:
+        yield uri
+    finally:
+        os.chdir(old_cwd)
+
+
+def _register(tracking_uri: str, name: str, accuracy: float | None = None) -> str:
+    run_id = start_run(tracking_uri, "registry-test", "run", {"lr": 0.1}, {})
+    version = register_model(build_model("small_cnn", (0.5,) * 3, (0.25,) * 3), run_id, name)
+    if accuracy is not None:
+        MlflowClient().set_model_version_tag(name, version, "test_accuracy", str(accuracy))
+    return version
+
+
+def test_registry_first_version_becomes_champion(tracking_uri: str) -> None:
+    version = _register(tracking_uri, "first", 0.5)
+    decision = promote("first", version, 0.5, margin=0.0)
+    assert (decision.promoted, decision.alias, decision.reason) == (
+        True,
+        "champion",
+        "no champion yet",
+    )
+    assert str(MlflowClient().get_model_version_by_alias("first", "champion").version) == version
+
+
+def test_registry_worse_version_becomes_challenger(tracking_uri: str) -> None:
+    champion = _register(tracking_uri, "duel", 0.8)
+    promote("duel", champion, 0.8, margin=0.0)
+    newcomer = _register(tracking_uri, "duel", 0.81)
+    decision = promote("duel", newcomer, 0.81, margin=0.05)
+    assert (decision.promoted, decision.alias) == (False, "challenger")
+    assert "does not beat champion version 1 (0.8000) by more than the margin 0.05" in (
+        decision.reason
+    )
+    client = MlflowClient()
+    assert str(client.get_model_version_by_alias("duel", "champion").version) == champion
+    assert client.get_model_version("duel", newcomer).tags["promotion"].startswith("@challenger")
+
+
+def test_registry_better_version_takes_the_champion_alias(tracking_uri: str) -> None:
+    promote("race", _register(tracking_uri, "race", 0.6), 0.6, margin=0.01)
+    better = _register(tracking_uri, "race", 0.7)
+    assert promote("race", better, 0.7, margin=0.01).promoted
+    assert str(MlflowClient().get_model_version_by_alias("race", "champion").version) == better
+
+
+def test_registry_missing_alias_names_the_fix(tracking_uri: str) -> None:
+    _register(tracking_uri, "lonely")
+    with pytest.raises(ModelNotFoundError, match="'lonely' has no version with alias @nope"):
+        load_model("lonely", "nope")
+    with pytest.raises(ModelNotFoundError, match="'ghost' has no version"):
+        load_model("ghost", "champion")
+
+
+def test_registry_model_loads_in_a_fresh_process(tracking_uri: str, tmp_path: Path) -> None:
+    promote("fresh", _register(tracking_uri, "fresh", 0.5), 0.5, margin=0.0)
+    code = (
+        "import json, numpy as np, mlflow, mlflow.pytorch, mlflow.pyfunc, torch\n"
+        "x = np.random.randint(0, 256, (3, 3, 32, 32), dtype=np.uint8)\n"
+        "torch_out = mlflow.pytorch.load_model('models:/fresh@champion')(torch.from_numpy(x))\n"
+        "pyfunc_out = mlflow.pyfunc.load_model('models:/fresh@champion').predict(x)\n"
+        "print(json.dumps([list(torch_out.shape), list(np.asarray(pyfunc_out).shape)]))\n"
+    )
+    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == [[3, 10], [3, 10]]
