@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -150,6 +151,7 @@ def cifar_train_func(config: dict[str, Any]) -> None:
 
     images, labels = images.to(device), labels.to(device)
     for epoch in range(start_epoch, cfg.epochs):
+        epoch_start = time.perf_counter()
         order = torch.randperm(
             len(labels),
             generator=torch.Generator().manual_seed(cfg.seed * 1000 + epoch * 10 + rank),
@@ -176,6 +178,7 @@ def cifar_train_func(config: dict[str, Any]) -> None:
             "train_accuracy": correct / seen,
             "val_loss": val_loss,
             "val_accuracy": val_accuracy,
+            "epoch_time_s": time.perf_counter() - epoch_start,
         }
         with tempfile.TemporaryDirectory() as directory:
             if rank == 0:

@@ -1,0 +1,55 @@
+"""Preprocessing throughput at CIFAR-10's full size (60,000 images), generated.
+
+Times ``tasks.preprocess.preprocess_archive`` (safe extraction, parsing and validation, seeded
+split, channel statistics, shards written by Dask tasks, manifest) on a synthetic archive of
+the real size, into a fresh dataset folder each round.
+
+Run: python benchmarks/preprocess_throughput.py [--rounds 3] [--workers-address tcp://...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+IMAGES = 60_000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dask-address", default=None, help="existing cluster (else local)")
+    args = parser.parse_args()
+
+    from tasks.cifar import write_synthetic_archive
+    from tasks.preprocess import preprocess_archive, read_manifest
+
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = os.path.join(tmp, "cifar-10-python.tar.gz")
+        md5 = write_synthetic_archive(archive, images_per_batch=IMAGES // 6)
+        print(f"archive: {os.path.getsize(archive) / 1e6:.0f} MB, {IMAGES} images")
+        rates = []
+        for round_index in range(args.rounds):
+            started = time.perf_counter()
+            dataset = preprocess_archive(
+                archive,
+                md5,
+                True,
+                os.path.join(tmp, f"s{round_index}"),
+                dask_address=args.dask_address,
+            )
+            seconds = time.perf_counter() - started
+            manifest = read_manifest(dataset)
+            total = sum(manifest.count(s) for s in ("train", "val", "test"))
+            rates.append(total / seconds)
+            print(
+                f"round {round_index + 1}: {seconds:.1f} s, {rates[-1]:,.0f} images/s", flush=True
+            )
+        print(f"\nmedian: {statistics.median(rates):,.0f} images/s over {args.rounds} rounds")
+
+
+if __name__ == "__main__":
+    main()
