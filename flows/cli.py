@@ -44,8 +44,17 @@ def _parser(defaults: dict[str, object]) -> argparse.ArgumentParser:
     add("--lr", type=float, default=defaults["lr"], help="peak learning rate (one-cycle)")
     add("--num-workers", type=int, default=defaults["num_workers"], help="DDP ranks")
     add("--use-gpu", action="store_true", help="one GPU per rank, NCCL, bf16 autocast")
-    add("--dask-address", default=None, help="scheduler of an existing Dask cluster")
-    add("--mlflow-tracking-uri", default=defaults["mlflow_tracking_uri"])
+    add(
+        "--dask-address",
+        default=None,
+        help="scheduler of an existing Dask cluster (default: $DASK_SCHEDULER_ADDRESS, "
+        "else a LocalCluster)",
+    )
+    add(
+        "--mlflow-tracking-uri",
+        default=None,
+        help="MLflow server or store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)",
+    )
     add("--registered-model-name", default=defaults["registered_model_name"])
     add(
         "--promote-margin",

@@ -6,10 +6,9 @@ from typing import Any
 
 from prefect import flow
 
-from flows.train_cifar import DEFAULT_TRACKING_URI
 from tasks.predict import predict_task
 from tasks.registry import CHAMPION
-from tasks.tracking import use_tracking_uri
+from tasks.tracking import resolve_tracking_uri, use_tracking_uri
 
 
 @flow(name="predict-cifar")
@@ -18,10 +17,10 @@ def predict_cifar(
     output_uri: str,
     model_name: str = "cifar10-classifier",
     alias: str = CHAMPION,
-    mlflow_tracking_uri: str = DEFAULT_TRACKING_URI,
+    mlflow_tracking_uri: str | None = None,
 ) -> dict[str, Any]:
     """Write predictions (CSV, or Parquet for ``.parquet``) for the images at ``input_uri``."""
-    use_tracking_uri(mlflow_tracking_uri)
+    use_tracking_uri(resolve_tracking_uri(mlflow_tracking_uri))
     summary = predict_task(model_name, alias, input_uri, output_uri)
     return {
         "output_uri": summary.output_uri,

@@ -8,16 +8,16 @@ from typing import Any
 from prefect import flow
 
 from tasks.cifar import OFFICIAL_MD5, OFFICIAL_URL
+from tasks.cluster import resolve_dask_address
 from tasks.data import download_task
 from tasks.evaluate import evaluate_task
 from tasks.models import check_model_name
+from tasks.monitoring import summarize_task, tag_flow_run
 from tasks.predict import predict_task
 from tasks.preprocess import preprocess_task
 from tasks.registry import CHAMPION, promote_task, register_task
-from tasks.tracking import finish_run, use_tracking_uri
+from tasks.tracking import finish_run, resolve_tracking_uri, use_tracking_uri
 from tasks.train import TrainConfig, train_task
-
-DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
 
 @flow(name="train-cifar")
@@ -32,7 +32,7 @@ def train_cifar(
     num_workers: int = 2,
     use_gpu: bool = False,
     dask_address: str | None = None,
-    mlflow_tracking_uri: str = DEFAULT_TRACKING_URI,
+    mlflow_tracking_uri: str | None = None,
     registered_model_name: str = "cifar10-classifier",
     promote_margin: float = 0.0,
     predict_input: str | None = None,
@@ -42,10 +42,17 @@ def train_cifar(
 
     ``data_md5`` defaults to the official archive's checksum when ``data_url`` is the official
     URL; for another URL without ``data_md5`` the archive is checked by structure only and
-    logged as unverified. Returns the MLflow run id, model version, test accuracy and whether
+    logged as unverified. Without ``mlflow_tracking_uri``, $MLFLOW_TRACKING_URI or
+    ``sqlite:///mlflow.db`` is used; without ``dask_address``, $DASK_SCHEDULER_ADDRESS or a
+    LocalCluster. Returns the MLflow run id, model version, test accuracy and whether
     the version was promoted to ``@champion``.
     """
     check_model_name(model)
+    tag_flow_run(
+        [f"model:{model}", f"world_size:{num_workers}", f"device:{'cuda' if use_gpu else 'cpu'}"]
+    )
+    mlflow_tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
+    dask_address = resolve_dask_address(dask_address)
     use_tracking_uri(mlflow_tracking_uri)
     md5 = data_md5 or (OFFICIAL_MD5 if data_url == OFFICIAL_URL else None)
     archive = download_task(data_url, storage_path, md5)
@@ -85,6 +92,7 @@ def train_cifar(
         "alias": promotion.alias,
         "data_verified": archive.verified,
     }
+    summarize_task(summary, mlflow_tracking_uri, promotion.reason)
     if predict_input:
         output = posixpath.join(storage_path, "predictions", f"{trained.run_id}.csv")
         summary["predictions"] = predict_task(

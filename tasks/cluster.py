@@ -6,7 +6,13 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import dask
 from distributed import Client, LocalCluster
+
+
+def resolve_dask_address(address: str | None) -> str | None:
+    """``address``, else Dask's own ``scheduler-address`` setting ($DASK_SCHEDULER_ADDRESS)."""
+    return address or dask.config.get("scheduler-address", None)
 
 
 @contextmanager

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 from collections.abc import Mapping
 from typing import Any
@@ -15,6 +16,14 @@ from mlflow.tracking import MlflowClient
 import trainlib
 
 logger = logging.getLogger(__name__)
+
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+def resolve_tracking_uri(tracking_uri: str | None) -> str:
+    """``tracking_uri``, else $MLFLOW_TRACKING_URI, else a sqlite file in the current folder."""
+    return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
 def git_sha() -> str:

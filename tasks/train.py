@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 import time
@@ -26,6 +27,7 @@ from trainlib import Checkpoint, CheckpointConfig, DaskConfig, RunConfig, Scalin
 from trainlib.torch import TorchTrainer, get_device, prepare_model
 
 CHECKPOINT_FILE = "checkpoint.pt"
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,15 @@ def cifar_train_func(config: dict[str, Any]) -> None:
             "val_accuracy": val_accuracy,
             "epoch_time_s": time.perf_counter() - epoch_start,
         }
+        logger.log(
+            logging.INFO if rank == 0 else logging.DEBUG,
+            "epoch %d/%d: train loss %.4f, val accuracy %.4f, %.1f s",
+            epoch + 1,
+            cfg.epochs,
+            metrics["train_loss"],
+            val_accuracy,
+            metrics["epoch_time_s"],
+        )
         with tempfile.TemporaryDirectory() as directory:
             if rank == 0:
                 torch.save(
@@ -270,6 +281,7 @@ def train_tracked(
     tracking_uri: str,
     dask_address: str | None = None,
     experiment: str = "train-cifar",
+    extra_callbacks: Sequence[trainlib.Callback] = (),
 ) -> TrainedRun:
     """Train with one MLflow run (created here, on the driver) receiving every report."""
     device = "cuda" if config.use_gpu else "cpu"
@@ -284,9 +296,36 @@ def train_tracked(
         storage_path=storage_path,
         run_name=f"mlflow-{run_id}",
         dask_address=dask_address,
-        callbacks=[MLflowCallback(tracking_uri, run_id)],
+        callbacks=[MLflowCallback(tracking_uri, run_id), *extra_callbacks],
     )
     return TrainedRun(run_id, outcome)
 
 
-train_task = task(name="train", cache_policy=NO_CACHE)(train_tracked)
+@task(name="train", cache_policy=NO_CACHE)
+def train_task(
+    config: TrainConfig,
+    *,
+    num_workers: int,
+    storage_path: str,
+    tracking_uri: str,
+    dask_address: str | None = None,
+) -> TrainedRun:
+    """Train, with progress and per-epoch metrics shown as Prefect artifacts.
+
+    trainlib's and the pipeline's INFO lines (rank 0's included) go to this task's logs when
+    PREFECT_LOGGING_EXTRA_LOGGERS names them (the deployments and `train-cifar` set it).
+    """
+    from tasks.monitoring import PrefectProgressCallback
+
+    for name in ("trainlib", "tasks"):
+        if logging.getLogger(name).level == logging.NOTSET:
+            logging.getLogger(name).setLevel(logging.INFO)
+
+    return train_tracked(
+        config,
+        num_workers=num_workers,
+        storage_path=storage_path,
+        tracking_uri=tracking_uri,
+        dask_address=dask_address,
+        extra_callbacks=[PrefectProgressCallback(config.epochs)],
+    )

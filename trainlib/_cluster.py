@@ -43,10 +43,18 @@ def connect(
         return
     if config.address:
         with Client(config.address) as remote:
+            logger.info(
+                "Connected to Dask at %s (dashboard %s)", config.address, remote.dashboard_link
+            )
             yield remote
         return
     with _start_cluster(config, scaling) as cluster, Client(cluster) as own:
-        logger.info("Started %s at %s", type(cluster).__name__, cluster.scheduler_address)
+        logger.info(
+            "Started %s at %s (dashboard %s)",
+            type(cluster).__name__,
+            cluster.scheduler_address,
+            own.dashboard_link,
+        )
         yield own
 
 

@@ -66,8 +66,12 @@ def _failure(spec: RankSpec, exc: BaseException) -> RankFailure:
     )
 
 
-def _run(spec: RankSpec) -> None:
+def _run(spec: RankSpec, session: _session.Session) -> None:
+    # Unpickling imports the user's modules, which may configure logging (Prefect does), so
+    # rank 0 starts forwarding its log records only afterwards.
     train_func = cloudpickle.loads(spec.train_func_payload)
+    if spec.world_rank == 0:
+        _forward_logs(session)
     _backend.init_process_group(spec.backend, spec.timeout_s, spec.use_gpu)
     train_func()
     _backend.destroy_process_group()  # on failure the process just exits
@@ -80,10 +84,8 @@ def main(fd: int) -> None:
     session = _session.Session(spec, connection.send)
     _session.start(session)
     threading.Thread(target=_exit_when_orphaned, args=(connection,), daemon=True).start()
-    if spec.world_rank == 0:
-        _forward_logs(session)
     try:
-        _run(spec)
+        _run(spec, session)
     except BaseException as exc:
         session.send("error", _failure(spec, exc))
         sys.stdout.flush()

@@ -42,9 +42,9 @@ class ReportCollector:
         """Handle one message relayed from a rank: a report or a rank-0 log record."""
         if kind == "log":
             record: logging.LogRecord = payload
-            target = logging.getLogger(record.name)
-            if target.isEnabledFor(record.levelno):
-                target.handle(record)
+            # Already filtered by level in the rank; hand it to this process's handlers as
+            # logging's socket receivers do (the logging cookbook).
+            logging.getLogger(record.name).handle(record)
             return
         message: ReportMessage = payload
         reports = self._pending[message.index]
