@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -28,7 +26,7 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from tasks.cifar import write_synthetic_archive
 from tests.conftest import HttpDir
-from tests.deployments.conftest import REPO
+from tests.prefect_stack import deploy_all
 
 SCHEDULE_DEADLINE_S = 120.0
 RUN_TIMEOUT_S = 420
@@ -36,23 +34,7 @@ RUN_TIMEOUT_S = 420
 
 @pytest.fixture(scope="module")
 def deployed(prefect_env: dict[str, str]) -> Iterator[dict[str, str]]:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "prefect",
-            "--no-prompt",
-            "deploy",
-            "--all",
-            "--prefect-file",
-            "deployments/prefect.yaml",
-        ],
-        env=prefect_env,
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    deploy_all(prefect_env)
     with temporary_settings({PREFECT_API_URL: prefect_env["PREFECT_API_URL"]}):
         yield prefect_env
 

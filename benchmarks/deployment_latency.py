@@ -1,0 +1,86 @@
+"""Latency of `prefect deployment run train-cifar/manual`: to the training step, to Completed.
+
+Starts a Prefect server and a process worker (as in the README, on a free port, worker polling
+every second), registers deployments/prefect.yaml, then runs train-cifar/manual several times
+for one epoch on a synthetic archive served from disk. For each run: seconds from the run
+request to the start of the `train` task, and to the flow run's end (Completed).
+
+Run: python benchmarks/deployment_latency.py [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo, for tests.prefect_stack
+
+
+async def _timings(flow_run_id: Any) -> tuple[Any, Any]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    async with get_client() as client:
+        run = await client.read_flow_run(flow_run_id)
+        tasks = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+        )
+    train = next(t for t in tasks if t.name.startswith("train"))
+    return train.start_time, run.end_time
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from tasks.cifar import write_synthetic_archive
+    from tests.prefect_stack import deploy_all, prefect_stack
+
+    with tempfile.TemporaryDirectory() as tmp, prefect_stack(Path(tmp)) as env:
+        archive = os.path.join(tmp, "cifar-10-python.tar.gz")
+        md5 = write_synthetic_archive(archive, images_per_batch=1000)
+        deploy_all(env)
+        to_train, to_done = [], []
+        with temporary_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}):
+            for run in range(args.runs):
+                requested = time.time()
+                flow_run = run_deployment(
+                    "train-cifar/manual",
+                    timeout=600,
+                    poll_interval=0.5,
+                    parameters={
+                        "data_url": f"file://{archive}",
+                        "data_md5": md5,
+                        "epochs": 1,
+                        "storage_path": os.path.join(tmp, "store"),
+                        "mlflow_tracking_uri": f"sqlite:///{tmp}/mlflow.db",
+                    },
+                )
+                assert flow_run.state.is_completed(), flow_run.state
+                train_start, end = asyncio.run(_timings(flow_run.id))
+                to_train.append(train_start.timestamp() - requested)
+                to_done.append(end.timestamp() - requested)
+                print(
+                    f"run {run + 1}: training step starts after {to_train[-1]:.1f} s, "
+                    f"Completed after {to_done[-1]:.1f} s",
+                    flush=True,
+                )
+    print(
+        f"\nmedian over {args.runs} runs: to training step {statistics.median(to_train):.1f} s, "
+        f"to Completed {statistics.median(to_done):.1f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""A real Prefect server and process worker on free ports (for tests and benchmarks)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+POOL = "cifar"
+STARTUP_S = 120.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _prefect(*args: str) -> list[str]:
+    return [sys.executable, "-m", "prefect", *args]
+
+
+def _wait_until(ready: object, process: subprocess.Popen[bytes], log: Path, what: str) -> None:
+    deadline = time.monotonic() + STARTUP_S
+    while not ready():  # type: ignore[operator]
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"{what} exited with {process.returncode}:\n{log.read_text()[-3000:]}"
+            )
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not ready after {STARTUP_S} s:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def _pool_ready(api_url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{api_url}/work_pools/{POOL}", timeout=2) as response:
+            return b'"status":"READY"' in response.read().replace(b" ", b"")
+    except OSError:
+        return False
+
+
+def _stop(process: subprocess.Popen[bytes], sig: int) -> None:
+    if process.poll() is None:
+        process.send_signal(sig)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@contextmanager
+def prefect_stack(home: Path) -> Iterator[dict[str, str]]:
+    """Environment of a running Prefect server with a process work pool and worker."""
+    port = _free_port()
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(home),
+        "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
+        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home}/prefect.db",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_SERVER_UI_ENABLED": "false",
+        "PREFECT_WORKER_QUERY_SECONDS": "1",
+        "PREFECT_WORKER_HEARTBEAT_SECONDS": "5",
+        "PWD": str(REPO),
+    }
+    server_log, worker_log = home / "server.log", home / "worker.log"
+    with open(server_log, "wb") as out:
+        server = subprocess.Popen(
+            _prefect(
+                "server",
+                "start",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-ui",
+                "--analytics-off",
+            ),
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    worker = None
+    try:
+        _wait_until(
+            lambda: _healthy(f"{env['PREFECT_API_URL']}/health"),
+            server,
+            server_log,
+            "Prefect server",
+        )
+        subprocess.run(
+            _prefect("work-pool", "create", POOL, "--type", "process", "--overwrite"),
+            env=env,
+            check=True,
+            capture_output=True,
+        )
+        with open(worker_log, "wb") as out:
+            worker = subprocess.Popen(
+                _prefect("worker", "start", "--pool", POOL, "--type", "process", "--name", "w1"),
+                env=env,
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        _wait_until(
+            lambda: _pool_ready(env["PREFECT_API_URL"]), worker, worker_log, "Prefect worker"
+        )
+        yield env
+    finally:
+        if worker is not None:
+            _stop(worker, signal.SIGINT)  # the worker ignores SIGTERM
+        _stop(server, signal.SIGTERM)
+
+
+def deploy_all(env: dict[str, str]) -> None:
+    """Register every deployment of deployments/prefect.yaml, as the README says."""
+    subprocess.run(
+        _prefect("--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml"),
+        env=env,
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
