@@ -45,6 +45,17 @@ def _parser(defaults: dict[str, object]) -> argparse.ArgumentParser:
     add("--num-workers", type=int, default=defaults["num_workers"], help="DDP ranks")
     add("--use-gpu", action="store_true", help="one GPU per rank, NCCL, bf16 autocast")
     add(
+        "--dask-cluster-class",
+        default=None,
+        help="cluster class to start, e.g. dask_jobqueue.SLURMCluster",
+    )
+    add(
+        "--dask-cluster-kwargs",
+        type=json.loads,
+        default=None,
+        help='its keyword arguments as JSON, e.g. \'{"cores": 8, "memory": "32GB"}\'',
+    )
+    add(
         "--dask-address",
         default=None,
         help="scheduler of an existing Dask cluster (default: $DASK_SCHEDULER_ADDRESS, "

@@ -8,7 +8,7 @@ from typing import Any
 from prefect import flow
 
 from tasks.cifar import OFFICIAL_MD5, OFFICIAL_URL
-from tasks.cluster import resolve_dask_address
+from tasks.cluster import dask_config
 from tasks.data import download_task
 from tasks.evaluate import evaluate_task
 from tasks.models import check_model_name
@@ -32,6 +32,8 @@ def train_cifar(
     num_workers: int = 2,
     use_gpu: bool = False,
     dask_address: str | None = None,
+    dask_cluster_class: str | None = None,
+    dask_cluster_kwargs: dict[str, Any] | None = None,
     mlflow_tracking_uri: str | None = None,
     registered_model_name: str = "cifar10-classifier",
     promote_margin: float = 0.0,
@@ -43,16 +45,18 @@ def train_cifar(
     ``data_md5`` defaults to the official archive's checksum when ``data_url`` is the official
     URL; for another URL without ``data_md5`` the archive is checked by structure only and
     logged as unverified. Without ``mlflow_tracking_uri``, $MLFLOW_TRACKING_URI or
-    ``sqlite:///mlflow.db`` is used; without ``dask_address``, $DASK_SCHEDULER_ADDRESS or a
-    LocalCluster. Returns the MLflow run id, model version, test accuracy and whether
-    the version was promoted to ``@champion``.
+    ``sqlite:///mlflow.db`` is used. Dask: ``dask_address`` (an existing scheduler), else
+    ``dask_cluster_class`` started with ``dask_cluster_kwargs`` (e.g.
+    ``"dask_jobqueue.SLURMCluster"``), else $DASK_SCHEDULER_ADDRESS, else a LocalCluster.
+    Returns the MLflow run id, model version, test accuracy and whether the version was
+    promoted to ``@champion``.
     """
     check_model_name(model)
     tag_flow_run(
         [f"model:{model}", f"world_size:{num_workers}", f"device:{'cuda' if use_gpu else 'cpu'}"]
     )
     mlflow_tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
-    dask_address = resolve_dask_address(dask_address)
+    dask = dask_config(dask_address, dask_cluster_class, dask_cluster_kwargs)
     use_tracking_uri(mlflow_tracking_uri)
     md5 = data_md5 or (OFFICIAL_MD5 if data_url == OFFICIAL_URL else None)
     archive = download_task(data_url, storage_path, md5)
@@ -62,7 +66,8 @@ def train_cifar(
         archive.verified,
         storage_path,
         shard_size=shard_size,
-        dask_address=dask_address,
+        dask=dask,
+        num_workers=num_workers,
     )
     config = TrainConfig(
         dataset_uri=dataset,
@@ -77,7 +82,7 @@ def train_cifar(
         num_workers=num_workers,
         storage_path=storage_path,
         tracking_uri=mlflow_tracking_uri,
-        dask_address=dask_address,
+        dask=dask,
     )
     version = register_task(trained, dataset, registered_model_name)
     evaluation = evaluate_task(registered_model_name, version, dataset, trained.run_id)

@@ -8,19 +8,45 @@ from contextlib import contextmanager
 
 import dask
 from distributed import Client, LocalCluster
+from distributed.utils import import_term
+
+from trainlib import DaskConfig
 
 
-def resolve_dask_address(address: str | None) -> str | None:
-    """``address``, else Dask's own ``scheduler-address`` setting ($DASK_SCHEDULER_ADDRESS)."""
-    return address or dask.config.get("scheduler-address", None)
+def dask_config(
+    address: str | None, cluster_class: str | None, cluster_kwargs: dict[str, object] | None
+) -> DaskConfig:
+    """The cluster to use: ``address``, else $DASK_SCHEDULER_ADDRESS (Dask's own setting)
+    unless a cluster class is given, else a cluster class, else a LocalCluster."""
+    if not address and not cluster_class:
+        address = dask.config.get("scheduler-address", None)
+    return DaskConfig(
+        address=address, cluster_class=cluster_class, cluster_kwargs=dict(cluster_kwargs or {})
+    )
 
 
 @contextmanager
-def dask_client(address: str | None) -> Iterator[Client]:
-    """A client of the cluster at ``address``, or of a LocalCluster started for the block."""
-    if address:
-        with Client(address) as client:
+def dask_client(config: DaskConfig, num_workers: int) -> Iterator[Client]:
+    """A client of the configured cluster; a cluster started here is closed afterwards."""
+    if config.address:
+        with Client(config.address) as client:
             yield client
+        return
+    if config.cluster_class:
+        try:
+            cluster_class = import_term(config.cluster_class)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ValueError(
+                f"dask_cluster_class={config.cluster_class!r} cannot be imported ({exc}); give "
+                "a full import path such as 'dask_jobqueue.SLURMCluster' and install its package."
+            ) from exc
+        with cluster_class(**config.cluster_kwargs) as cluster:
+            if config.adapt_kwargs is not None:
+                cluster.adapt(**config.adapt_kwargs)
+            else:
+                cluster.scale(num_workers)
+            with Client(cluster) as client:
+                yield client
         return
     workers = max(1, min(4, os.cpu_count() or 1))
     with (

@@ -24,6 +24,7 @@ from distributed import Client
 from prefect import task
 
 from tasks.cifar import META, TEST_BATCH, TRAIN_BATCHES, Batch, parse_batch, parse_meta
+from trainlib import DaskConfig
 
 logger = logging.getLogger(__name__)
 
@@ -171,7 +172,8 @@ def preprocess_archive(
     val_fraction: float = 0.1,
     seed: int = 0,
     shard_size: int = 2500,
-    dask_address: str | None = None,
+    dask: DaskConfig | None = None,
+    num_workers: int = 2,
 ) -> str:
     """Turn a CIFAR-10 archive into a dataset directory on storage; return its URI.
 
@@ -199,7 +201,7 @@ def preprocess_archive(
         "val_fraction": val_fraction,
         "seed": seed,
     }
-    with dask_client(dask_address) as client:
+    with dask_client(dask or DaskConfig(), num_workers) as client:
         write_dataset(
             client, dataset_uri, {"train": train, "val": val, "test": test}, shard_size, fields
         )

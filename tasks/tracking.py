@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import subprocess
 from collections.abc import Mapping
@@ -15,9 +14,6 @@ from mlflow.tracking import MlflowClient
 
 import trainlib
 
-logger = logging.getLogger(__name__)
-
-
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
 
@@ -28,9 +24,15 @@ def resolve_tracking_uri(tracking_uri: str | None) -> str:
 
 def git_sha() -> str:
     """The commit of the code that runs, or "unknown" outside a git checkout."""
+    source_dir = os.path.dirname(os.path.abspath(__file__))
     try:
         done = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+            ["git", "rev-parse", "HEAD"],
+            cwd=source_dir,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
         )
     except (OSError, subprocess.SubprocessError):
         return "unknown"

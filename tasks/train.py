@@ -238,7 +238,7 @@ def train_model(
     num_workers: int,
     storage_path: str,
     run_name: str,
-    dask_address: str | None = None,
+    dask: DaskConfig | None = None,
     callbacks: Sequence[trainlib.Callback] = (),
 ) -> TrainOutcome:
     """Run distributed training; checkpoints go to ``{storage_path}/runs/{run_name}``."""
@@ -254,7 +254,7 @@ def train_model(
             ),
             callbacks=callbacks,
         ),
-        dask_config=DaskConfig(address=dask_address),
+        dask_config=dask,
     ).fit()
     best, best_metrics = result.best_checkpoints[0]
     return TrainOutcome(
@@ -279,7 +279,7 @@ def train_tracked(
     num_workers: int,
     storage_path: str,
     tracking_uri: str,
-    dask_address: str | None = None,
+    dask: DaskConfig | None = None,
     experiment: str = "train-cifar",
     extra_callbacks: Sequence[trainlib.Callback] = (),
 ) -> TrainedRun:
@@ -295,7 +295,7 @@ def train_tracked(
         num_workers=num_workers,
         storage_path=storage_path,
         run_name=f"mlflow-{run_id}",
-        dask_address=dask_address,
+        dask=dask,
         callbacks=[MLflowCallback(tracking_uri, run_id), *extra_callbacks],
     )
     return TrainedRun(run_id, outcome)
@@ -308,7 +308,7 @@ def train_task(
     num_workers: int,
     storage_path: str,
     tracking_uri: str,
-    dask_address: str | None = None,
+    dask: DaskConfig | None = None,
 ) -> TrainedRun:
     """Train, with progress and per-epoch metrics shown as Prefect artifacts.
 
@@ -326,6 +326,6 @@ def train_task(
         num_workers=num_workers,
         storage_path=storage_path,
         tracking_uri=tracking_uri,
-        dask_address=dask_address,
+        dask=dask,
         extra_callbacks=[PrefectProgressCallback(config.epochs)],
     )

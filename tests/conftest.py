@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,6 +13,8 @@ import pytest
 import s3fs
 from distributed import Client, LocalCluster
 from moto.server import ThreadedMotoServer
+
+from tests.helpers import free_port
 
 S3_BUCKET = "trainlib-test"
 
@@ -33,9 +34,7 @@ def dask_client() -> Iterator[Client]:
 @pytest.fixture(scope="session")
 def s3_filesystem() -> Iterator[s3fs.S3FileSystem]:
     """An S3 filesystem on a moto server listening on a free local port, with one bucket."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()
     try:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import socket
+import time
+from pathlib import Path
+
 import psutil
+
+WAIT_S = 60.0
 
 
 def rank_processes() -> list[psutil.Process]:
@@ -12,3 +18,19 @@ def rank_processes() -> list[psutil.Process]:
         if "trainlib._rank_main" in " ".join(process.info["cmdline"] or []):
             found.append(process)
     return found
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_path(path: Path, timeout_s: float = WAIT_S) -> None:
+    """Block until ``path`` exists (another process makes it), or raise after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout_s} s")
+        time.sleep(0.05)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -13,15 +12,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.helpers import free_port
+
 REPO = Path(__file__).resolve().parents[1]
 POOL = "cifar"
 STARTUP_S = 120.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _prefect(*args: str) -> list[str]:
@@ -69,7 +64,7 @@ def _stop(process: subprocess.Popen[bytes], sig: int) -> None:
 @contextmanager
 def prefect_stack(home: Path) -> Iterator[dict[str, str]]:
     """Environment of a running Prefect server with a process work pool and worker."""
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "PREFECT_HOME": str(home),

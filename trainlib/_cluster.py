@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
 import time
 from collections.abc import Iterator, Mapping
@@ -12,6 +11,7 @@ from typing import Any
 
 import dask
 from distributed import Client, LocalCluster
+from distributed.utils import import_term
 
 from trainlib.config import DaskConfig, ScalingConfig
 from trainlib.errors import ConfigError, NotEnoughWorkersError
@@ -95,9 +95,8 @@ def _start_cluster(config: DaskConfig, scaling: ScalingConfig) -> Iterator[Any]:
 
 
 def _import_class(path: str) -> Any:
-    module_name, _, class_name = path.rpartition(".")
     try:
-        return getattr(importlib.import_module(module_name), class_name)
+        return import_term(path)
     except (ImportError, AttributeError, ValueError) as exc:
         raise ConfigError(
             f"DaskConfig(cluster_class={path!r}) cannot be imported ({exc}); "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import pickle
 import time
 import uuid
@@ -17,8 +16,6 @@ from trainlib._cluster import WorkerSlot
 from trainlib._messages import RankSpec
 from trainlib._supervisor import RankOutcome, supervise_rank
 from trainlib.errors import RankFailure
-
-logger = logging.getLogger(__name__)
 
 STOP_TIMEOUT_S = 10.0
 _POLL_S = 0.5  # a rank's task ending wakes the driver sooner

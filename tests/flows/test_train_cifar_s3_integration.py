@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,16 +25,11 @@ from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from flows.train_cifar import train_cifar
 from tasks.cifar import write_synthetic_archive
 from tests.conftest import S3_BUCKET
+from tests.helpers import free_port
 
 SECRET = "s3cr3t-never-log-7f3a9c"
 MLFLOW_BUCKET = "mlflow-artifacts"
 STARTUP_S = 120.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +53,7 @@ def mlflow_server(
     s3_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     root = tmp_path_factory.mktemp("mlflow-server")
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "MLFLOW_S3_ENDPOINT_URL": s3_env["AWS_ENDPOINT_URL_S3"],
@@ -127,6 +121,9 @@ def s3_run(
         shard_size=250,
         mlflow_tracking_uri=mlflow_server,
         registered_model_name="s3-classifier",
+        # a cluster class, as with dask_jobqueue.SLURMCluster (started and closed by the flow)
+        dask_cluster_class="distributed.LocalCluster",
+        dask_cluster_kwargs={"n_workers": 2, "threads_per_worker": 1, "processes": False},
         return_state=True,
     )
     return {**state.result(), "flow_run_id": state.state_details.flow_run_id}

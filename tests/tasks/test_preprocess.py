@@ -15,6 +15,7 @@ from tasks.preprocess import (
     read_shard,
     split_validation,
 )
+from trainlib import DaskConfig
 
 
 def test_preprocess_split_is_seeded_disjoint_and_complete() -> None:
@@ -49,7 +50,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory, dask_client: Client) -> st
         val_fraction=0.1,
         seed=3,
         shard_size=50,
-        dask_address=dask_client.scheduler.address,
+        dask=DaskConfig(address=dask_client.scheduler.address),
     )
 
 

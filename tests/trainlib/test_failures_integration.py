@@ -18,7 +18,7 @@ import torch.distributed as dist
 from distributed import Client
 
 import trainlib
-from tests.helpers import rank_processes
+from tests.helpers import rank_processes, wait_for_path
 from trainlib import (
     Checkpoint,
     DaskConfig,
@@ -32,15 +32,6 @@ from trainlib.storage import COMMIT_MARKER, RunStorage
 from trainlib.torch import TorchTrainer
 
 STOP_DEADLINE_S = 10.0
-WAIT_S = 60.0
-
-
-def _wait_for(path: Path) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear within {WAIT_S} s")
-        time.sleep(0.05)
 
 
 def fail_on_rank_one(config: dict[str, Any]) -> None:
@@ -128,7 +119,7 @@ def report_epochs(config: dict[str, Any]) -> None:
     storage = Path(config["out_dir"], "results", "run")
     for epoch in range(start, config["epochs"]):
         if checkpoint is None and epoch == config["die_at"] and rank == 1:
-            _wait_for(storage / f"checkpoint_{epoch - 1:06d}" / COMMIT_MARKER)
+            wait_for_path(storage / f"checkpoint_{epoch - 1:06d}" / COMMIT_MARKER)
             os.kill(os.getpid(), signal.SIGKILL)
         with tempfile.TemporaryDirectory() as directory:
             if rank == 0:
@@ -172,7 +163,7 @@ def half_written_checkpoint(config: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory() as directory:
             Path(directory, f"rank{rank}.bin").write_bytes(b"x" * 1000)
             if resumed is None and index == 1 and rank == 0:
-                _wait_for(
+                wait_for_path(
                     Path(config["out_dir"], "results", "run", "checkpoint_000001", "rank1.bin")
                 )
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -217,3 +208,29 @@ def test_failure_not_enough_workers_names_counts_and_fix(
 def _no_leftover_ranks() -> Iterator[None]:
     yield
     assert rank_processes() == []
+
+
+def test_cluster_class_is_started_scaled_and_closed(tmp_path: Path) -> None:
+    result = TorchTrainer(
+        report_epochs,
+        train_loop_config={"out_dir": str(tmp_path), "epochs": 1, "die_at": -1},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name="run", storage_path=str(tmp_path / "results")),
+        dask_config=DaskConfig(
+            cluster_class="distributed.LocalCluster",
+            cluster_kwargs={"n_workers": 0, "processes": False},
+        ),
+    ).fit()
+    assert result.metrics == {"epoch": 0, "resumed_from": -1}
+
+
+def test_cluster_class_that_cannot_be_imported_names_the_fix(tmp_path: Path) -> None:
+    trainer = TorchTrainer(
+        report_epochs,
+        run_config=RunConfig(storage_path=str(tmp_path)),
+        dask_config=DaskConfig(cluster_class="dask_nowhere.Cluster"),
+    )
+    with pytest.raises(
+        trainlib.ConfigError, match=r"cluster_class='dask_nowhere\.Cluster'\) cannot be imported"
+    ):
+        trainer.fit()

@@ -6,7 +6,6 @@ import json
 import logging
 import os
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,13 +18,13 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, TensorDataset
 
 import trainlib
+from tests.helpers import wait_for_path
 from trainlib import Callback, Checkpoint, CheckpointConfig, Report, Result, RunConfig, RunInfo
 from trainlib.torch import TorchTrainer, prepare_data_loader, prepare_model
 
 NUM_SAMPLES = 32
 GLOBAL_BATCH = 8
 LR = 0.1
-WAIT_FOR_DRIVER_S = 60.0
 logger = logging.getLogger(__name__)
 
 
@@ -41,14 +40,6 @@ def _dataset() -> TensorDataset:
 def _model() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Linear(5, 1)
-
-
-def _wait_for(path: Path) -> None:
-    deadline = time.monotonic() + WAIT_FOR_DRIVER_S
-    while not path.exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{path} did not appear within {WAIT_FOR_DRIVER_S} s")
-        time.sleep(0.05)
 
 
 def train_sgd(config: dict[str, Any]) -> None:
@@ -76,7 +67,7 @@ def train_sgd(config: dict[str, Any]) -> None:
             )
         if step == 0 and context.get_world_rank() == 0:
             logger.info("rank 0 finished step %d", step)
-            _wait_for(Path(config["out_dir"], "driver-saw-report-0"))
+            wait_for_path(Path(config["out_dir"], "driver-saw-report-0"))
     plain = model.module if isinstance(model, DistributedDataParallel) else model
     record = {
         "params": torch.cat([p.detach().flatten() for p in plain.parameters()]).tolist(),
