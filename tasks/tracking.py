@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import mlflow
@@ -39,6 +40,15 @@ def git_sha() -> str:
     return done.stdout.strip()
 
 
+def _artifact_location(tracking_uri: str) -> str | None:
+    """For a sqlite store, ``mlruns`` beside the database file; MLflow's default is ./mlruns
+    of whatever folder the process runs in (a Prefect worker's, say)."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    database = os.path.abspath(tracking_uri.removeprefix("sqlite:///"))
+    return Path(database).parent.joinpath("mlruns").as_uri()
+
+
 def start_run(
     tracking_uri: str,
     experiment: str,
@@ -49,7 +59,13 @@ def start_run(
     """Create the MLflow run of a training run, with its params and tags; return its id."""
     client = MlflowClient(tracking_uri)
     found = client.get_experiment_by_name(experiment)
-    experiment_id = found.experiment_id if found else client.create_experiment(experiment)
+    experiment_id = (
+        found.experiment_id
+        if found
+        else client.create_experiment(
+            experiment, artifact_location=_artifact_location(tracking_uri)
+        )
+    )
     all_tags = {"git_sha": git_sha(), "torch_version": torch.__version__, **tags}
     run = client.create_run(experiment_id, run_name=run_name, tags=all_tags)
     for key, value in params.items():

@@ -24,7 +24,7 @@ def dask_client() -> Iterator[Client]:
     """A 2-worker LocalCluster shared by the tests, as a user's long-lived cluster would be."""
     with (
         LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
         ) as cluster,
         Client(cluster) as client,
     ):

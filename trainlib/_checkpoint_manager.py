@@ -39,6 +39,24 @@ class CheckpointManager:
         """Kept checkpoints with their metrics, best first."""
         return [(c.checkpoint, c.metrics) for c in sorted(self._kept, key=self._rank)]
 
+    def latest_intact(self) -> CommittedCheckpoint | None:
+        """The newest checkpoint whose files match their commit marker.
+
+        Newer ones that do not are deleted, with a warning: they can never be loaded.
+        """
+        while (latest := self.latest) is not None:
+            problem = self._storage.verify(latest)
+            if problem is None:
+                return latest
+            logger.warning(
+                "Checkpoint %s is corrupt (%s); deleting it and resuming from the one before.",
+                latest.checkpoint,
+                problem,
+            )
+            self._storage.delete(latest.checkpoint)
+            self._kept.remove(latest)
+        return None
+
     def register(self, committed: CommittedCheckpoint) -> None:
         """Add a newly committed checkpoint and delete the ones that fall out."""
         self._kept.append(committed)

@@ -6,31 +6,19 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import dask
 from distributed import Client, LocalCluster
 from distributed.utils import import_term
 
+from trainlib._ranks import WorkerSlot, assign_ranks
 from trainlib.config import DaskConfig, ScalingConfig
 from trainlib.errors import ConfigError, NotEnoughWorkersError
 
 logger = logging.getLogger(__name__)
 
 _WORKER_POLL_S = 0.2
-
-
-@dataclass(frozen=True)
-class WorkerSlot:
-    """One Dask worker chosen to host a rank, with the rank's place in the group."""
-
-    address: str
-    host: str
-    world_rank: int
-    local_rank: int
-    local_world_size: int
-    node_rank: int
 
 
 @contextmanager
@@ -143,21 +131,3 @@ def _eligible_workers(
         if all(info.get("resources", {}).get(k, 0) >= v for k, v in (resources or {}).items())
     ]
     return sorted(found)
-
-
-def assign_ranks(workers: list[tuple[str, str]]) -> list[WorkerSlot]:
-    """Ranks for ``(host, address)`` pairs: world rank in sorted order, local rank per host."""
-    ordered = sorted(workers)
-    hosts = sorted({host for host, _ in ordered})
-    per_host = {host: [a for h, a in ordered if h == host] for host in hosts}
-    return [
-        WorkerSlot(
-            address=address,
-            host=host,
-            world_rank=world_rank,
-            local_rank=per_host[host].index(address),
-            local_world_size=len(per_host[host]),
-            node_rank=hosts.index(host),
-        )
-        for world_rank, (host, address) in enumerate(ordered)
-    ]

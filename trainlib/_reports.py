@@ -9,6 +9,7 @@ from typing import Any
 
 from trainlib._checkpoint_manager import CheckpointManager
 from trainlib._messages import ReportMessage
+from trainlib._watchdog import ProgressWatchdog
 from trainlib.callbacks import Callback, Report
 from trainlib.errors import TrainingFailedError
 from trainlib.storage import FileEntry, RunStorage
@@ -26,15 +27,17 @@ class ReportCollector:
         self._history: list[tuple[int, dict[str, Any]]] = []
         self._pending: dict[int, list[ReportMessage]] = defaultdict(list)
         self._world_size = 0
+        self._watchdog: ProgressWatchdog | None = None
 
     @property
     def history(self) -> list[dict[str, Any]]:
         """Rank 0's metrics of every complete report, oldest first."""
         return [metrics for _, metrics in self._history]
 
-    def start_attempt(self, world_size: int, start_index: int) -> None:
+    def start_attempt(self, world_size: int, start_index: int, watchdog: ProgressWatchdog) -> None:
         """Forget reports newer than the checkpoint this attempt resumes from."""
         self._world_size = world_size
+        self._watchdog = watchdog
         self._pending.clear()
         self._history = [(i, m) for i, m in self._history if i < start_index]
 
@@ -49,8 +52,12 @@ class ReportCollector:
         message: ReportMessage = payload
         reports = self._pending[message.index]
         reports.append(message)
+        if self._watchdog is not None:
+            self._watchdog.on_report(message.world_rank, message.index)
         if len(reports) == self._world_size:
             del self._pending[message.index]
+            if self._watchdog is not None:
+                self._watchdog.on_complete()
             self._complete(message.index, reports)
 
     def check_all_complete(self) -> None:

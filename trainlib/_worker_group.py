@@ -12,8 +12,8 @@ from typing import Any
 from distributed import Client, Event, Future, Queue, wait
 
 from trainlib import _backend, _cluster
-from trainlib._cluster import WorkerSlot
 from trainlib._messages import RankSpec
+from trainlib._ranks import WorkerSlot
 from trainlib._supervisor import RankOutcome, supervise_rank
 from trainlib.errors import RankFailure
 
@@ -23,6 +23,7 @@ _LIVENESS_CHECK_S = 1.0
 
 SpecBuilder = Callable[[WorkerSlot, str, int], RankSpec]
 MessageHandler = Callable[[str, Any], None]
+ProgressCheck = Callable[[], dict[int, RankFailure]]
 
 
 class WorkerGroup:
@@ -80,8 +81,12 @@ class WorkerGroup:
         finally:
             group._shut_down()
 
-    def run(self, handle: MessageHandler) -> dict[int, RankFailure]:
+    def run(
+        self, handle: MessageHandler, check_progress: ProgressCheck = dict
+    ) -> dict[int, RankFailure]:
         """Relay messages to ``handle`` until every rank ends or one fails.
+
+        ``check_progress`` (the hang watchdog) is asked after each poll for hung ranks.
 
         Returns:
             The failures by world rank (empty when every rank finished cleanly); after a
@@ -92,6 +97,8 @@ class WorkerGroup:
             self._wait_for_any(_POLL_S)
             self._drain(handle)
             self._collect_done()
+            for rank, failure in check_progress().items():
+                self._outcomes.setdefault(rank, RankOutcome(rank, failure))
             if self._failures() or len(self._outcomes) == len(self._futures):
                 break
             if time.monotonic() >= next_liveness_check:
@@ -138,12 +145,15 @@ class WorkerGroup:
         self._outcomes[slot.world_rank] = RankOutcome(slot.world_rank, failure)
 
     def _stop_all(self) -> None:
-        """Ask every supervisor to stop its rank and wait for them (bounded)."""
+        """Ask every supervisor to stop its rank, and wait (bounded) until they have."""
         self._stop.set()
+        lost = {
+            r for r, o in self._outcomes.items() if o.failure and o.failure.kind == "worker_lost"
+        }
         pending = [
             f
             for s, f in zip(self._slots, self._futures, strict=True)
-            if s.world_rank not in self._outcomes
+            if not f.done() and s.world_rank not in lost
         ]
         if pending:
             with suppress(TimeoutError):

@@ -74,18 +74,28 @@ class CheckpointConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class FailureConfig:
-    """How often to restart the worker group after a failure.
+    """How often to restart the worker group after a failure, and when a rank counts as hung.
 
     Args:
         max_failures: Restarts allowed before ``fit()`` raises; ``-1`` means unlimited.
+        hang_timeout_s: A rank that has not made the next ``report()`` for this long while the
+            run makes no progress is declared hung and the attempt fails (or restarts).
+            Collectives then time out after ``2 * hang_timeout_s`` at most. ``None`` derives it
+            from the run: after the first report, 5 times the longest interval between two
+            reports so far, at least 60 s (before it, only ``TorchConfig.timeout_s`` applies).
     """
 
     max_failures: int = 0
+    hang_timeout_s: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_failures < -1:
             raise ConfigError(
                 f"FailureConfig(max_failures={self.max_failures}) must be -1 (unlimited) or >= 0."
+            )
+        if self.hang_timeout_s is not None and self.hang_timeout_s <= 0:
+            raise ConfigError(
+                f"FailureConfig(hang_timeout_s={self.hang_timeout_s}) must be positive or None."
             )
 
 

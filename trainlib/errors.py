@@ -65,7 +65,7 @@ class TrainingFailedError(TrainlibError):
     """The training run failed and used up ``FailureConfig.max_failures``."""
 
 
-FailureKind = Literal["exception", "exit", "worker_lost", "stopped"]
+FailureKind = Literal["exception", "exit", "worker_lost", "hang", "stopped"]
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,8 @@ class RankFailure:
         world_rank: The rank's global index.
         host: The host the rank ran on.
         kind: ``exception`` (the train function raised), ``exit`` (the process died),
-            ``worker_lost`` (its Dask worker left) or ``stopped`` (stopped by trainlib after
+            ``worker_lost`` (its Dask worker left), ``hang`` (no progress within
+            ``FailureConfig.hang_timeout_s``) or ``stopped`` (stopped by trainlib after
             another rank failed).
         summary: One line: exception type and message, exit code or signal.
         traceback: The formatted traceback, for ``exception`` failures.

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from fsspec import AbstractFileSystem
 
 from trainlib.checkpoint import Checkpoint
+from trainlib.errors import RankFailure
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,6 +26,7 @@ class Result:
         filesystem: The fsspec filesystem of the run directory.
         error: The error that ended the run, or None. ``fit()`` raises it; callbacks see it here.
         metrics_history: Every report of rank 0, oldest first (``metrics_dataframe`` as dicts).
+        failures: The root cause of each failed attempt, oldest first.
     """
 
     metrics: dict[str, Any]
@@ -34,6 +36,12 @@ class Result:
     filesystem: AbstractFileSystem
     error: BaseException | None = None
     metrics_history: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[RankFailure] = field(default_factory=list)
+
+    @property
+    def num_restarts(self) -> int:
+        """How often the worker group was restarted after a failure."""
+        return len(self.failures) if self.error is None else max(0, len(self.failures) - 1)
 
     @property
     def metrics_dataframe(self) -> pd.DataFrame:

@@ -44,11 +44,12 @@ class FileEntry:
 
 @dataclass(frozen=True)
 class CommittedCheckpoint:
-    """A committed checkpoint with the report index and metrics it was reported with."""
+    """A committed checkpoint with the report index, metrics and files it was committed with."""
 
     index: int
     checkpoint: Checkpoint
     metrics: dict[str, Any]
+    files: dict[str, FileEntry]
 
 
 class RunStorage:
@@ -106,7 +107,7 @@ class RunStorage:
         }
         directory = self.checkpoint_dir(index)
         self.filesystem.pipe_file(f"{directory}/{COMMIT_MARKER}", _to_json(marker))
-        return CommittedCheckpoint(index, Checkpoint(directory, self.filesystem), metrics)
+        return CommittedCheckpoint(index, Checkpoint(directory, self.filesystem), metrics, files)
 
     def list_committed(self) -> list[CommittedCheckpoint]:
         """Committed checkpoints, oldest first; directories without a valid marker are skipped."""
@@ -116,7 +117,10 @@ class RunStorage:
             marker = self._read_marker(directory)
             if marker is not None:
                 checkpoint = Checkpoint(directory, self.filesystem)
-                found.append(CommittedCheckpoint(marker["index"], checkpoint, marker["metrics"]))
+                files = {rel: FileEntry(**entry) for rel, entry in marker["files"].items()}
+                found.append(
+                    CommittedCheckpoint(marker["index"], checkpoint, marker["metrics"], files)
+                )
         return sorted(found, key=lambda c: c.index)
 
     def remove_uncommitted(self) -> list[str]:
@@ -127,6 +131,18 @@ class RunStorage:
             logger.warning("Removing incomplete checkpoint %s", directory)
             self.filesystem.rm(directory, recursive=True)
         return removed
+
+    def verify(self, committed: CommittedCheckpoint) -> str | None:
+        """What is wrong with a committed checkpoint's files (size, sha256), or None."""
+        root = committed.checkpoint.path.rstrip("/")
+        for rel, expected in committed.files.items():
+            try:
+                data = self.filesystem.cat_file(f"{root}/{rel}")
+            except FileNotFoundError:
+                return f"{rel} is missing"
+            if len(data) != expected.size or hashlib.sha256(data).hexdigest() != expected.sha256:
+                return f"{rel} does not match its sha256 in {COMMIT_MARKER}"
+        return None
 
     def delete(self, checkpoint: Checkpoint) -> None:
         """Delete a committed checkpoint: the marker first, so it is never seen half-deleted."""

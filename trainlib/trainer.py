@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import math
 import sys
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -16,17 +17,18 @@ from trainlib import _backend
 from trainlib._checkpoint_manager import CheckpointManager
 from trainlib._messages import RankSpec
 from trainlib._reports import ReportCollector
+from trainlib._watchdog import ProgressWatchdog
 from trainlib.callbacks import RunInfo
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import DaskConfig, RunConfig, ScalingConfig, TorchConfig
-from trainlib.errors import ConfigError, WorkerGroupError
+from trainlib.errors import ConfigError, RankFailure, WorkerGroupError
 from trainlib.result import Result
 from trainlib.storage import RunStorage
 
 if TYPE_CHECKING:
     from distributed import Client
 
-    from trainlib._cluster import WorkerSlot
+    from trainlib._ranks import WorkerSlot
 
 logger = logging.getLogger(__name__)
 
@@ -92,9 +94,10 @@ class TorchTrainer:
         for callback in config.callbacks:
             callback.on_start(RunInfo(name, storage.run_dir, self._scaling.num_workers))
         error: BaseException | None = None
+        failures: list[RankFailure] = []
         try:
             with _cluster.connect(self._dask, self._scaling, self._client) as client:
-                self._run_attempts(client, name, storage, manager, collector)
+                self._run_attempts(client, name, storage, manager, collector, failures)
         except BaseException as exc:
             error = exc
         latest = manager.latest
@@ -106,11 +109,13 @@ class TorchTrainer:
             filesystem=storage.filesystem,
             error=error,
             metrics_history=collector.history,
+            failures=failures,
         )
         for callback in config.callbacks:
             callback.on_end(result)
         if error is not None:
-            logger.error("Run %s errored: %s", name, str(error).splitlines()[0])
+            first_line = next(iter(str(error).splitlines()), "")
+            logger.error("Run %s errored: %s %s", name, type(error).__name__, first_line)
             raise error
         logger.info("Run %s finished", name)
         return result
@@ -122,43 +127,53 @@ class TorchTrainer:
         storage: RunStorage,
         manager: CheckpointManager,
         collector: ReportCollector,
+        failures: list[RankFailure],
     ) -> None:
+        """Attempts until one succeeds or ``max_failures`` is used up; ``failures`` gets the
+        root cause of each failed attempt."""
         from trainlib import _cluster
         from trainlib._worker_group import WorkerGroup
 
-        max_failures = self._run_config.failure_config.max_failures
-        num_failures = 0
+        failure_config = self._run_config.failure_config
         while True:
             storage.remove_uncommitted()
-            latest = manager.latest
+            latest = manager.latest_intact()
             start_index = latest.index + 1 if latest else 0
             resume_from = latest.checkpoint if latest else self._resume_from
             logger.info(
                 "Run %s starting (attempt %d) from %s",
                 name,
-                num_failures + 1,
+                len(failures) + 1,
                 resume_from or "scratch",
             )
             slots = _cluster.select_workers(client, self._scaling, self._dask.worker_timeout_s)
-            collector.start_attempt(len(slots), start_index)
+            watchdog = ProgressWatchdog(failure_config.hang_timeout_s, slots)
+            collector.start_attempt(len(slots), start_index, watchdog)
             build = functools.partial(self._rank_spec, name, storage, start_index, resume_from)
             resources = dict(self._scaling.resources_per_worker or {}) or None
             with WorkerGroup.start(client, slots, build, resources) as group:
                 logger.info("Run %s running on %d ranks", name, len(slots))
-                failures = group.run(collector.handle)
-            if not failures:
+                attempt_failures = group.run(collector.handle, watchdog.check)
+            if not attempt_failures:
                 collector.check_all_complete()
                 return
-            num_failures += 1
-            error = WorkerGroupError(failures, num_restarts=num_failures - 1)
-            if max_failures != -1 and num_failures > max_failures:
+            error = WorkerGroupError(attempt_failures, num_restarts=len(failures))
+            failures.append(error.root_cause)
+            if failure_config.max_failures != -1 and len(failures) > failure_config.max_failures:
                 raise error
             logger.warning(
                 "Run %s restarting after failure %d: %s",
                 name,
-                num_failures,
+                len(failures),
                 error.root_cause.one_line(),
             )
+
+    def _collective_timeout_s(self) -> int:
+        """TorchConfig's timeout, capped so a collective never outwaits the hang watchdog."""
+        hang = self._run_config.failure_config.hang_timeout_s
+        if hang is None:
+            return self._torch.timeout_s
+        return min(self._torch.timeout_s, max(1, math.ceil(2 * hang)))
 
     def _rank_spec(
         self,
@@ -180,7 +195,7 @@ class TorchTrainer:
             master_addr=master_addr,
             master_port=master_port,
             backend=_backend.choose_backend(self._torch, self._scaling.use_gpu),
-            timeout_s=self._torch.timeout_s,
+            timeout_s=self._collective_timeout_s(),
             use_gpu=self._scaling.use_gpu,
             run_name=name,
             storage=storage,

@@ -144,6 +144,10 @@ def test_failure_restart_resumes_from_latest_checkpoint(
     assert result.metrics == {"epoch": 3, "resumed_from": 1}
     assert list(result.metrics_dataframe["epoch"]) == [0, 1, 2, 3]
     assert result.checkpoint is not None and result.checkpoint.path.endswith("checkpoint_000003")
+    assert result.num_restarts == 1
+    assert [f.one_line() for f in result.failures] == [
+        "rank 1 (127.0.0.1): rank process was killed by signal SIGKILL"
+    ]
     assert rank_processes() == []
 
 

@@ -47,9 +47,10 @@ def test_public_api_matches_documented_names() -> None:
 
 
 def test_public_api_import_does_not_load_dask() -> None:
+    """Rank processes import the user's module (and so trainlib.torch): keep them light."""
     import subprocess
     import sys
 
-    code = "import sys, trainlib; print('distributed' in sys.modules)"
+    code = "import sys, trainlib, trainlib.torch; print('distributed' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

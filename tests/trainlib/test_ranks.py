@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-from trainlib._cluster import assign_ranks
+from trainlib._ranks import assign_ranks
 
 
-def test_cluster_assigns_ranks_by_host_then_address() -> None:
+def test_ranks_assigned_by_host_then_address() -> None:
     workers = [
         ("10.0.0.2", "tcp://10.0.0.2:2"),
         ("10.0.0.1", "tcp://10.0.0.1:9"),

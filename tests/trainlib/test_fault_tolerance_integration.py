@@ -1,0 +1,183 @@
+"""Hangs, lost Dask workers, corrupt checkpoints and Ctrl-C: real processes and signals."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+from distributed import Client, LocalCluster
+
+import trainlib
+from tests.helpers import rank_processes, wait_for_path
+from tests.trainlib.test_failures_integration import report_epochs
+from trainlib import Checkpoint, FailureConfig, RunConfig, ScalingConfig, WorkerGroupError
+from trainlib.storage import COMMIT_MARKER
+from trainlib.torch import TorchTrainer
+
+HANG_TIMEOUT_S = 3.0
+
+
+def block_after_first_report(config: dict[str, Any]) -> None:
+    """Both ranks report once; then rank 1 blocks forever and rank 0 waits for it."""
+    trainlib.report({"step": 0})
+    if trainlib.get_context().get_world_rank() == 1:
+        threading.Event().wait()
+    trainlib.report({"step": 1})
+    dist.barrier()
+
+
+def test_hung_rank_is_detected_and_named(dask_client: Client, tmp_path: Path) -> None:
+    trainer = TorchTrainer(
+        block_after_first_report,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(
+            storage_path=str(tmp_path), failure_config=FailureConfig(hang_timeout_s=HANG_TIMEOUT_S)
+        ),
+        client=dask_client,
+    )
+    started = time.monotonic()
+    with pytest.raises(WorkerGroupError) as caught:
+        trainer.fit()
+    assert time.monotonic() - started < HANG_TIMEOUT_S + 20
+    text = str(caught.value)
+    assert text.startswith("Training failed: rank 1 on host 127.0.0.1: made no progress for")
+    assert "its last report was #0" in text
+    assert rank_processes() == []
+
+
+def epochs_with_lost_worker(config: dict[str, Any]) -> None:
+    """report_epochs, but rank 1 kills its own Dask worker process (not itself) at epoch 1."""
+    rank = trainlib.get_context().get_world_rank()
+    checkpoint = trainlib.get_checkpoint()
+    start = 0
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            start = torch.load(os.path.join(directory, "state.pt"), weights_only=True)["epoch"] + 1
+    if rank == 0:
+        with open(Path(config["out_dir"], "starts.txt"), "a") as f:
+            f.write(f"{start} {trainlib.get_context().get_world_size()}\n")
+    for epoch in range(start, 3):
+        if checkpoint is None and epoch == 1 and rank == 1:
+            wait_for_path(
+                Path(config["out_dir"], "results", "run", "checkpoint_000000", COMMIT_MARKER)
+            )
+            os.kill(os.getppid(), signal.SIGKILL)  # the Dask worker that started this rank
+            threading.Event().wait()
+        with tempfile.TemporaryDirectory() as directory:
+            if rank == 0:
+                torch.save({"epoch": epoch}, os.path.join(directory, "state.pt"))
+            trainlib.report({"epoch": epoch}, checkpoint=Checkpoint.from_directory(directory))
+
+
+@pytest.fixture
+def worker_process_cluster() -> Iterator[Client]:
+    """Dask workers as nanny-supervised processes, which restart a killed worker."""
+    with (
+        LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
+
+
+def test_lost_dask_worker_restarts_from_checkpoint(
+    worker_process_cluster: Client, tmp_path: Path
+) -> None:
+    result = TorchTrainer(
+        epochs_with_lost_worker,
+        train_loop_config={"out_dir": str(tmp_path)},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(
+            name="run",
+            storage_path=str(tmp_path / "results"),
+            failure_config=FailureConfig(max_failures=1),
+        ),
+        client=worker_process_cluster,
+    ).fit()
+    assert (tmp_path / "starts.txt").read_text().split("\n")[:2] == ["0 2", "1 2"]
+    assert list(result.metrics_dataframe["epoch"]) == [0, 1, 2]
+    assert result.num_restarts == 1
+    assert result.failures[0].world_rank == 1
+    assert result.failures[0].kind in ("worker_lost", "exit")
+    assert rank_processes() == []
+
+
+def test_corrupt_latest_checkpoint_is_skipped_on_resume(
+    dask_client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    def fit(epochs: int) -> trainlib.Result:
+        return TorchTrainer(
+            report_epochs,
+            train_loop_config={"out_dir": str(tmp_path), "epochs": epochs, "die_at": -1},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(name="run", storage_path=str(tmp_path / "results")),
+            client=dask_client,
+        ).fit()
+
+    fit(2)
+    state = tmp_path / "results" / "run" / "checkpoint_000001" / "state.pt"
+    state.write_bytes(state.read_bytes()[:-8] + b"garbage!")
+    with caplog.at_level(logging.WARNING, logger="trainlib"):
+        result = fit(3)
+    assert "checkpoint_000001" in caplog.text and "is corrupt" in caplog.text
+    assert (tmp_path / "starts.txt").read_text().split() == ["0", "1"]
+    assert result.metrics == {"epoch": 2, "resumed_from": 0}
+
+
+CTRL_C_SCRIPT = """
+import os, sys, threading
+import trainlib
+from trainlib.torch import TorchTrainer
+
+def train_func(config):
+    trainlib.report({"step": 0})
+    if trainlib.get_context().get_world_rank() == 0:
+        open(config["marker"], "w").close()
+    threading.Event().wait()
+
+TorchTrainer(train_func, train_loop_config={"marker": sys.argv[1]},
+             scaling_config=trainlib.ScalingConfig(num_workers=2),
+             run_config=trainlib.RunConfig(storage_path=sys.argv[2])).fit()
+"""
+
+
+def test_ctrl_c_stops_every_rank(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(CTRL_C_SCRIPT))
+    marker = tmp_path / "reported"
+    driver = subprocess.Popen(
+        [sys.executable, str(script), str(marker), str(tmp_path / "out")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_path(marker)
+        assert len(rank_processes()) == 2
+        driver.send_signal(signal.SIGINT)
+        _, stderr = driver.communicate(timeout=60)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode != 0
+    assert b"KeyboardInterrupt" in stderr
+    assert rank_processes() == []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_ranks() -> Iterator[None]:
+    yield
+    assert rank_processes() == []
