@@ -74,6 +74,11 @@ def _parser(defaults: dict[str, object]) -> argparse.ArgumentParser:
         help="accuracy a new model must beat the champion by",
     )
     add("--predict-input", default=None, help="images to score with the champion afterwards")
+    add(
+        "--run-name",
+        default=None,
+        help="name of the training run; the same name and storage path resume it",
+    )
     add("--shard-size", type=int, default=defaults["shard_size"], help="images per data shard")
     return parser
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import posixpath
+import uuid
 from typing import Any
 
 from prefect import flow
+from prefect.runtime import flow_run
 
 from tasks.cifar import OFFICIAL_MD5, OFFICIAL_URL
 from tasks.cluster import dask_config
@@ -39,6 +41,7 @@ def train_cifar(
     promote_margin: float = 0.0,
     predict_input: str | None = None,
     shard_size: int = 2500,
+    run_name: str | None = None,
 ) -> dict[str, Any]:
     """Download, preprocess, train, register, evaluate, promote and (optionally) predict.
 
@@ -48,6 +51,8 @@ def train_cifar(
     ``sqlite:///mlflow.db`` is used. Dask: ``dask_address`` (an existing scheduler), else
     ``dask_cluster_class`` started with ``dask_cluster_kwargs`` (e.g.
     ``"dask_jobqueue.SLURMCluster"``), else $DASK_SCHEDULER_ADDRESS, else a LocalCluster.
+    ``run_name`` names the training run (checkpoints and the MLflow run); running a flow again
+    with the same ``run_name`` and ``storage_path`` resumes it. Default: one per flow run.
     Returns the MLflow run id, model version, test accuracy and whether the version was
     promoted to ``@champion``.
     """
@@ -79,6 +84,7 @@ def train_cifar(
     )
     trained = train_task(
         config,
+        run_name=run_name or f"train-cifar-{flow_run.get_id() or uuid.uuid4().hex}",
         num_workers=num_workers,
         storage_path=storage_path,
         tracking_uri=mlflow_tracking_uri,

@@ -49,6 +49,9 @@ def _artifact_location(tracking_uri: str) -> str | None:
     return Path(database).parent.joinpath("mlruns").as_uri()
 
 
+TRAINING_RUN_TAG = "training_run"
+
+
 def start_run(
     tracking_uri: str,
     experiment: str,
@@ -56,7 +59,8 @@ def start_run(
     params: Mapping[str, Any],
     tags: Mapping[str, str],
 ) -> str:
-    """Create the MLflow run of a training run, with its params and tags; return its id."""
+    """The MLflow run of training run ``run_name``: the existing one (tagged with it) when the
+    run is resumed, else a new one with its params and tags. Returns its id."""
     client = MlflowClient(tracking_uri)
     found = client.get_experiment_by_name(experiment)
     experiment_id = (
@@ -66,7 +70,18 @@ def start_run(
             experiment, artifact_location=_artifact_location(tracking_uri)
         )
     )
-    all_tags = {"git_sha": git_sha(), "torch_version": torch.__version__, **tags}
+    existing = client.search_runs(
+        [experiment_id], filter_string=f"tags.{TRAINING_RUN_TAG} = '{run_name}'", max_results=1
+    )
+    if existing:
+        client.update_run(existing[0].info.run_id, status="RUNNING")
+        return str(existing[0].info.run_id)
+    all_tags = {
+        "git_sha": git_sha(),
+        "torch_version": torch.__version__,
+        **tags,
+        TRAINING_RUN_TAG: run_name,
+    }
     run = client.create_run(experiment_id, run_name=run_name, tags=all_tags)
     for key, value in params.items():
         client.log_param(run.info.run_id, key, value)
@@ -80,15 +95,32 @@ class MLflowCallback(trainlib.Callback):
         self._client = MlflowClient(tracking_uri)
         self._run_id = run_id
 
+    def on_start(self, run: trainlib.RunInfo) -> None:
+        """On resume, log the resumed checkpoint's metrics if the dead driver had not."""
+        resumed = run.resumed_from
+        if resumed is None:
+            return
+        step = int(resumed.metrics.get("epoch", resumed.index))
+        keys = [k for k, v in resumed.metrics.items() if k != "epoch" and isinstance(v, float)]
+        logged = (
+            {m.step for m in self._client.get_metric_history(self._run_id, keys[0])}
+            if keys
+            else {step}
+        )
+        if step not in logged:
+            self._log_metrics(resumed.metrics, step)
+
     def on_report(self, report: trainlib.Report) -> None:
-        step = int(report.metrics.get("epoch", report.index))
-        for key, value in report.metrics.items():
-            if key != "epoch" and isinstance(value, (int, float)):
-                self._client.log_metric(self._run_id, key, float(value), step=step)
+        self._log_metrics(report.metrics, int(report.metrics.get("epoch", report.index)))
         if report.checkpoint is not None:
             with report.checkpoint.as_directory() as directory:
                 name = report.checkpoint.path.rstrip("/").rsplit("/", 1)[-1]
                 self._client.log_artifacts(self._run_id, directory, f"checkpoints/{name}")
+
+    def _log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
+        for key, value in metrics.items():
+            if key != "epoch" and isinstance(value, (int, float)):
+                self._client.log_metric(self._run_id, key, float(value), step=step)
 
     def on_end(self, result: trainlib.Result) -> None:
         if result.error is not None:

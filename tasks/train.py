@@ -276,6 +276,7 @@ class TrainedRun:
 def train_tracked(
     config: TrainConfig,
     *,
+    run_name: str,
     num_workers: int,
     storage_path: str,
     tracking_uri: str,
@@ -283,28 +284,31 @@ def train_tracked(
     experiment: str = "train-cifar",
     extra_callbacks: Sequence[trainlib.Callback] = (),
 ) -> TrainedRun:
-    """Train with one MLflow run (created here, on the driver) receiving every report."""
+    """Train with one MLflow run (created here, on the driver) receiving every report.
+
+    Running the same ``run_name`` again (the driver died; a task retry) resumes from its latest
+    checkpoint and continues the same MLflow run.
+    """
     device = "cuda" if config.use_gpu else "cpu"
     params = {**asdict(config), "num_workers": num_workers}
     tags = {"world_size": str(num_workers), "device": device, "model": config.model}
-    run_id = start_run(
-        tracking_uri, experiment, f"{config.model}-{num_workers}x{device}", params, tags
-    )
+    run_id = start_run(tracking_uri, experiment, run_name, params, tags)
     outcome = train_model(
         config,
         num_workers=num_workers,
         storage_path=storage_path,
-        run_name=f"mlflow-{run_id}",
+        run_name=run_name,
         dask=dask,
         callbacks=[MLflowCallback(tracking_uri, run_id), *extra_callbacks],
     )
     return TrainedRun(run_id, outcome)
 
 
-@task(name="train", cache_policy=NO_CACHE)
+@task(name="train", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=2)
 def train_task(
     config: TrainConfig,
     *,
+    run_name: str,
     num_workers: int,
     storage_path: str,
     tracking_uri: str,
@@ -323,6 +327,7 @@ def train_task(
 
     return train_tracked(
         config,
+        run_name=run_name,
         num_workers=num_workers,
         storage_path=storage_path,
         tracking_uri=tracking_uri,

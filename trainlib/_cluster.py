@@ -54,7 +54,7 @@ def _start_cluster(config: DaskConfig, scaling: ScalingConfig) -> Iterator[Any]:
         # processes, never re-imports a script that lacks an `if __name__ == "__main__"` guard
         # (Ray's examples have none).
         kwargs: dict[str, Any] = {
-            "n_workers": scaling.num_workers,
+            "n_workers": scaling.worker_range[1],
             "threads_per_worker": 1,
             "processes": False,
             "protocol": "tcp://",
@@ -78,7 +78,7 @@ def _start_cluster(config: DaskConfig, scaling: ScalingConfig) -> Iterator[Any]:
         if config.adapt_kwargs is not None:
             cluster.adapt(**config.adapt_kwargs)
         else:
-            cluster.scale(scaling.num_workers)
+            cluster.scale(scaling.worker_range[1])
         yield cluster
 
 
@@ -101,11 +101,13 @@ def select_workers(client: Client, scaling: ScalingConfig, timeout_s: float) -> 
     deadline = time.monotonic() + timeout_s
     while True:
         eligible = _eligible_workers(client, scaling.resources_per_worker)
-        if len(eligible) >= scaling.num_workers:
-            return assign_ranks(eligible[: scaling.num_workers])
+        low, high = scaling.worker_range
+        if len(eligible) >= low:
+            return assign_ranks(eligible[:high])
         if time.monotonic() >= deadline:
             raise NotEnoughWorkersError(
-                requested=scaling.num_workers,
+                requested=low,
+                num_workers=str(scaling.num_workers),
                 available=len(eligible),
                 address=str(client.scheduler_info(n_workers=0).get("address")),
                 timeout_s=timeout_s,

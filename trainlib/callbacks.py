@@ -15,15 +15,6 @@ from trainlib.result import Result
 
 
 @dataclass(frozen=True)
-class RunInfo:
-    """The run that is starting."""
-
-    name: str
-    path: str
-    world_size: int
-
-
-@dataclass(frozen=True)
 class Report:
     """One ``report()`` call, complete once every rank has made it.
 
@@ -36,6 +27,21 @@ class Report:
     index: int
     metrics: dict[str, Any]
     checkpoint: Checkpoint | None
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The run that is starting.
+
+    Attributes:
+        resumed_from: The report of the latest checkpoint already in the run directory (a
+            run name used again after the driver died), or None for a new run.
+    """
+
+    name: str
+    path: str
+    world_size: int
+    resumed_from: Report | None = None
 
 
 class Callback:

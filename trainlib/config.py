@@ -26,18 +26,33 @@ class ScalingConfig:
 
     Args:
         num_workers: Number of ranks; each runs in its own process next to one Dask worker.
+            ``(min, max)`` makes the group elastic: it starts once ``min`` workers are there,
+            takes up to ``max``, and re-forms after a failure with as many as are alive then.
+            Keep the global batch size constant by deriving the per-rank batch (or gradient
+            accumulation) from ``get_context().get_world_size()``.
         use_gpu: Give each rank one CUDA device and use NCCL.
         resources_per_worker: Dask worker resources each rank needs (e.g. ``{"GPU": 1}``);
             only workers that declare them (``dask worker --resources GPU=1``) are used.
     """
 
-    num_workers: int = 1
+    num_workers: int | tuple[int, int] = 1
     use_gpu: bool = False
     resources_per_worker: Mapping[str, float] | None = None
 
+    @property
+    def worker_range(self) -> tuple[int, int]:
+        """``(min, max)`` ranks; both are ``num_workers`` for a fixed size."""
+        if isinstance(self.num_workers, tuple):
+            return self.num_workers
+        return (self.num_workers, self.num_workers)
+
     def __post_init__(self) -> None:
-        if self.num_workers < 1:
-            raise ConfigError(f"ScalingConfig(num_workers={self.num_workers}) must be at least 1.")
+        low, high = self.worker_range
+        if not 1 <= low <= high:
+            raise ConfigError(
+                f"ScalingConfig(num_workers={self.num_workers}) must be at least 1, and a "
+                "(min, max) pair must have 1 <= min <= max."
+            )
         for name, amount in (self.resources_per_worker or {}).items():
             if amount <= 0:
                 raise ConfigError(

@@ -36,9 +36,17 @@ class NotEnoughWorkersError(ClusterError):
     """The cluster has fewer eligible Dask workers than ``ScalingConfig.num_workers``."""
 
     def __init__(
-        self, *, requested: int, available: int, address: str, timeout_s: float, resources: str = ""
+        self,
+        *,
+        requested: int,
+        available: int,
+        address: str,
+        timeout_s: float,
+        resources: str = "",
+        num_workers: str = "",
     ) -> None:
-        super().__init__(requested, available, address, timeout_s, resources)
+        super().__init__(requested, available, address, timeout_s, resources, num_workers)
+        self.num_workers = num_workers or str(requested)
         self.requested = requested
         self.available = available
         self.address = address
@@ -51,7 +59,7 @@ class NotEnoughWorkersError(ClusterError):
     def __str__(self) -> str:
         kind = f"Dask workers with resources {self.resources}" if self.resources else "Dask workers"
         return (
-            f"ScalingConfig(num_workers={self.requested}) needs {self.requested} {kind} but "
+            f"ScalingConfig(num_workers={self.num_workers}) needs {self.requested} {kind} but "
             f"{self.address} has {self.available} after {self.timeout_s:g} s; "
             "lower num_workers or add workers to the cluster."
         )

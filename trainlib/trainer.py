@@ -18,7 +18,7 @@ from trainlib._checkpoint_manager import CheckpointManager
 from trainlib._messages import RankSpec
 from trainlib._reports import ReportCollector
 from trainlib._watchdog import ProgressWatchdog
-from trainlib.callbacks import RunInfo
+from trainlib.callbacks import Report, RunInfo
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import DaskConfig, RunConfig, ScalingConfig, TorchConfig
 from trainlib.errors import ConfigError, RankFailure, WorkerGroupError
@@ -91,8 +91,11 @@ class TorchTrainer:
         storage = RunStorage.create(config.storage_path, name, config.storage_filesystem)
         manager = CheckpointManager.from_storage(config.checkpoint_config, storage)
         collector = ReportCollector(storage, manager, config.callbacks)
+        found = manager.latest
+        resumed = Report(found.index, found.metrics, found.checkpoint) if found else None
         for callback in config.callbacks:
-            callback.on_start(RunInfo(name, storage.run_dir, self._scaling.num_workers))
+            world_size = self._scaling.worker_range[1]
+            callback.on_start(RunInfo(name, storage.run_dir, world_size, resumed))
         error: BaseException | None = None
         failures: list[RankFailure] = []
         try:
@@ -149,7 +152,9 @@ class TorchTrainer:
             slots = _cluster.select_workers(client, self._scaling, self._dask.worker_timeout_s)
             watchdog = ProgressWatchdog(failure_config.hang_timeout_s, slots)
             collector.start_attempt(len(slots), start_index, watchdog)
-            build = functools.partial(self._rank_spec, name, storage, start_index, resume_from)
+            build = functools.partial(
+                self._rank_spec, name, storage, start_index, resume_from, len(slots)
+            )
             resources = dict(self._scaling.resources_per_worker or {}) or None
             with WorkerGroup.start(client, slots, build, resources) as group:
                 logger.info("Run %s running on %d ranks", name, len(slots))
@@ -181,6 +186,7 @@ class TorchTrainer:
         storage: RunStorage,
         start_index: int,
         resume_from: Checkpoint | None,
+        world_size: int,
         slot: WorkerSlot,
         master_addr: str,
         master_port: int,
@@ -189,7 +195,7 @@ class TorchTrainer:
             world_rank=slot.world_rank,
             local_rank=slot.local_rank,
             node_rank=slot.node_rank,
-            world_size=self._scaling.num_workers,
+            world_size=world_size,
             local_world_size=slot.local_world_size,
             host=slot.host,
             master_addr=master_addr,

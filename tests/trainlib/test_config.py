@@ -60,3 +60,10 @@ def test_configs_are_keyword_only_and_frozen() -> None:
         ScalingConfig(2)  # type: ignore[misc]
     with pytest.raises(AttributeError):
         config.num_workers = 3  # type: ignore[misc]
+
+
+def test_scaling_config_elastic_range() -> None:
+    assert ScalingConfig(num_workers=(1, 3)).worker_range == (1, 3)
+    assert ScalingConfig(num_workers=2).worker_range == (2, 2)
+    with pytest.raises(ConfigError, match=r"1 <= min <= max"):
+        ScalingConfig(num_workers=(3, 2))

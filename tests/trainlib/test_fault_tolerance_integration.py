@@ -181,3 +181,77 @@ def test_ctrl_c_stops_every_rank(tmp_path: Path) -> None:
 def _no_leftover_ranks() -> Iterator[None]:
     yield
     assert rank_processes() == []
+
+
+def elastic_epochs(config: dict[str, Any]) -> None:
+    """Checkpoints every epoch; in the first attempt rank 0 dies once the cluster has grown."""
+    context = trainlib.get_context()
+    checkpoint = trainlib.get_checkpoint()
+    start = 0
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            start = torch.load(os.path.join(directory, "state.pt"), weights_only=True)["epoch"] + 1
+    if context.get_world_rank() == 0:
+        with open(Path(config["out_dir"], "starts.txt"), "a") as f:
+            f.write(f"{start}:{context.get_world_size()}\n")
+    for epoch in range(start, 3):
+        if checkpoint is None and epoch == 1:
+            wait_for_path(Path(config["out_dir"], "grown"))
+            os.kill(os.getpid(), signal.SIGKILL)
+        with tempfile.TemporaryDirectory() as directory:
+            if context.get_world_rank() == 0:
+                torch.save({"epoch": epoch}, os.path.join(directory, "state.pt"))
+            trainlib.report({"epoch": epoch}, checkpoint=Checkpoint.from_directory(directory))
+
+
+class _GrowCluster(trainlib.Callback):
+    """After the first report, adds a Dask worker and says so on disk."""
+
+    def __init__(self, cluster: LocalCluster, client: Client, marker: Path) -> None:
+        self.cluster, self.client, self.marker = cluster, client, marker
+
+    def on_report(self, report: trainlib.Report) -> None:
+        if report.index == 0:
+            self.cluster.scale(2)
+            self.client.wait_for_workers(2, timeout=60)
+            self.marker.touch()
+
+
+def test_elastic_group_starts_small_and_reforms_with_the_workers_alive(tmp_path: Path) -> None:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        result = TorchTrainer(
+            elastic_epochs,
+            train_loop_config={"out_dir": str(tmp_path)},
+            scaling_config=ScalingConfig(num_workers=(1, 2)),
+            run_config=RunConfig(
+                name="run",
+                storage_path=str(tmp_path / "results"),
+                failure_config=FailureConfig(max_failures=1),
+                callbacks=[_GrowCluster(cluster, client, tmp_path / "grown")],
+            ),
+            client=client,
+        ).fit()
+    assert (tmp_path / "starts.txt").read_text().split() == ["0:1", "1:2"]
+    assert list(result.metrics_dataframe["epoch"]) == [0, 1, 2]
+    assert result.num_restarts == 1
+
+
+def test_elastic_minimum_not_met_names_the_setting(dask_client: Client, tmp_path: Path) -> None:
+    trainer = TorchTrainer(
+        elastic_epochs,
+        train_loop_config={"out_dir": str(tmp_path)},
+        scaling_config=ScalingConfig(num_workers=(3, 4)),
+        run_config=RunConfig(storage_path=str(tmp_path)),
+        dask_config=trainlib.DaskConfig(worker_timeout_s=1),
+        client=dask_client,
+    )
+    with pytest.raises(
+        trainlib.NotEnoughWorkersError,
+        match=r"num_workers=\(3, 4\)\) needs 3 Dask workers but .* has 2 after 1 s",
+    ):
+        trainer.fit()
