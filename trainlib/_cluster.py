@@ -92,15 +92,23 @@ def _import_class(path: str) -> Any:
         ) from exc
 
 
-def select_workers(client: Client, scaling: ScalingConfig, timeout_s: float) -> list[WorkerSlot]:
+def select_workers(
+    client: Client, scaling: ScalingConfig, timeout_s: float, exclude: frozenset[str] = frozenset()
+) -> list[WorkerSlot]:
     """Wait for enough eligible workers and assign ranks: sorted by host, then address.
+
+    Workers in ``exclude`` (unresponsive in an earlier attempt) are not eligible.
 
     Raises:
         NotEnoughWorkersError: Fewer eligible workers than ``num_workers`` after ``timeout_s``.
     """
     deadline = time.monotonic() + timeout_s
     while True:
-        eligible = _eligible_workers(client, scaling.resources_per_worker)
+        eligible = [
+            (host, address)
+            for host, address in _eligible_workers(client, scaling.resources_per_worker)
+            if address not in exclude
+        ]
         low, high = scaling.worker_range
         if len(eligible) >= low:
             return assign_ranks(eligible[:high])

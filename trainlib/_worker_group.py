@@ -20,6 +20,7 @@ from trainlib.errors import RankFailure
 STOP_TIMEOUT_S = 10.0
 _POLL_S = 0.5  # a rank's task ending wakes the driver sooner
 _LIVENESS_CHECK_S = 1.0
+_STOP_POLL_S = 0.2
 
 SpecBuilder = Callable[[WorkerSlot, str, int], RankSpec]
 MessageHandler = Callable[[str, Any], None]
@@ -43,6 +44,7 @@ class WorkerGroup:
         self._queue = queue
         self._stop = stop
         self._outcomes: dict[int, RankOutcome] = {}
+        self._unresponsive: set[str] = set()
 
     @classmethod
     @contextmanager
@@ -145,23 +147,47 @@ class WorkerGroup:
         self._outcomes[slot.world_rank] = RankOutcome(slot.world_rank, failure)
 
     def _stop_all(self) -> None:
-        """Ask every supervisor to stop its rank, and wait (bounded) until they have."""
+        """Ask every supervisor to stop its rank, and wait (bounded) until they have.
+
+        Ranks whose Dask worker left are not waited for; a task still running at the deadline
+        marks its worker unresponsive.
+        """
         self._stop.set()
-        lost = {
-            r for r, o in self._outcomes.items() if o.failure and o.failure.kind == "worker_lost"
-        }
-        pending = [
-            f
-            for s, f in zip(self._slots, self._futures, strict=True)
-            if not f.done() and s.world_rank not in lost
-        ]
-        if pending:
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while True:
+            self._collect_done()
+            self._check_workers_alive()
+            pending = [
+                f
+                for s, f in zip(self._slots, self._futures, strict=True)
+                if not f.done() and s.world_rank not in self._lost_ranks()
+            ]
+            if not pending or time.monotonic() >= deadline:
+                break
             with suppress(TimeoutError):
-                wait(pending, timeout=STOP_TIMEOUT_S)
-        self._collect_done()
+                wait(pending, timeout=_STOP_POLL_S, return_when="FIRST_COMPLETED")
         for slot in self._slots:
             if slot.world_rank not in self._outcomes:
                 self._record(slot, "worker_lost", f"did not stop within {STOP_TIMEOUT_S:g} s")
+        lost = self._lost_ranks()
+        self._unresponsive = {
+            slot.address
+            for slot, future in zip(self._slots, self._futures, strict=True)
+            if not future.done() or slot.world_rank in lost
+        }
+
+    def _lost_ranks(self) -> set[int]:
+        return {
+            r
+            for r, o in self._outcomes.items()
+            if o.failure is not None and o.failure.kind == "worker_lost"
+        }
+
+    @property
+    def unresponsive_workers(self) -> set[str]:
+        """Workers that left, or whose rank task did not end when stopped (e.g. a host cut
+        off the network). The next attempt avoids them."""
+        return self._unresponsive
 
     def _shut_down(self) -> None:
         if len(self._outcomes) < len(self._futures):

@@ -138,6 +138,7 @@ class TorchTrainer:
         from trainlib._worker_group import WorkerGroup
 
         failure_config = self._run_config.failure_config
+        unresponsive: set[str] = set()
         while True:
             storage.remove_uncommitted()
             latest = manager.latest_intact()
@@ -149,7 +150,9 @@ class TorchTrainer:
                 len(failures) + 1,
                 resume_from or "scratch",
             )
-            slots = _cluster.select_workers(client, self._scaling, self._dask.worker_timeout_s)
+            slots = _cluster.select_workers(
+                client, self._scaling, self._dask.worker_timeout_s, frozenset(unresponsive)
+            )
             watchdog = ProgressWatchdog(failure_config.hang_timeout_s, slots)
             collector.start_attempt(len(slots), start_index, watchdog)
             build = functools.partial(
@@ -159,6 +162,7 @@ class TorchTrainer:
             with WorkerGroup.start(client, slots, build, resources) as group:
                 logger.info("Run %s running on %d ranks", name, len(slots))
                 attempt_failures = group.run(collector.handle, watchdog.check)
+            unresponsive |= group.unresponsive_workers
             if not attempt_failures:
                 collector.check_all_complete()
                 return
