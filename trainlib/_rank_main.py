@@ -73,6 +73,7 @@ def _run(spec: RankSpec, session: _session.Session) -> None:
     if spec.world_rank == 0:
         _forward_logs(session)
     _backend.init_process_group(spec.backend, spec.timeout_s, spec.use_gpu)
+    session.send("started", spec.world_rank)
     train_func()
     _backend.destroy_process_group()  # on failure the process just exits
 

@@ -42,7 +42,11 @@ class ReportCollector:
         self._history = [(i, m) for i, m in self._history if i < start_index]
 
     def handle(self, kind: str, payload: Any) -> None:
-        """Handle one message relayed from a rank: a report or a rank-0 log record."""
+        """Handle one message relayed from a rank: started, a report, or a rank-0 log record."""
+        if kind == "started":
+            if self._watchdog is not None:
+                self._watchdog.on_started(payload)
+            return
         if kind == "log":
             record: logging.LogRecord = payload
             # Already filtered by level in the rank; hand it to this process's handlers as

@@ -144,7 +144,7 @@ class _RankState:
         if message is None or message == _CLOSED:
             return False
         kind, payload = message
-        if kind in ("report", "log"):
+        if kind in ("report", "log", "started"):
             queue.put(pickle.dumps((kind, payload)))
         elif kind == "error":
             self.error = payload

@@ -1,4 +1,8 @@
-"""The hang watchdog: a rank that stops reporting while the run makes no progress is hung."""
+"""The hang watchdog: a rank that stops reporting while the run makes no progress is hung.
+
+The clock starts once every rank has joined the process group: start-up (imports, rendezvous)
+is bounded by the process group's own timeout instead.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ class ProgressWatchdog:
         self._slots = slots
         self._clock = clock
         self._last_progress = clock()
+        self._started: set[int] = set()
         self._longest_interval = 0.0
         self._completed = 0
         self._last_index: dict[int, int] = {}
@@ -37,6 +42,12 @@ class ProgressWatchdog:
         if self._completed == 0:
             return None
         return max(AUTO_MINIMUM_S, AUTO_FACTOR * self._longest_interval)
+
+    def on_started(self, world_rank: int) -> None:
+        """A rank joined the process group; when all have, the clock starts."""
+        self._started.add(world_rank)
+        if len(self._started) == len(self._slots):
+            self._last_progress = self._clock()
 
     def on_report(self, world_rank: int, index: int) -> None:
         """A rank made report ``index``."""
@@ -53,7 +64,7 @@ class ProgressWatchdog:
         """The hung ranks (those behind the others, or all if none reported), if timed out."""
         timeout = self.timeout_s
         idle = self._clock() - self._last_progress
-        if timeout is None or idle <= timeout:
+        if timeout is None or idle <= timeout or len(self._started) < len(self._slots):
             return {}
         frontier = max(self._last_index.values(), default=-1)
         behind = [s for s in self._slots if self._last_index.get(s.world_rank, -1) < frontier]

@@ -15,7 +15,10 @@ class _Clock:
 def _watchdog(timeout_s: float | None) -> tuple[ProgressWatchdog, _Clock]:
     clock = _Clock()
     slots = assign_ranks([("h1", "tcp://h1:1"), ("h2", "tcp://h2:1")])
-    return ProgressWatchdog(timeout_s, slots, clock), clock
+    watchdog = ProgressWatchdog(timeout_s, slots, clock)
+    for rank in (0, 1):
+        watchdog.on_started(rank)
+    return watchdog, clock
 
 
 def test_watchdog_names_the_rank_that_fell_behind() -> None:
@@ -60,3 +63,17 @@ def test_watchdog_automatic_timeout_has_a_floor() -> None:
     clock.now += 1.0
     watchdog.on_complete()
     assert watchdog.timeout_s == 60.0
+
+
+def test_watchdog_clock_starts_when_every_rank_has_started() -> None:
+    clock = _Clock()
+    slots = assign_ranks([("h1", "tcp://h1:1"), ("h2", "tcp://h2:1")])
+    watchdog = ProgressWatchdog(2.0, slots, clock)
+    watchdog.on_started(0)
+    clock.now += 10.0  # slow start-up: the process group's timeout covers it
+    assert watchdog.check() == {}
+    watchdog.on_started(1)
+    clock.now += 1.0
+    assert watchdog.check() == {}
+    clock.now += 1.5
+    assert sorted(watchdog.check()) == [0, 1]
