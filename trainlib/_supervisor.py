@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import dask
-from distributed import Event, Queue
+from distributed import Event, Queue, get_worker
 
 from trainlib import _backend
 from trainlib._messages import RankSpec
@@ -119,7 +119,7 @@ def _relay(
             break
         if time.monotonic() >= next_stop_check:
             next_stop_check = time.monotonic() + _STOP_CHECK_S
-            if stop.is_set():
+            if stop.is_set() or _task_cancelled():
                 _kill_session(process, grace_s=_TERMINATE_GRACE_S)
                 summary = "stopped after another rank failed"
                 return RankOutcome(
@@ -151,6 +151,14 @@ class _RankState:
         elif kind == "done":
             self.finished = True
         return True
+
+
+def _task_cancelled() -> bool:
+    """True once Dask cancelled this task: the driver cancelled it, or its client went away
+    (the driver died), so nobody waits for this rank any more."""
+    worker = get_worker()
+    state = worker.state.tasks.get(worker.get_current_task())
+    return state is None or state.state == "cancelled"
 
 
 def _receive(connection: Connection, timeout_s: float) -> tuple[str, Any] | None:

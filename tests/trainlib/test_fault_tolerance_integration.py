@@ -255,3 +255,46 @@ def test_elastic_minimum_not_met_names_the_setting(dask_client: Client, tmp_path
         match=r"num_workers=\(3, 4\)\) needs 3 Dask workers but .* has 2 after 1 s",
     ):
         trainer.fit()
+
+
+DRIVER_ON_EXISTING_CLUSTER = """
+import sys, threading
+import trainlib
+from trainlib.torch import TorchTrainer
+
+def train_func(config):
+    trainlib.report({"step": 0})
+    if trainlib.get_context().get_world_rank() == 0:
+        open(config["marker"], "w").close()
+    threading.Event().wait()
+
+TorchTrainer(train_func, train_loop_config={"marker": sys.argv[1]},
+             scaling_config=trainlib.ScalingConfig(num_workers=2),
+             run_config=trainlib.RunConfig(storage_path=sys.argv[2]),
+             dask_config=trainlib.DaskConfig(address=sys.argv[3])).fit()
+"""
+RANKS_EXIT_S = 30.0
+
+
+def test_killed_driver_leaves_no_ranks_on_an_existing_cluster(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(DRIVER_ON_EXISTING_CLUSTER))
+    marker = tmp_path / "reported"
+    address = dask_client.scheduler_info(n_workers=0)["address"]
+    driver = subprocess.Popen(
+        [sys.executable, str(script), str(marker), str(tmp_path / "out"), address],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_path(marker)
+        assert len(rank_processes()) == 2
+    finally:
+        driver.kill()
+        driver.wait()
+    deadline = time.monotonic() + RANKS_EXIT_S
+    while rank_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)  # Dask cancels the dead client's tasks; supervisors then stop ranks
+    assert rank_processes() == []
