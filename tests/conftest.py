@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import s3fs
-from distributed import Client, LocalCluster
+from distributed import Client
 from moto.server import ThreadedMotoServer
 
-from tests.helpers import free_port
+from tests.helpers import free_port, local_cluster
 
 S3_BUCKET = "trainlib-test"
 
@@ -22,12 +22,7 @@ S3_BUCKET = "trainlib-test"
 @pytest.fixture(scope="session")
 def dask_client() -> Iterator[Client]:
     """A 2-worker LocalCluster shared by the tests, as a user's long-lived cluster would be."""
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with local_cluster(2, processes=True) as client:
         yield client
 
 

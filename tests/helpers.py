@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
+from distributed import Client, LocalCluster
 
 WAIT_S = 60.0
 
@@ -18,6 +21,18 @@ def rank_processes() -> list[psutil.Process]:
         if "trainlib._rank_main" in " ".join(process.info["cmdline"] or []):
             found.append(process)
     return found
+
+
+@contextmanager
+def local_cluster(n_workers: int, processes: bool) -> Iterator[Client]:
+    """A client of a LocalCluster of single-threaded workers, closed afterwards."""
+    with (
+        LocalCluster(
+            n_workers=n_workers, threads_per_worker=1, processes=processes, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        yield client
 
 
 def free_port() -> int:

@@ -21,7 +21,7 @@ import torch.distributed as dist
 from distributed import Client, LocalCluster
 
 import trainlib
-from tests.helpers import rank_processes, wait_for_path
+from tests.helpers import local_cluster, rank_processes, wait_for_path
 from tests.trainlib.test_failures_integration import report_epochs
 from trainlib import Checkpoint, FailureConfig, RunConfig, ScalingConfig, WorkerGroupError
 from trainlib.storage import COMMIT_MARKER
@@ -85,12 +85,7 @@ def epochs_with_lost_worker(config: dict[str, Any]) -> None:
 @pytest.fixture
 def worker_process_cluster() -> Iterator[Client]:
     """Dask workers as nanny-supervised processes, which restart a killed worker."""
-    with (
-        LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0"
-        ) as cluster,
-        Client(cluster) as client,
-    ):
+    with local_cluster(2, processes=True) as client:
         yield client
 
 
@@ -138,8 +133,8 @@ def test_corrupt_latest_checkpoint_is_skipped_on_resume(
     assert result.metrics == {"epoch": 2, "resumed_from": 0}
 
 
-CTRL_C_SCRIPT = """
-import os, sys, threading
+BLOCKING_DRIVER = """
+import sys, threading
 import trainlib
 from trainlib.torch import TorchTrainer
 
@@ -149,21 +144,29 @@ def train_func(config):
         open(config["marker"], "w").close()
     threading.Event().wait()
 
+address = sys.argv[3] if len(sys.argv) > 3 else None  # an existing cluster, or a LocalCluster
 TorchTrainer(train_func, train_loop_config={"marker": sys.argv[1]},
              scaling_config=trainlib.ScalingConfig(num_workers=2),
-             run_config=trainlib.RunConfig(storage_path=sys.argv[2])).fit()
+             run_config=trainlib.RunConfig(storage_path=sys.argv[2]),
+             dask_config=trainlib.DaskConfig(address=address)).fit()
 """
 
 
-def test_ctrl_c_stops_every_rank(tmp_path: Path) -> None:
+def _start_blocking_driver(tmp_path: Path, *address: str) -> tuple[subprocess.Popen[bytes], Path]:
+    """A driver whose ranks report once, then block forever; returns it and its marker."""
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(CTRL_C_SCRIPT))
+    script.write_text(textwrap.dedent(BLOCKING_DRIVER))
     marker = tmp_path / "reported"
     driver = subprocess.Popen(
-        [sys.executable, str(script), str(marker), str(tmp_path / "out")],
+        [sys.executable, str(script), str(marker), str(tmp_path / "out"), *address],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+    return driver, marker
+
+
+def test_ctrl_c_stops_every_rank(tmp_path: Path) -> None:
+    driver, marker = _start_blocking_driver(tmp_path)
     try:
         wait_for_path(marker)
         assert len(rank_processes()) == 2
@@ -257,37 +260,14 @@ def test_elastic_minimum_not_met_names_the_setting(dask_client: Client, tmp_path
         trainer.fit()
 
 
-DRIVER_ON_EXISTING_CLUSTER = """
-import sys, threading
-import trainlib
-from trainlib.torch import TorchTrainer
-
-def train_func(config):
-    trainlib.report({"step": 0})
-    if trainlib.get_context().get_world_rank() == 0:
-        open(config["marker"], "w").close()
-    threading.Event().wait()
-
-TorchTrainer(train_func, train_loop_config={"marker": sys.argv[1]},
-             scaling_config=trainlib.ScalingConfig(num_workers=2),
-             run_config=trainlib.RunConfig(storage_path=sys.argv[2]),
-             dask_config=trainlib.DaskConfig(address=sys.argv[3])).fit()
-"""
 RANKS_EXIT_S = 30.0
 
 
 def test_killed_driver_leaves_no_ranks_on_an_existing_cluster(
     dask_client: Client, tmp_path: Path
 ) -> None:
-    script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(DRIVER_ON_EXISTING_CLUSTER))
-    marker = tmp_path / "reported"
     address = dask_client.scheduler_info(n_workers=0)["address"]
-    driver = subprocess.Popen(
-        [sys.executable, str(script), str(marker), str(tmp_path / "out"), address],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    driver, marker = _start_blocking_driver(tmp_path, address)
     try:
         wait_for_path(marker)
         assert len(rank_processes()) == 2
