@@ -10,13 +10,13 @@ matplotlib.use("Agg")  # headless: render to files only
 
 import matplotlib.pyplot as plt
 import numpy as np
-import torch
 from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 from prefect import task
 from prefect.artifacts import create_table_artifact
 from torch import nn
 
+from tasks.predict import score
 from tasks.preprocess import read_manifest, read_shard
 
 
@@ -30,23 +30,13 @@ class Evaluation:
     num_images: int
 
 
-def predict_classes(model: nn.Module, images: np.ndarray, batch_size: int = 1024) -> np.ndarray:
-    """Predicted class of each uint8 image."""
-    predictions = []
-    with torch.no_grad():
-        for start in range(0, len(images), batch_size):
-            logits = model(torch.from_numpy(images[start : start + batch_size]))
-            predictions.append(logits.argmax(1).numpy())
-    return np.concatenate(predictions) if predictions else np.zeros(0, dtype=np.int64)
-
-
 def evaluate_model(model: nn.Module, dataset_uri: str) -> Evaluation:
     """Accuracy, per-class accuracy and confusion matrix on the dataset's test split."""
     manifest = read_manifest(dataset_uri)
     batches = [read_shard(dataset_uri, s) for s in manifest.splits["test"]]
     images = np.concatenate([b.images for b in batches])
     labels = np.concatenate([b.labels for b in batches])
-    predicted = predict_classes(model.eval(), images)
+    predicted = score(model, images).argmax(1)
     classes = len(manifest.class_names)
     confusion = np.zeros((classes, classes), dtype=np.int64)
     np.add.at(confusion, (labels, predicted), 1)

@@ -132,14 +132,6 @@ def finish_run(tracking_uri: str, run_id: str) -> None:
     MlflowClient(tracking_uri).set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
 
 
-def run_url(tracking_uri: str, run_id: str) -> str:
-    """A link to the run in the MLflow UI (for an HTTP tracking server), else the run id."""
-    if not tracking_uri.startswith("http"):
-        return f"mlflow run {run_id} in {tracking_uri}"
-    experiment_id = MlflowClient(tracking_uri).get_run(run_id).info.experiment_id
-    return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}"
-
-
 def use_tracking_uri(tracking_uri: str) -> None:
     """Point the fluent mlflow API and its registry at ``tracking_uri``."""
     mlflow.set_tracking_uri(tracking_uri)
