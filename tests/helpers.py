@@ -18,7 +18,7 @@ def rank_processes() -> list[psutil.Process]:
     """Rank processes alive on this machine now."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
-        if "trainlib._rank_main" in " ".join(process.info["cmdline"] or []):
+        if "trainlib._internal.rank_main" in " ".join(process.info["cmdline"] or []):
             found.append(process)
     return found
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainlib import _session
+from trainlib._internal.session import current_session
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ def get_context() -> TrainContext:
     Raises:
         RuntimeError: Called outside a training function.
     """
-    spec = _session.current("get_context()").spec
+    spec = current_session("get_context()").spec
     return TrainContext(
         world_size=spec.world_size,
         world_rank=spec.world_rank,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from trainlib import _session
-from trainlib._messages import ReportMessage
+from trainlib._internal.messages import ReportMessage
+from trainlib._internal.session import current_session
 from trainlib.checkpoint import Checkpoint
 
 
@@ -25,7 +25,7 @@ def report(metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> 
         RuntimeError: Called outside a training function.
         TypeError: ``metrics`` is not a mapping with string keys.
     """
-    session = _session.current("report()")
+    session = current_session("report()")
     if not isinstance(metrics, Mapping) or not all(isinstance(k, str) for k in metrics):
         raise TypeError(f"report() needs a dict of metrics keyed by str, got {metrics!r}.")
     index = session.next_index
@@ -40,4 +40,4 @@ def get_checkpoint() -> Checkpoint | None:
 
     After a restart (``FailureConfig``) or when a run name is re-used, resume from it.
     """
-    return _session.current("get_checkpoint()").spec.latest_checkpoint
+    return current_session("get_checkpoint()").spec.latest_checkpoint

@@ -17,7 +17,7 @@ from tasks.cifar import write_synthetic_archive
 from tasks.tracking import TRAINING_RUN_TAG
 from tests.conftest import HttpDir
 from tests.helpers import rank_processes, wait_for_path
-from trainlib.storage import COMMIT_MARKER
+from trainlib._internal.storage import COMMIT_MARKER
 
 EPOCHS = 4
 RUN = "resumable"

@@ -3,8 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainlib import Checkpoint, CheckpointConfig
-from trainlib._checkpoint_manager import CheckpointManager
-from trainlib.storage import CommittedCheckpoint, RunStorage
+from trainlib._internal.checkpoint_manager import CheckpointManager
+from trainlib._internal.storage import CommittedCheckpoint, RunStorage
 
 
 def _commit(

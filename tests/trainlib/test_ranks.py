@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from trainlib._ranks import assign_ranks
+from trainlib._internal.ranks import assign_ranks
 
 
 def test_ranks_assigned_by_host_then_address() -> None:

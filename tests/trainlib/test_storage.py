@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from trainlib import Checkpoint
-from trainlib.storage import COMMIT_MARKER, RunStorage
+from trainlib._internal.storage import COMMIT_MARKER, RunStorage
 
 
 @pytest.fixture

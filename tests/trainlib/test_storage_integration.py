@@ -15,7 +15,7 @@ from distributed import Client
 import trainlib
 from tests.conftest import S3_BUCKET
 from trainlib import Checkpoint, CheckpointConfig, RunConfig, ScalingConfig
-from trainlib.storage import COMMIT_MARKER, RunStorage
+from trainlib._internal.storage import COMMIT_MARKER, RunStorage
 from trainlib.torch import TorchTrainer
 
 

@@ -2,9 +2,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trainlib._messages import RankSpec
-from trainlib._supervisor import rank_environment
-from trainlib.storage import RunStorage
+from trainlib._internal.messages import RankSpec
+from trainlib._internal.storage import RunStorage
+from trainlib._internal.supervisor import rank_environment
 
 
 def _spec(**changes: object) -> RankSpec:

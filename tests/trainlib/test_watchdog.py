@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from trainlib._ranks import assign_ranks
-from trainlib._watchdog import ProgressWatchdog
+from trainlib._internal.ranks import assign_ranks
+from trainlib._internal.watchdog import ProgressWatchdog
 
 
 class _Clock:

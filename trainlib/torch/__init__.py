@@ -1,7 +1,7 @@
 """PyTorch entry points, as in ``ray.train.torch``."""
 
 from trainlib.config import TorchConfig
-from trainlib.train_loop import get_device, prepare_data_loader, prepare_model
-from trainlib.trainer import TorchTrainer
+from trainlib.torch.train_loop import get_device, prepare_data_loader, prepare_model
+from trainlib.torch.trainer import TorchTrainer
 
 __all__ = ["TorchConfig", "TorchTrainer", "get_device", "prepare_data_loader", "prepare_model"]

@@ -21,8 +21,8 @@ from typing import Any
 import dask
 from distributed import Event, Queue, get_worker
 
-from trainlib import _backend
-from trainlib._messages import RankSpec
+from trainlib._internal import backend
+from trainlib._internal.messages import RankSpec
 from trainlib.errors import RankFailure
 
 _POLL_S = 0.5  # a message or the rank's exit wakes the supervisor sooner
@@ -49,7 +49,7 @@ def supervise_rank(spec: RankSpec, queue_name: str, stop_event_name: str) -> Ran
     queue, stop = Queue(queue_name), Event(stop_event_name)
     ours, theirs = multiprocessing.Pipe(duplex=True)
     process = subprocess.Popen(
-        [sys.executable, "-m", "trainlib._rank_main", str(theirs.fileno())],
+        [sys.executable, "-m", "trainlib._internal.rank_main", str(theirs.fileno())],
         pass_fds=(theirs.fileno(),),
         env=rank_environment(spec, dict(os.environ)),
         start_new_session=True,
@@ -77,7 +77,7 @@ def rank_environment(spec: RankSpec, worker_env: dict[str, str]) -> dict[str, st
     threads = max(1, (os.cpu_count() or 1) // spec.local_world_size)
     env.setdefault("OMP_NUM_THREADS", str(threads))
     env.update(
-        _backend.rank_environment(
+        backend.rank_environment(
             world_rank=spec.world_rank,
             local_rank=spec.local_rank,
             node_rank=spec.node_rank,

@@ -7,12 +7,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from trainlib._checkpoint_manager import CheckpointManager
-from trainlib._messages import ReportMessage
-from trainlib._watchdog import ProgressWatchdog
+from trainlib._internal.checkpoint_manager import CheckpointManager
+from trainlib._internal.messages import ReportMessage
+from trainlib._internal.storage import FileEntry, RunStorage
+from trainlib._internal.watchdog import ProgressWatchdog
 from trainlib.callbacks import Callback, Report
 from trainlib.errors import TrainingFailedError
-from trainlib.storage import FileEntry, RunStorage
 
 
 class ReportCollector:

@@ -13,22 +13,22 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from trainlib import _backend
-from trainlib._checkpoint_manager import CheckpointManager
-from trainlib._messages import RankSpec
-from trainlib._reports import ReportCollector
-from trainlib._watchdog import ProgressWatchdog
+from trainlib._internal import backend
+from trainlib._internal.checkpoint_manager import CheckpointManager
+from trainlib._internal.messages import RankSpec
+from trainlib._internal.reports import ReportCollector
+from trainlib._internal.storage import RunStorage
+from trainlib._internal.watchdog import ProgressWatchdog
 from trainlib.callbacks import Report, RunInfo
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import DaskConfig, RunConfig, ScalingConfig, TorchConfig
 from trainlib.errors import ConfigError, RankFailure, WorkerGroupError
 from trainlib.result import Result
-from trainlib.storage import RunStorage
 
 if TYPE_CHECKING:
     from distributed import Client
 
-    from trainlib._ranks import WorkerSlot
+    from trainlib._internal.ranks import WorkerSlot
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class TorchTrainer:
             WorkerGroupError: A rank failed more often than ``FailureConfig.max_failures``.
             NotEnoughWorkersError: The cluster cannot provide ``num_workers`` workers.
         """
-        from trainlib import _cluster  # imported on use: rank processes never need Dask
+        from trainlib._internal import cluster  # imported on use: rank processes never need Dask
 
         config = self._run_config
         name = config.name or datetime.now(timezone.utc).strftime("TorchTrainer_%Y-%m-%d_%H-%M-%S")
@@ -99,7 +99,7 @@ class TorchTrainer:
         error: BaseException | None = None
         failures: list[RankFailure] = []
         try:
-            with _cluster.connect(self._dask, self._scaling, self._client) as client:
+            with cluster.connect(self._dask, self._scaling, self._client) as client:
                 self._run_attempts(client, name, storage, manager, collector, failures)
         except BaseException as exc:
             error = exc
@@ -134,8 +134,8 @@ class TorchTrainer:
     ) -> None:
         """Attempts until one succeeds or ``max_failures`` is used up; ``failures`` gets the
         root cause of each failed attempt."""
-        from trainlib import _cluster
-        from trainlib._worker_group import WorkerGroup
+        from trainlib._internal import cluster
+        from trainlib._internal.worker_group import WorkerGroup
 
         failure_config = self._run_config.failure_config
         unresponsive: set[str] = set()
@@ -150,7 +150,7 @@ class TorchTrainer:
                 len(failures) + 1,
                 resume_from or "scratch",
             )
-            slots = _cluster.select_workers(
+            slots = cluster.select_workers(
                 client, self._scaling, self._dask.worker_timeout_s, frozenset(unresponsive)
             )
             watchdog = ProgressWatchdog(failure_config.hang_timeout_s, slots)
@@ -204,7 +204,7 @@ class TorchTrainer:
             host=slot.host,
             master_addr=master_addr,
             master_port=master_port,
-            backend=_backend.choose_backend(self._torch, self._scaling.use_gpu),
+            backend=backend.choose_backend(self._torch, self._scaling.use_gpu),
             timeout_s=self._collective_timeout_s(),
             use_gpu=self._scaling.use_gpu,
             run_name=name,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from trainlib._internal.storage import FileEntry, RunStorage
 from trainlib.checkpoint import Checkpoint
-from trainlib.storage import FileEntry, RunStorage
 
 
 @dataclass(frozen=True)

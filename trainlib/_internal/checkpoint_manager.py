@@ -6,9 +6,9 @@ import logging
 import math
 from typing import Any
 
+from trainlib._internal.storage import CommittedCheckpoint, RunStorage
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import CheckpointConfig
-from trainlib.storage import CommittedCheckpoint, RunStorage
 
 logger = logging.getLogger(__name__)
 

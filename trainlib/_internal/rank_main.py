@@ -1,4 +1,4 @@
-"""Entry point of a rank process: ``python -m trainlib._rank_main FD``.
+"""Entry point of a rank process: ``python -m trainlib._internal.rank_main FD``.
 
 The supervisor (in a Dask worker) passes one end of a socket pair as FD and sends a
 ``RankSpec`` on it. The rank joins the process group, runs the train function, and sends
@@ -19,8 +19,9 @@ from multiprocessing.connection import Connection
 
 import cloudpickle
 
-from trainlib import _backend, _session
-from trainlib._messages import RankSpec
+from trainlib._internal import backend
+from trainlib._internal.messages import RankSpec
+from trainlib._internal.session import Session, start_session
 from trainlib.errors import RankFailure
 
 _EXIT_FAILED = 1
@@ -30,7 +31,7 @@ _EXIT_ORPHANED = 70
 class _LogForwarder:
     """A queue for ``logging.handlers.QueueHandler`` that sends records to the supervisor."""
 
-    def __init__(self, session: _session.Session) -> None:
+    def __init__(self, session: Session) -> None:
         self._session = session
 
     def put_nowait(self, record: logging.LogRecord) -> None:
@@ -46,7 +47,7 @@ def _exit_when_orphaned(connection: Connection) -> None:
         os._exit(_EXIT_ORPHANED)
 
 
-def _forward_logs(session: _session.Session) -> None:
+def _forward_logs(session: Session) -> None:
     handler = logging.handlers.QueueHandler(_LogForwarder(session))  # type: ignore[arg-type]
     handler.setLevel(logging.INFO)
     root = logging.getLogger()
@@ -62,28 +63,28 @@ def _failure(spec: RankSpec, exc: BaseException) -> RankFailure:
         summary=f"{type(exc).__name__}: {exc}",
         traceback="".join(traceback.format_exception(exc)),
         time=time.time(),
-        is_collective_error=_backend.is_collective_error(exc),
+        is_collective_error=backend.is_collective_error(exc),
     )
 
 
-def _run(spec: RankSpec, session: _session.Session) -> None:
+def _run(spec: RankSpec, session: Session) -> None:
     # Unpickling imports the user's modules, which may configure logging (Prefect does), so
     # rank 0 starts forwarding its log records only afterwards.
     train_func = cloudpickle.loads(spec.train_func_payload)
     if spec.world_rank == 0:
         _forward_logs(session)
-    _backend.init_process_group(spec.backend, spec.timeout_s, spec.use_gpu)
+    backend.init_process_group(spec.backend, spec.timeout_s, spec.use_gpu)
     session.send("started", spec.world_rank)
     train_func()
-    _backend.destroy_process_group()  # on failure the process just exits
+    backend.destroy_process_group()  # on failure the process just exits
 
 
 def main(fd: int) -> None:
     connection = Connection(fd)
     spec: RankSpec = connection.recv()
     sys.path[:0] = [p for p in spec.sys_path if p not in sys.path]
-    session = _session.Session(spec, connection.send)
-    _session.start(session)
+    session = Session(spec, connection.send)
+    start_session(session)
     threading.Thread(target=_exit_when_orphaned, args=(connection,), daemon=True).start()
     try:
         _run(spec, session)

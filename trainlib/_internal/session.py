@@ -6,7 +6,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from trainlib._messages import RankSpec
+from trainlib._internal.messages import RankSpec
 
 _current: Session | None = None
 
@@ -26,13 +26,13 @@ class Session:
             self._send((kind, payload))
 
 
-def start(session: Session) -> None:
+def start_session(session: Session) -> None:
     """Make ``session`` the current one (once per rank process)."""
     global _current
     _current = session
 
 
-def current(caller: str) -> Session:
+def current_session(caller: str) -> Session:
     """The current session; raises a RuntimeError naming ``caller`` outside a training function."""
     if _current is None:
         raise RuntimeError(

@@ -11,10 +11,10 @@ from typing import Any
 
 from distributed import Client, Event, Future, Queue, wait
 
-from trainlib import _backend, _cluster
-from trainlib._messages import RankSpec
-from trainlib._ranks import WorkerSlot
-from trainlib._supervisor import RankOutcome, supervise_rank
+from trainlib._internal import backend, cluster
+from trainlib._internal.messages import RankSpec
+from trainlib._internal.ranks import WorkerSlot
+from trainlib._internal.supervisor import RankOutcome, supervise_rank
 from trainlib.errors import RankFailure
 
 STOP_TIMEOUT_S = 10.0
@@ -61,7 +61,7 @@ class WorkerGroup:
         stop = Event(f"trainlib-stop-{token}", client=client)
         rank0 = slots[0]
         port = client.submit(
-            _backend.find_free_port, workers=[rank0.address], allow_other_workers=False, pure=False
+            backend.find_free_port, workers=[rank0.address], allow_other_workers=False, pure=False
         ).result(timeout=STOP_TIMEOUT_S)
         futures = [
             client.submit(
@@ -137,7 +137,7 @@ class WorkerGroup:
                 self._record(slot, "exception", summary)
 
     def _check_workers_alive(self) -> None:
-        alive = _cluster.live_workers(self._client)
+        alive = cluster.live_workers(self._client)
         for slot in self._slots:
             if slot.address not in alive and slot.world_rank not in self._outcomes:
                 self._record(slot, "worker_lost", f"Dask worker {slot.address} left the cluster")

@@ -11,12 +11,12 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, RandomSampler
 from torch.utils.data.distributed import DistributedSampler
 
-from trainlib import _session
+from trainlib._internal.session import current_session
 
 
 def get_device() -> torch.device:
     """This rank's device: its own CUDA device with ``use_gpu=True``, else the CPU."""
-    if _session.current("torch.get_device()").spec.use_gpu:
+    if current_session("torch.get_device()").spec.use_gpu:
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
@@ -34,7 +34,7 @@ def prepare_model(
     Raises:
         TypeError: ``model`` is already wrapped (prepare it once).
     """
-    spec = _session.current("torch.prepare_model()").spec
+    spec = current_session("torch.prepare_model()").spec
     if isinstance(model, DistributedDataParallel):
         raise TypeError(
             "prepare_model() got a model already wrapped in DistributedDataParallel; "
@@ -66,7 +66,7 @@ def prepare_data_loader(
         >>> loader = prepare_data_loader(DataLoader(dataset, batch_size=64, shuffle=True))
         >>> for x, y in loader: ...
     """
-    spec = _session.current("torch.prepare_data_loader()").spec
+    spec = current_session("torch.prepare_data_loader()").spec
     if add_dist_sampler and spec.world_size > 1:
         data_loader = _with_sampler(data_loader, spec.world_size, spec.world_rank)
     device = get_device()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from trainlib._ranks import WorkerSlot
+from trainlib._internal.ranks import WorkerSlot
 from trainlib.errors import RankFailure
 
 AUTO_FACTOR = 5.0

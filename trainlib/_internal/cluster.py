@@ -12,7 +12,7 @@ import dask
 from distributed import Client, LocalCluster
 from distributed.utils import import_term
 
-from trainlib._ranks import WorkerSlot, assign_ranks
+from trainlib._internal.ranks import WorkerSlot, assign_ranks
 from trainlib.config import DaskConfig, ScalingConfig
 from trainlib.errors import ConfigError, NotEnoughWorkersError
 
