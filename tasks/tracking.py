@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import mlflow
 import torch
-from mlflow.entities import RunStatus
+from mlflow.entities import Metric, RunStatus
 from mlflow.tracking import MlflowClient
 
 import trainlib
@@ -89,42 +90,62 @@ def start_run(
 
 
 class MLflowCallback(trainlib.Callback):
-    """Logs every report's metrics (``step=epoch``) and checkpoint to an MLflow run."""
+    """Logs every report's metrics (``step=epoch``) and checkpoint to an MLflow run, once.
+
+    Logging is idempotent: a metric is never logged twice for the same step. A driver that
+    dies at any instant (before, between or after the checkpoint's commit marker and the MLflow
+    calls) and is run again resumes the run; then the resumed checkpoint's metrics are logged
+    if they are missing, and epochs trained again after it are logged only if they are not.
+    """
 
     def __init__(self, tracking_uri: str, run_id: str) -> None:
         self._client = MlflowClient(tracking_uri)
         self._run_id = run_id
+        self._logged: dict[str, set[int]] = {}
 
     def on_start(self, run: trainlib.RunInfo) -> None:
-        """On resume, log the resumed checkpoint's metrics if the dead driver had not."""
-        resumed = run.resumed_from
-        if resumed is None:
-            return
-        step = int(resumed.metrics.get("epoch", resumed.index))
-        keys = [k for k, v in resumed.metrics.items() if k != "epoch" and isinstance(v, float)]
-        logged = (
-            {m.step for m in self._client.get_metric_history(self._run_id, keys[0])}
-            if keys
-            else {step}
-        )
-        if step not in logged:
-            self._log_metrics(resumed.metrics, step)
+        """Read what the run already holds; log the resumed checkpoint's metrics if missing."""
+        self._client.set_tag(self._run_id, "world_size", str(run.world_size))
+        for key in self._client.get_run(self._run_id).data.metrics:
+            history = self._client.get_metric_history(self._run_id, key)
+            self._logged[key] = {m.step for m in history}
+        if run.resumed_from is not None:
+            self._log_metrics(run.resumed_from.metrics, _step(run.resumed_from))
 
     def on_report(self, report: trainlib.Report) -> None:
-        self._log_metrics(report.metrics, int(report.metrics.get("epoch", report.index)))
+        self._log_metrics(report.metrics, _step(report))
         if report.checkpoint is not None:
             with report.checkpoint.as_directory() as directory:
                 name = report.checkpoint.path.rstrip("/").rsplit("/", 1)[-1]
                 self._client.log_artifacts(self._run_id, directory, f"checkpoints/{name}")
 
     def _log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
-        for key, value in metrics.items():
-            if key != "epoch" and isinstance(value, (int, float)):
-                self._client.log_metric(self._run_id, key, float(value), step=step)
+        timestamp = int(time.time() * 1000)
+        missing = [
+            Metric(key, float(value), timestamp, step)
+            for key, value in metrics.items()
+            if key != "epoch"
+            and isinstance(value, (int, float))
+            and step not in self._logged.get(key, set())
+        ]
+        if missing:
+            self._client.log_batch(self._run_id, metrics=missing)
+        for metric in missing:
+            self._logged.setdefault(metric.key, set()).add(step)
 
     def on_end(self, result: trainlib.Result) -> None:
         if result.error is not None:
-            self._client.set_terminated(self._run_id, RunStatus.to_string(RunStatus.FAILED))
+            status = (
+                RunStatus.KILLED
+                if isinstance(result.error, KeyboardInterrupt)
+                else RunStatus.FAILED
+            )
+            self._client.set_terminated(self._run_id, RunStatus.to_string(status))
+
+
+def _step(report: trainlib.Report) -> int:
+    """The MLflow step of a report: its epoch, else its index."""
+    return int(report.metrics.get("epoch", report.index))
 
 
 def finish_run(tracking_uri: str, run_id: str) -> None:

@@ -34,6 +34,10 @@ class RunInfo:
     """The run that is starting.
 
     Attributes:
+        name: The run name (``RunConfig.name``, or the generated one).
+        path: The run directory on its storage.
+        world_size: The number of ranks of the group that formed (for an elastic
+            ``num_workers=(min, max)``, as many as the cluster had, up to ``max``).
         resumed_from: The report of the latest checkpoint already in the run directory (a
             run name used again after the driver died), or None for a new run.
     """
@@ -48,10 +52,13 @@ class Callback:
     """Base class of run callbacks; every method does nothing unless overridden."""
 
     def on_start(self, run: RunInfo) -> None:
-        """Called once before the first rank starts."""
+        """Called once, when the first worker group has formed, before its ranks start.
+
+        Not called when no group forms (e.g. ``NotEnoughWorkersError``); ``on_end`` is.
+        """
 
     def on_report(self, report: Report) -> None:
         """Called for each report, in order, after its checkpoint is committed."""
 
     def on_end(self, result: Result) -> None:
-        """Called once at the end; ``result.error`` is set if the run failed."""
+        """Called once at the end, also after a failure; ``result.error`` is then set."""

@@ -57,7 +57,7 @@ result = TorchTrainer(
     train_loop_config={"steps": 15, "marker": marker},
     scaling_config=ScalingConfig(num_workers=2),
     run_config=RunConfig(name="multihost", storage_path=storage,
-                         failure_config=FailureConfig(max_failures=1, hang_timeout_s=4)),
+                         failure_config=FailureConfig(max_failures=1, hang_timeout_s=10)),
     dask_config=DaskConfig(address=address),
 ).fit()
 print("RESULT " + json.dumps({"metrics": result.metrics, "restarts": result.num_restarts,

@@ -2,37 +2,36 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from trainlib._internal.messages import RankSpec
-from trainlib._internal.storage import RunStorage
+from trainlib._internal.backend import rank_environment as rank_torch_environment
+from trainlib._internal.messages import RankLaunch
 from trainlib._internal.supervisor import rank_environment
 
 
-def _spec(**changes: object) -> RankSpec:
-    spec = RankSpec(
+def _launch(**changes: object) -> RankLaunch:
+    launch = RankLaunch(
         world_rank=1,
-        local_rank=1,
-        node_rank=0,
-        world_size=2,
-        local_world_size=2,
         host="127.0.0.1",
-        master_addr="127.0.0.1",
-        master_port=29555,
-        backend="gloo",
-        timeout_s=60,
+        local_rank=1,
+        local_world_size=2,
         use_gpu=False,
-        run_name="run",
-        storage=RunStorage.__new__(RunStorage),
-        start_index=0,
-        latest_checkpoint=None,
-        train_func_payload=b"",
+        torch_environment=rank_torch_environment(
+            world_rank=1,
+            local_rank=1,
+            node_rank=0,
+            world_size=2,
+            local_world_size=2,
+            master_addr="127.0.0.1",
+            master_port=29555,
+        ),
         sys_path=(),
+        spec_payload=b"",
     )
-    return replace(spec, **changes)  # type: ignore[arg-type]
+    return replace(launch, **changes)  # type: ignore[arg-type]
 
 
 def test_supervisor_drops_the_nanny_environment() -> None:
     nanny_env = {"MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "PATH": "/bin"}
-    env = rank_environment(_spec(), nanny_env)
+    env = rank_environment(_launch(), nanny_env)
     assert "MALLOC_TRIM_THRESHOLD_" not in env
     assert env["PATH"] == "/bin"
     assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["MASTER_PORT"]) == (
@@ -44,11 +43,11 @@ def test_supervisor_drops_the_nanny_environment() -> None:
 
 
 def test_supervisor_keeps_thread_settings_the_user_chose() -> None:
-    env = rank_environment(_spec(), {"OMP_NUM_THREADS": "3"})
+    env = rank_environment(_launch(), {"OMP_NUM_THREADS": "3"})
     assert env["OMP_NUM_THREADS"] == "3"
 
 
 def test_supervisor_gives_each_gpu_rank_one_device() -> None:
-    assert rank_environment(_spec(use_gpu=True), {})["CUDA_VISIBLE_DEVICES"] == "1"
+    assert rank_environment(_launch(use_gpu=True), {})["CUDA_VISIBLE_DEVICES"] == "1"
     dask_cuda_env = {"CUDA_VISIBLE_DEVICES": "3,0,1,2"}
-    assert rank_environment(_spec(use_gpu=True), dask_cuda_env)["CUDA_VISIBLE_DEVICES"] == "3"
+    assert rank_environment(_launch(use_gpu=True), dask_cuda_env)["CUDA_VISIBLE_DEVICES"] == "3"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -93,11 +93,16 @@ def _import_class(path: str) -> Any:
 
 
 def select_workers(
-    client: Client, scaling: ScalingConfig, timeout_s: float, exclude: frozenset[str] = frozenset()
+    client: Client,
+    scaling: ScalingConfig,
+    timeout_s: float,
+    exclude: frozenset[str] = frozenset(),
+    poll: Callable[[], None] = lambda: None,
 ) -> list[WorkerSlot]:
     """Wait for enough eligible workers and assign ranks: sorted by host, then address.
 
-    Workers in ``exclude`` (unresponsive in an earlier attempt) are not eligible.
+    Workers in ``exclude`` (unresponsive in an earlier attempt) are not eligible. ``poll`` is
+    called while waiting; it may raise to stop the wait (Ctrl-C).
 
     Raises:
         NotEnoughWorkersError: Fewer eligible workers than ``num_workers`` after ``timeout_s``.
@@ -123,6 +128,7 @@ def select_workers(
                 if scaling.resources_per_worker
                 else "",
             )
+        poll()
         time.sleep(_WORKER_POLL_S)
 
 

@@ -11,7 +11,7 @@ from trainlib.checkpoint import Checkpoint
 
 @dataclass(frozen=True)
 class RankSpec:
-    """Everything a rank process needs to start; sent to it on its control connection."""
+    """Everything a rank process needs to run the train function (loaded in the rank only)."""
 
     world_rank: int
     local_rank: int
@@ -19,8 +19,6 @@ class RankSpec:
     world_size: int
     local_world_size: int
     host: str
-    master_addr: str
-    master_port: int
     backend: Literal["gloo", "nccl"]
     timeout_s: int
     use_gpu: bool
@@ -29,7 +27,25 @@ class RankSpec:
     start_index: int
     latest_checkpoint: Checkpoint | None
     train_func_payload: bytes
+
+
+@dataclass(frozen=True)
+class RankLaunch:
+    """What a supervisor needs to start one rank.
+
+    The ``RankSpec`` travels pickled (``spec_payload``): it may hold objects of the user's
+    modules (a storage filesystem, say), which only the rank, with ``sys_path`` applied,
+    needs to import.
+    """
+
+    world_rank: int
+    host: str
+    local_rank: int
+    local_world_size: int
+    use_gpu: bool
+    torch_environment: dict[str, str]
     sys_path: tuple[str, ...]
+    spec_payload: bytes
 
 
 @dataclass(frozen=True)

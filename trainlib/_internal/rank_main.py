@@ -1,9 +1,11 @@
 """Entry point of a rank process: ``python -m trainlib._internal.rank_main FD``.
 
-The supervisor (in a Dask worker) passes one end of a socket pair as FD and sends a
-``RankSpec`` on it. The rank joins the process group, runs the train function, and sends
-reports, rank 0's log records, and finally ``done`` or ``error`` back. If the supervisor goes
-away (its Dask worker died), the connection closes and the rank exits at once.
+The supervisor (in a Dask worker) passes one end of a socket pair as FD and sends the launch
+message on it: rank, host, the driver's ``sys.path`` and the pickled ``RankSpec``, loaded only
+once that path applies (it may reference the user's modules). The rank joins the process
+group, runs the train function, and sends reports, rank 0's log records, and finally ``done``
+or ``error`` back. If the supervisor goes away (its Dask worker died), the connection closes and
+the rank exits at once.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from multiprocessing.connection import Connection
+from typing import Any, NoReturn
 
 import cloudpickle
 
@@ -55,10 +59,10 @@ def _forward_logs(session: Session) -> None:
     root.setLevel(logging.INFO)
 
 
-def _failure(spec: RankSpec, exc: BaseException) -> RankFailure:
+def _failure(world_rank: int, host: str, exc: BaseException) -> RankFailure:
     return RankFailure(
-        world_rank=spec.world_rank,
-        host=spec.host,
+        world_rank=world_rank,
+        host=host,
         kind="exception",
         summary=f"{type(exc).__name__}: {exc}",
         traceback="".join(traceback.format_exception(exc)),
@@ -79,20 +83,34 @@ def _run(spec: RankSpec, session: Session) -> None:
     backend.destroy_process_group()  # on failure the process just exits
 
 
+def _load_spec(connection: Connection) -> RankSpec:
+    """Receive the launch message; the driver's sys.path applies before the spec is loaded."""
+    world_rank, host, sys_path, payload = connection.recv()
+    sys.path[:0] = [p for p in sys_path if p not in sys.path]
+    try:
+        spec: RankSpec = cloudpickle.loads(payload)
+    except BaseException as exc:
+        _exit_failed(connection.send, _failure(world_rank, host, exc))
+    return spec
+
+
+def _exit_failed(send: Callable[[tuple[str, Any]], None], failure: RankFailure) -> NoReturn:
+    send(("error", failure))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_EXIT_FAILED)
+
+
 def main(fd: int) -> None:
     connection = Connection(fd)
-    spec: RankSpec = connection.recv()
-    sys.path[:0] = [p for p in spec.sys_path if p not in sys.path]
+    spec = _load_spec(connection)
     session = Session(spec, connection.send)
     start_session(session)
     threading.Thread(target=_exit_when_orphaned, args=(connection,), daemon=True).start()
     try:
         _run(spec, session)
     except BaseException as exc:
-        session.send("error", _failure(spec, exc))
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(_EXIT_FAILED)
+        _exit_failed(session.send_message, _failure(spec.world_rank, spec.host, exc))
     session.send("done", None)
 
 

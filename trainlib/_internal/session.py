@@ -22,8 +22,12 @@ class Session:
 
     def send(self, kind: str, payload: Any) -> None:
         """Send one message to the supervisor (thread-safe)."""
+        self.send_message((kind, payload))
+
+    def send_message(self, message: tuple[str, Any]) -> None:
+        """Send one ``(kind, payload)`` message (thread-safe: never interleaved with another)."""
         with self._lock:
-            self._send((kind, payload))
+            self._send(message)
 
 
 def start_session(session: Session) -> None:

@@ -21,8 +21,7 @@ from typing import Any
 import dask
 from distributed import Event, Queue, get_worker
 
-from trainlib._internal import backend
-from trainlib._internal.messages import RankSpec
+from trainlib._internal.messages import RankLaunch
 from trainlib.errors import RankFailure
 
 _POLL_S = 0.5  # a message or the rank's exit wakes the supervisor sooner
@@ -40,7 +39,7 @@ class RankOutcome:
     failure: RankFailure | None
 
 
-def supervise_rank(spec: RankSpec, queue_name: str, stop_event_name: str) -> RankOutcome:
+def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) -> RankOutcome:
     """Run one rank to its end, forwarding its messages to the driver's queue.
 
     Stops the rank when the stop event is set (another rank failed), and sets the event
@@ -51,13 +50,13 @@ def supervise_rank(spec: RankSpec, queue_name: str, stop_event_name: str) -> Ran
     process = subprocess.Popen(
         [sys.executable, "-m", "trainlib._internal.rank_main", str(theirs.fileno())],
         pass_fds=(theirs.fileno(),),
-        env=rank_environment(spec, dict(os.environ)),
+        env=rank_environment(launch, dict(os.environ)),
         start_new_session=True,
     )
     theirs.close()
     try:
-        ours.send(spec)
-        outcome = _relay(spec, process, ours, queue, stop)
+        ours.send((launch.world_rank, launch.host, launch.sys_path, launch.spec_payload))
+        outcome = _relay(launch, process, ours, queue, stop)
     finally:
         _kill_session(process)
         ours.close()
@@ -66,7 +65,7 @@ def supervise_rank(spec: RankSpec, queue_name: str, stop_event_name: str) -> Ran
     return outcome
 
 
-def rank_environment(spec: RankSpec, worker_env: dict[str, str]) -> dict[str, str]:
+def rank_environment(launch: RankLaunch, worker_env: dict[str, str]) -> dict[str, str]:
     """The worker's environment without what Dask's nanny set for itself, plus torchrun's."""
     env = dict(worker_env)
     # The nanny sets MALLOC_TRIM_THRESHOLD_=65536 and thread limits of 1 for its worker;
@@ -74,29 +73,19 @@ def rank_environment(spec: RankSpec, worker_env: dict[str, str]) -> dict[str, st
     for key, value in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items():
         if env.get(key) == str(value):
             del env[key]
-    threads = max(1, (os.cpu_count() or 1) // spec.local_world_size)
+    threads = max(1, (os.cpu_count() or 1) // launch.local_world_size)
     env.setdefault("OMP_NUM_THREADS", str(threads))
-    env.update(
-        backend.rank_environment(
-            world_rank=spec.world_rank,
-            local_rank=spec.local_rank,
-            node_rank=spec.node_rank,
-            world_size=spec.world_size,
-            local_world_size=spec.local_world_size,
-            master_addr=spec.master_addr,
-            master_port=spec.master_port,
-        )
-    )
-    if spec.use_gpu:
+    env.update(launch.torch_environment)
+    if launch.use_gpu:
         # One device per rank: a worker's own GPU is listed first (dask-cuda's convention);
         # without CUDA_VISIBLE_DEVICES, local rank i takes device i.
         visible = env.get("CUDA_VISIBLE_DEVICES", "")
-        env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[0] if visible else str(spec.local_rank)
+        env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[0] if visible else str(launch.local_rank)
     return env
 
 
 def _relay(
-    spec: RankSpec,
+    launch: RankLaunch,
     process: subprocess.Popen[bytes],
     connection: Connection,
     queue: Queue,
@@ -123,13 +112,13 @@ def _relay(
                 _kill_session(process, grace_s=_TERMINATE_GRACE_S)
                 summary = "stopped after another rank failed"
                 return RankOutcome(
-                    spec.world_rank, state.error or _failure(spec, "stopped", summary)
+                    launch.world_rank, state.error or _failure(launch, "stopped", summary)
                 )
     if state.error is not None:
-        return RankOutcome(spec.world_rank, state.error)
+        return RankOutcome(launch.world_rank, state.error)
     if code == 0 and state.finished:
-        return RankOutcome(spec.world_rank, None)
-    return RankOutcome(spec.world_rank, _failure(spec, "exit", _describe_exit(code)))
+        return RankOutcome(launch.world_rank, None)
+    return RankOutcome(launch.world_rank, _failure(launch, "exit", _describe_exit(code)))
 
 
 class _RankState:
@@ -181,8 +170,8 @@ def _wait(process: subprocess.Popen[bytes]) -> int:
         return process.wait()
 
 
-def _failure(spec: RankSpec, kind: Any, summary: str) -> RankFailure:
-    return RankFailure(spec.world_rank, spec.host, kind, summary, time=time.time())
+def _failure(launch: RankLaunch, kind: Any, summary: str) -> RankFailure:
+    return RankFailure(launch.world_rank, launch.host, kind, summary, time=time.time())
 
 
 def _describe_exit(code: int) -> str:

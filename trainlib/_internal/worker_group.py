@@ -12,7 +12,7 @@ from typing import Any
 from distributed import Client, Event, Future, Queue, wait
 
 from trainlib._internal import backend, cluster
-from trainlib._internal.messages import RankSpec
+from trainlib._internal.messages import RankLaunch
 from trainlib._internal.ranks import WorkerSlot
 from trainlib._internal.supervisor import RankOutcome, supervise_rank
 from trainlib.errors import RankFailure
@@ -22,7 +22,7 @@ _POLL_S = 0.5  # a rank's task ending wakes the driver sooner
 _LIVENESS_CHECK_S = 1.0
 _STOP_POLL_S = 0.2
 
-SpecBuilder = Callable[[WorkerSlot, str, int], RankSpec]
+LaunchBuilder = Callable[[WorkerSlot, str, int], RankLaunch]
 MessageHandler = Callable[[str, Any], None]
 ProgressCheck = Callable[[], dict[int, RankFailure]]
 
@@ -52,7 +52,7 @@ class WorkerGroup:
         cls,
         client: Client,
         slots: list[WorkerSlot],
-        build_spec: SpecBuilder,
+        build_launch: LaunchBuilder,
         resources: dict[str, float] | None = None,
     ) -> Iterator[WorkerGroup]:
         """Start one rank per slot; on leaving, every rank is stopped and its task released."""
@@ -66,7 +66,7 @@ class WorkerGroup:
         futures = [
             client.submit(
                 supervise_rank,
-                build_spec(slot, rank0.host, port),
+                build_launch(slot, rank0.host, port),
                 queue.name,
                 stop.name,
                 key=f"trainlib-rank-{slot.world_rank}-{token}",
@@ -84,11 +84,16 @@ class WorkerGroup:
             group._shut_down()
 
     def run(
-        self, handle: MessageHandler, check_progress: ProgressCheck = dict
+        self,
+        handle: MessageHandler,
+        check_progress: ProgressCheck = dict,
+        poll: Callable[[], None] = lambda: None,
     ) -> dict[int, RankFailure]:
         """Relay messages to ``handle`` until every rank ends or one fails.
 
-        ``check_progress`` (the hang watchdog) is asked after each poll for hung ranks.
+        ``check_progress`` (the hang watchdog) is asked after each poll for hung ranks;
+        ``poll`` is called as often and may raise to stop the group (Ctrl-C). An exception
+        raised by ``handle`` or ``poll`` propagates after the ranks are stopped (see ``start``).
 
         Returns:
             The failures by world rank (empty when every rank finished cleanly); after a
@@ -96,6 +101,7 @@ class WorkerGroup:
         """
         next_liveness_check = time.monotonic() + _LIVENESS_CHECK_S
         while True:
+            poll()
             self._wait_for_any(_POLL_S)
             self._drain(handle)
             self._collect_done()
@@ -166,6 +172,7 @@ class WorkerGroup:
                 break
             with suppress(TimeoutError):
                 wait(pending, timeout=_STOP_POLL_S, return_when="FIRST_COMPLETED")
+        self._collect_done()  # a task that ended after the last collection emptied `pending`
         for slot in self._slots:
             if slot.world_rank not in self._outcomes:
                 self._record(slot, "worker_lost", f"did not stop within {STOP_TIMEOUT_S:g} s")

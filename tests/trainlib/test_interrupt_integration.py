@@ -1,0 +1,116 @@
+"""Ctrl-C ends fit() within 10 s with every rank stopped, whatever the run is doing."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import rank_processes, wait_for_path
+
+EXIT_WITHIN_S = 10.0
+
+DRIVER = """
+import os, sys, tempfile, threading
+import trainlib
+from stuck_storage import StuckUploads
+from trainlib.torch import TorchTrainer
+
+PHASE, MARKER, STORAGE = sys.argv[1:4]
+
+
+def mark():
+    open(MARKER, "w").close()
+
+
+def block_forever():
+    mark()
+    threading.Event().wait()
+
+
+class BlockWhenLoaded:
+    # Unpickled by each rank with the train function: the ranks block while starting up.
+    def __reduce__(self):
+        return (block_forever, ())
+
+
+def train_func(config):
+    rank = trainlib.get_context().get_world_rank()
+    if PHASE == "training":
+        trainlib.report({"step": 0})
+        if rank == 0:
+            mark()
+        threading.Event().wait()
+    elif PHASE == "upload":
+        with tempfile.TemporaryDirectory() as directory:
+            open(os.path.join(directory, "state.txt"), "w").write("state")
+            trainlib.report({"step": 0}, checkpoint=trainlib.Checkpoint.from_directory(directory))
+    elif PHASE == "teardown":
+        if rank == 0:
+            mark()
+            return  # rank 0 waits for rank 1 at the barrier that ends the process group
+        threading.Event().wait()
+
+
+TorchTrainer(
+    train_func,
+    train_loop_config={"block": BlockWhenLoaded()} if PHASE == "startup" else {},
+    scaling_config=trainlib.ScalingConfig(num_workers=2),
+    run_config=trainlib.RunConfig(
+        storage_path=STORAGE,
+        storage_filesystem=StuckUploads(marker=MARKER) if PHASE == "upload" else None,
+    ),
+).fit()
+"""
+
+
+# A module of its own: fsspec filesystem classes defined in __main__ cannot be pickled by value.
+STUCK_STORAGE = """
+import threading
+from fsspec.implementations.local import LocalFileSystem
+
+
+class StuckUploads(LocalFileSystem):
+    # Checkpoint uploads that never finish: the ranks stay inside report(checkpoint=...).
+    def __init__(self, marker, **kwargs):
+        super().__init__(**kwargs)
+        self.marker = marker
+
+    def put(self, *args, **kwargs):
+        open(self.marker, "w").close()
+        threading.Event().wait()
+"""
+
+
+@pytest.mark.parametrize("phase", ["startup", "training", "upload", "teardown"])
+def test_ctrl_c_stops_every_rank_within_deadline(phase: str, tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(textwrap.dedent(DRIVER))
+    (tmp_path / "stuck_storage.py").write_text(textwrap.dedent(STUCK_STORAGE))
+    marker = tmp_path / "in-phase"
+    driver = subprocess.Popen(
+        [sys.executable, str(script), phase, str(marker), str(tmp_path / "out")],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for_path(marker)
+        assert len(rank_processes()) == 2
+        driver.send_signal(signal.SIGINT)
+        _, stderr = driver.communicate(timeout=EXIT_WITHIN_S)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    assert driver.returncode != 0
+    assert stderr.decode().rstrip().endswith("KeyboardInterrupt")
+    assert rank_processes() == []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_ranks() -> None:
+    assert rank_processes() == []

@@ -1,0 +1,227 @@
+"""The run controller: one training run from start to Result, through its attempts.
+
+A short state machine, as Ray Train's controller: starting -> running -> (restarting ->
+running)* -> finished | errored. Each state change is logged once. Front ends (TorchTrainer,
+a Tuner trial) build a ``RunPlan`` and call ``run_training``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import sys
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+import cloudpickle
+
+from trainlib._internal import backend
+from trainlib._internal.checkpoint_manager import CheckpointManager
+from trainlib._internal.interrupt import InterruptWatch
+from trainlib._internal.messages import RankLaunch, RankSpec
+from trainlib._internal.reports import ReportCollector
+from trainlib._internal.storage import RunStorage
+from trainlib._internal.watchdog import ProgressWatchdog
+from trainlib.callbacks import Report, RunInfo
+from trainlib.checkpoint import Checkpoint
+from trainlib.config import DaskConfig, RunConfig, ScalingConfig, TorchConfig
+from trainlib.errors import RankFailure, WorkerGroupError
+from trainlib.result import Result
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from trainlib._internal.ranks import WorkerSlot
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything one run needs, as its front end resolved it."""
+
+    train_func_payload: bytes
+    scaling: ScalingConfig
+    run_config: RunConfig
+    torch_config: TorchConfig
+    dask_config: DaskConfig
+    resume_from: Checkpoint | None = None
+    default_name_prefix: str = "TorchTrainer"
+
+
+def run_training(plan: RunPlan, client: Client | None = None) -> Result:
+    """Run ``plan`` to its end on ``client`` (or on the cluster its DaskConfig names).
+
+    Ctrl-C in the main thread stops every rank and raises ``KeyboardInterrupt`` here.
+
+    Raises:
+        WorkerGroupError: A rank failed more often than ``FailureConfig.max_failures``.
+        NotEnoughWorkersError: The cluster cannot provide ``num_workers`` workers.
+    """
+    with InterruptWatch():
+        return _Run(plan).execute(client)
+
+
+class _Run:
+    def __init__(self, plan: RunPlan) -> None:
+        config = plan.run_config
+        self.plan = plan
+        self.name = config.name or datetime.now(timezone.utc).strftime(
+            f"{plan.default_name_prefix}_%Y-%m-%d_%H-%M-%S"
+        )
+        self.storage = RunStorage.create(config.storage_path, self.name, config.storage_filesystem)
+        self.manager = CheckpointManager.from_storage(config.checkpoint_config, self.storage)
+        self.collector = ReportCollector(self.storage, self.manager, config.callbacks)
+        self.failures: list[RankFailure] = []
+        self.started = False
+
+    def execute(self, client: Client | None) -> Result:
+        from trainlib._internal import cluster  # imported on use: rank processes never need Dask
+
+        error: BaseException | None = None
+        try:
+            with cluster.connect(self.plan.dask_config, self.plan.scaling, client) as connected:
+                self._attempts(connected)
+        except BaseException as exc:
+            error = exc
+        result = self._result(error)
+        for callback in self.plan.run_config.callbacks:
+            callback.on_end(result)
+        if error is not None:
+            first_line = next(iter(str(error).splitlines()), "")
+            logger.error("Run %s errored: %s %s", self.name, type(error).__name__, first_line)
+            raise error
+        logger.info("Run %s finished", self.name)
+        return result
+
+    def _attempts(self, client: Client) -> None:
+        """Attempts until one succeeds or ``max_failures`` is used up."""
+        from trainlib._internal import cluster
+        from trainlib._internal.worker_group import WorkerGroup
+
+        failure_config = self.plan.run_config.failure_config
+        unresponsive: set[str] = set()
+        while True:
+            self.storage.remove_uncommitted()
+            latest = self.manager.latest_intact()
+            start_index = latest.index + 1 if latest else 0
+            resume_from = latest.checkpoint if latest else self.plan.resume_from
+            slots = cluster.select_workers(
+                client,
+                self.plan.scaling,
+                self.plan.dask_config.worker_timeout_s,
+                frozenset(unresponsive),
+                poll=InterruptWatch.check,
+            )
+            self._announce(slots, resume_from)
+            watchdog = ProgressWatchdog(failure_config.hang_timeout_s, slots)
+            self.collector.start_attempt(len(slots), start_index, watchdog)
+            build = functools.partial(self._rank_launch, start_index, resume_from, len(slots))
+            resources = dict(self.plan.scaling.resources_per_worker or {}) or None
+            with WorkerGroup.start(client, slots, build, resources) as group:
+                attempt_failures = group.run(
+                    self.collector.handle, watchdog.check, poll=InterruptWatch.check
+                )
+            unresponsive |= group.unresponsive_workers
+            if not attempt_failures:
+                self.collector.check_all_complete()
+                return
+            error = WorkerGroupError(attempt_failures, num_restarts=len(self.failures))
+            self.failures.append(error.root_cause)
+            if (
+                failure_config.max_failures != -1
+                and len(self.failures) > failure_config.max_failures
+            ):
+                raise error
+            logger.warning(
+                "Run %s restarting after failure %d: %s",
+                self.name,
+                len(self.failures),
+                error.root_cause.one_line(),
+            )
+
+    def _announce(self, slots: list[WorkerSlot], resume_from: Checkpoint | None) -> None:
+        """Tell the callbacks (first attempt) and the log that a group of this size forms."""
+        if not self.started:
+            self.started = True
+            found = self.manager.latest
+            resumed = Report(found.index, found.metrics, found.checkpoint) if found else None
+            info = RunInfo(self.name, self.storage.run_dir, len(slots), resumed)
+            for callback in self.plan.run_config.callbacks:
+                callback.on_start(info)
+        logger.info(
+            "Run %s starting (attempt %d) on %d ranks from %s",
+            self.name,
+            len(self.failures) + 1,
+            len(slots),
+            resume_from or "scratch",
+        )
+
+    def _result(self, error: BaseException | None) -> Result:
+        latest = self.manager.latest
+        history = self.collector.history
+        return Result(
+            metrics=history[-1] if history else {},
+            checkpoint=latest.checkpoint if latest else None,
+            best_checkpoints=self.manager.kept,
+            path=self.storage.run_dir,
+            filesystem=self.storage.filesystem,
+            error=error,
+            metrics_history=history,
+            failures=self.failures,
+        )
+
+    def _collective_timeout_s(self) -> int:
+        """TorchConfig's timeout, capped so a collective never outwaits the hang watchdog."""
+        hang = self.plan.run_config.failure_config.hang_timeout_s
+        if hang is None:
+            return self.plan.torch_config.timeout_s
+        return min(self.plan.torch_config.timeout_s, max(1, math.ceil(2 * hang)))
+
+    def _rank_launch(
+        self,
+        start_index: int,
+        resume_from: Checkpoint | None,
+        world_size: int,
+        slot: WorkerSlot,
+        master_addr: str,
+        master_port: int,
+    ) -> RankLaunch:
+        plan = self.plan
+        spec = RankSpec(
+            world_rank=slot.world_rank,
+            local_rank=slot.local_rank,
+            node_rank=slot.node_rank,
+            world_size=world_size,
+            local_world_size=slot.local_world_size,
+            host=slot.host,
+            backend=backend.choose_backend(plan.torch_config, plan.scaling.use_gpu),
+            timeout_s=self._collective_timeout_s(),
+            use_gpu=plan.scaling.use_gpu,
+            run_name=self.name,
+            storage=self.storage,
+            start_index=start_index,
+            latest_checkpoint=resume_from,
+            train_func_payload=plan.train_func_payload,
+        )
+        environment = backend.rank_environment(
+            world_rank=slot.world_rank,
+            local_rank=slot.local_rank,
+            node_rank=slot.node_rank,
+            world_size=world_size,
+            local_world_size=slot.local_world_size,
+            master_addr=master_addr,
+            master_port=master_port,
+        )
+        return RankLaunch(
+            world_rank=slot.world_rank,
+            host=slot.host,
+            local_rank=slot.local_rank,
+            local_world_size=slot.local_world_size,
+            use_gpu=plan.scaling.use_gpu,
+            torch_environment=environment,
+            sys_path=tuple(sys.path),
+            spec_payload=cloudpickle.dumps(spec),
+        )
