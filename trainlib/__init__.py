@@ -15,10 +15,12 @@ from trainlib.config import (
     TorchConfig,
 )
 from trainlib.context import TrainContext, get_context
+from trainlib.data import DataConfig, get_dataset_shard
 from trainlib.errors import (
     CheckpointError,
     ClusterError,
     ConfigError,
+    DatasetError,
     NotEnoughWorkersError,
     RankFailure,
     TrainingFailedError,
@@ -36,6 +38,8 @@ __all__ = [
     "ClusterError",
     "ConfigError",
     "DaskConfig",
+    "DataConfig",
+    "DatasetError",
     "FailureConfig",
     "NotEnoughWorkersError",
     "RankFailure",
@@ -51,5 +55,6 @@ __all__ = [
     "WorkerGroupError",
     "get_checkpoint",
     "get_context",
+    "get_dataset_shard",
     "report",
 ]

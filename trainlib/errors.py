@@ -4,6 +4,7 @@
 
     TrainlibError
     ├── ConfigError              (also a ValueError)
+    ├── DatasetError             (also a ValueError)
     ├── ClusterError
     │   └── NotEnoughWorkersError
     ├── CheckpointError
@@ -26,6 +27,10 @@ class TrainlibError(Exception):
 
 class ConfigError(TrainlibError, ValueError):
     """A configuration value is invalid."""
+
+
+class DatasetError(TrainlibError, ValueError):
+    """A dataset given to ``TorchTrainer(datasets=...)`` cannot be trained on as it is."""
 
 
 class ClusterError(TrainlibError):

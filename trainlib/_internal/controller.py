@@ -11,7 +11,7 @@ import functools
 import logging
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -27,12 +27,15 @@ from trainlib._internal.watchdog import ProgressWatchdog
 from trainlib.callbacks import Report, RunInfo
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import DaskConfig, RunConfig, ScalingConfig, TorchConfig
+from trainlib.data.config import DataConfig
 from trainlib.errors import RankFailure, WorkerGroupError
 from trainlib.result import Result
 
 if TYPE_CHECKING:
     from distributed import Client
 
+    from trainlib._internal.datasets import DatasetSource
+    from trainlib._internal.feeder import FeedPlan
     from trainlib._internal.ranks import WorkerSlot
 
 logger = logging.getLogger(__name__)
@@ -48,6 +51,8 @@ class RunPlan:
     torch_config: TorchConfig
     dask_config: DaskConfig
     resume_from: Checkpoint | None = None
+    datasets: tuple[DatasetSource, ...] = ()
+    data_config: DataConfig = field(default_factory=DataConfig)
     default_name_prefix: str = "TorchTrainer"
 
 
@@ -115,10 +120,11 @@ class _Run:
                 frozenset(unresponsive),
                 poll=InterruptWatch.check,
             )
+            self._check_datasets(client, len(slots))
             self._announce(slots, resume_from)
             watchdog = ProgressWatchdog(failure_config.hang_timeout_s, slots)
             self.collector.start_attempt(len(slots), start_index, watchdog)
-            build = functools.partial(self._rank_launch, start_index, resume_from, len(slots))
+            build = functools.partial(self._rank_launch, start_index, resume_from, slots)
             resources = dict(self.plan.scaling.resources_per_worker or {}) or None
             with WorkerGroup.start(client, slots, build, resources) as group:
                 attempt_failures = group.run(
@@ -141,6 +147,13 @@ class _Run:
                 len(self.failures),
                 error.root_cause.one_line(),
             )
+
+    def _check_datasets(self, client: Client, world_size: int) -> None:
+        """Fail before any rank starts if a split dataset has fewer rows than ranks."""
+        from trainlib._internal.datasets import check_rows
+
+        for source in self.plan.datasets:
+            check_rows(source, world_size, client)
 
     def _announce(self, slots: list[WorkerSlot], resume_from: Checkpoint | None) -> None:
         """Tell the callbacks (first attempt) and the log that a group of this size forms."""
@@ -184,12 +197,13 @@ class _Run:
         self,
         start_index: int,
         resume_from: Checkpoint | None,
-        world_size: int,
+        slots: list[WorkerSlot],
         slot: WorkerSlot,
         master_addr: str,
         master_port: int,
     ) -> RankLaunch:
         plan = self.plan
+        world_size = len(slots)
         spec = RankSpec(
             world_rank=slot.world_rank,
             local_rank=slot.local_rank,
@@ -205,6 +219,7 @@ class _Run:
             start_index=start_index,
             latest_checkpoint=resume_from,
             train_func_payload=plan.train_func_payload,
+            dataset_names=tuple(source.name for source in plan.datasets),
         )
         environment = backend.rank_environment(
             world_rank=slot.world_rank,
@@ -224,4 +239,20 @@ class _Run:
             torch_environment=environment,
             sys_path=tuple(sys.path),
             spec_payload=cloudpickle.dumps(spec),
+            feed=self._feed_plan(slots, slot, start_index),
+        )
+
+    def _feed_plan(
+        self, slots: list[WorkerSlot], slot: WorkerSlot, start_index: int
+    ) -> FeedPlan | None:
+        if not self.plan.datasets:
+            return None
+        from trainlib._internal.feeder import FeedPlan
+
+        return FeedPlan(
+            sources=self.plan.datasets,
+            world_rank=slot.world_rank,
+            worker_addresses=tuple(s.address for s in slots),
+            shuffle_seed=self.plan.data_config.shuffle_seed,
+            attempt_key=start_index,
         )

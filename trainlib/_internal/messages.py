@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainlib._internal.storage import FileEntry, RunStorage
 from trainlib.checkpoint import Checkpoint
+
+if TYPE_CHECKING:  # a rank process never imports the feeder (nor Dask)
+    from trainlib._internal.feeder import FeedPlan
 
 
 @dataclass(frozen=True)
@@ -27,6 +30,7 @@ class RankSpec:
     start_index: int
     latest_checkpoint: Checkpoint | None
     train_func_payload: bytes
+    dataset_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class RankLaunch:
     torch_environment: dict[str, str]
     sys_path: tuple[str, ...]
     spec_payload: bytes
+    feed: FeedPlan | None = None
 
 
 @dataclass(frozen=True)

@@ -42,11 +42,12 @@ class _LogForwarder:
         self._session.send("log", record)
 
 
-def _exit_when_orphaned(connection: Connection) -> None:
-    """Block on the connection; when the supervisor's end closes, exit immediately."""
+def _receive_until_orphaned(connection: Connection, session: Session) -> None:
+    """File the supervisor's messages; when its end of the connection closes, exit at once."""
     try:
         while True:
-            connection.recv()
+            kind, payload = connection.recv()
+            session.deliver(kind, payload)
     except (EOFError, OSError):
         os._exit(_EXIT_ORPHANED)
 
@@ -106,7 +107,9 @@ def main(fd: int) -> None:
     spec = _load_spec(connection)
     session = Session(spec, connection.send)
     start_session(session)
-    threading.Thread(target=_exit_when_orphaned, args=(connection,), daemon=True).start()
+    threading.Thread(
+        target=_receive_until_orphaned, args=(connection, session), daemon=True
+    ).start()
     try:
         _run(spec, session)
     except BaseException as exc:

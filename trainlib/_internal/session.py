@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import queue
 import threading
+from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +20,7 @@ class Session:
         self.spec = spec
         self._send = send
         self._lock = threading.Lock()
+        self._inboxes: defaultdict[str, queue.Queue[Any]] = defaultdict(queue.Queue)
         self.next_index = spec.start_index
 
     def send(self, kind: str, payload: Any) -> None:
@@ -28,6 +31,16 @@ class Session:
         """Send one ``(kind, payload)`` message (thread-safe: never interleaved with another)."""
         with self._lock:
             self._send(message)
+
+    def deliver(self, kind: str, payload: Any) -> None:
+        """File a message from the supervisor (a block of a dataset) for whoever waits on it."""
+        if kind == "data":
+            name, *rest = payload
+            self._inboxes[name].put(tuple(rest))
+
+    def inbox(self, name: str) -> queue.Queue[Any]:
+        """The messages filed for dataset ``name``."""
+        return self._inboxes[name]
 
 
 def start_session(session: Session) -> None:

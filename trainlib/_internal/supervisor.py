@@ -13,14 +13,17 @@ import pickle
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 import dask
-from distributed import Event, Queue, get_worker
+from distributed import Event, Queue, get_client, get_worker, secede
 
+from trainlib._internal.feeder import Feeder
 from trainlib._internal.messages import RankLaunch
 from trainlib.errors import RankFailure
 
@@ -45,6 +48,7 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
     Stops the rank when the stop event is set (another rank failed), and sets the event
     itself when this rank fails, so the others stop without waiting for the driver.
     """
+    secede()  # this task only waits on its rank: the worker's thread is free for data tasks
     queue, stop = Queue(queue_name), Event(stop_event_name)
     ours, theirs = multiprocessing.Pipe(duplex=True)
     process = subprocess.Popen(
@@ -54,10 +58,14 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
         start_new_session=True,
     )
     theirs.close()
+    send = _locked(ours.send)
+    feeder = Feeder(launch.feed, get_client(), send) if launch.feed is not None else None
     try:
-        ours.send((launch.world_rank, launch.host, launch.sys_path, launch.spec_payload))
-        outcome = _relay(launch, process, ours, queue, stop)
+        send((launch.world_rank, launch.host, launch.sys_path, launch.spec_payload))
+        outcome = _relay(launch, process, ours, queue, stop, feeder)
     finally:
+        if feeder is not None:
+            feeder.close()
         _kill_session(process)
         ours.close()
     if outcome.failure is not None and outcome.failure.kind != "stopped":
@@ -84,14 +92,26 @@ def rank_environment(launch: RankLaunch, worker_env: dict[str, str]) -> dict[str
     return env
 
 
+def _locked(send: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``send``, serialised: feeder threads and this one write to the same connection."""
+    lock = threading.Lock()
+
+    def locked_send(message: Any) -> None:
+        with lock:
+            send(message)
+
+    return locked_send
+
+
 def _relay(
     launch: RankLaunch,
     process: subprocess.Popen[bytes],
     connection: Connection,
     queue: Queue,
     stop: Event,
+    feeder: Feeder | None,
 ) -> RankOutcome:
-    state = _RankState()
+    state = _RankState(feeder)
     next_stop_check = 0.0
     while True:
         message = _receive(connection, _POLL_S)
@@ -124,9 +144,10 @@ def _relay(
 class _RankState:
     """What the rank has said so far: its error report, or that it finished."""
 
-    def __init__(self) -> None:
+    def __init__(self, feeder: Feeder | None) -> None:
         self.error: RankFailure | None = None
         self.finished = False
+        self._feeder = feeder
 
     def take(self, message: tuple[str, Any] | None, queue: Queue) -> bool:
         """Act on one message; False when there was none."""
@@ -135,6 +156,8 @@ class _RankState:
         kind, payload = message
         if kind in ("report", "log", "started"):
             queue.put(pickle.dumps((kind, payload)))
+        elif kind == "data_next" and self._feeder is not None:
+            self._feeder.request(*payload)
         elif kind == "error":
             self.error = payload
         elif kind == "done":

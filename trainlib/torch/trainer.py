@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
 from trainlib._internal.controller import RunPlan, run_training
+from trainlib._internal.datasets import sources_from
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import DaskConfig, RunConfig, ScalingConfig, TorchConfig
+from trainlib.data.config import DataConfig
 from trainlib.errors import ConfigError
 from trainlib.result import Result
 
@@ -36,6 +38,10 @@ class TorchTrainer:
         client: A connected ``distributed.Client`` to use instead of ``dask_config``.
         resume_from_checkpoint: Checkpoint for ``get_checkpoint()`` when the run directory
             has none of its own yet.
+        datasets: Dask collections the ranks read with ``trainlib.get_dataset_shard(name)``:
+            a ``dask.dataframe.DataFrame`` or a dict of Dask arrays with one entry per row
+            (see ``trainlib.data``).
+        dataset_config: Which datasets are split across the ranks (all by default).
 
     Example:
         >>> trainer = TorchTrainer(train_func, scaling_config=ScalingConfig(num_workers=2))
@@ -54,6 +60,8 @@ class TorchTrainer:
         dask_config: DaskConfig | None = None,
         client: Client | None = None,
         resume_from_checkpoint: Checkpoint | None = None,
+        datasets: Mapping[str, Any] | None = None,
+        dataset_config: DataConfig | None = None,
     ) -> None:
         self._train_func = _bind_config(train_loop_per_worker, train_loop_config)
         self._scaling = scaling_config or ScalingConfig()
@@ -62,6 +70,8 @@ class TorchTrainer:
         self._dask = dask_config or DaskConfig()
         self._client = client
         self._resume_from = resume_from_checkpoint
+        self._data_config = dataset_config or DataConfig()
+        self._datasets = tuple(sources_from(datasets or {}, self._data_config).values())
 
     def fit(self) -> Result:
         """Run training to the end and return its Result.
@@ -79,6 +89,8 @@ class TorchTrainer:
             torch_config=self._torch,
             dask_config=self._dask,
             resume_from=self._resume_from,
+            datasets=self._datasets,
+            data_config=self._data_config,
         )
         return run_training(plan, self._client)
 

@@ -1,0 +1,65 @@
+"""Batching, local shuffling and prefetching of the blocks a rank receives."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+import torch
+
+from trainlib.data.iterator import _batches, _prefetched, _shuffled_batches, _tensor
+
+
+def _blocks(*sizes: int) -> Iterator[dict[str, np.ndarray]]:
+    start = 0
+    for size in sizes:
+        ids = np.arange(start, start + size)
+        yield {"id": ids, "image": np.stack([np.full((3, 2, 2), i, np.uint8) for i in ids])}
+        start += size
+
+
+def test_iterator_batches_cross_block_boundaries_in_order() -> None:
+    batches = list(_batches(_blocks(5, 2, 6), batch_size=4, drop_last=False))
+    assert [b["id"].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12]]
+    assert batches[1]["image"][:, 0, 0, 0].tolist() == [4, 5, 6, 7]
+
+
+def test_iterator_drop_last_drops_the_short_batch() -> None:
+    batches = list(_batches(_blocks(5, 2, 6), batch_size=4, drop_last=True))
+    assert [len(b["id"]) for b in batches] == [4, 4, 4]
+
+
+def test_iterator_shuffle_buffer_yields_every_row_once_in_a_seeded_order() -> None:
+    def ids(seed: int) -> list[int]:
+        rng = np.random.default_rng(seed)
+        batches = _shuffled_batches(_blocks(7, 9, 4), 3, False, 8, rng)
+        return [i for b in batches for i in b["id"].tolist()]
+
+    assert sorted(ids(0)) == list(range(20))
+    assert ids(0) == ids(0) and ids(0) != ids(1) and ids(0) != list(range(20))
+
+
+def test_iterator_shuffle_buffer_holds_at_least_its_size_before_the_first_batch() -> None:
+    rng = np.random.default_rng(0)
+    first = next(_shuffled_batches(_blocks(5, 5, 5), 2, False, 10, rng))
+    assert max(first["id"]) < 10  # drawn from the buffer of the first 10 rows
+
+
+def test_iterator_prefetch_passes_items_and_errors_through() -> None:
+    assert list(_prefetched(iter(range(5)), 2)) == [0, 1, 2, 3, 4]
+
+    def broken() -> Iterator[int]:
+        yield 1
+        raise ValueError("bad block")
+
+    with pytest.raises(ValueError, match="bad block"):
+        list(_prefetched(broken(), 1))
+
+
+def test_iterator_tensor_dtypes_and_object_columns() -> None:
+    cpu = torch.device("cpu")
+    assert _tensor("x", np.arange(3), torch.float32, cpu).dtype == torch.float32
+    assert _tensor("x", np.arange(3), {"x": torch.int32}, cpu).dtype == torch.int32
+    with pytest.raises(TypeError, match="Column 'name' holds Python str values"):
+        _tensor("name", np.array(["a", "b"], dtype=object), None, cpu)

@@ -1,0 +1,15 @@
+"""Data ingest, as Ray Data's for Ray Train: Dask collections streamed into the ranks.
+
+Pass ``TorchTrainer(datasets={"train": ddf, ...}, dataset_config=DataConfig(...))``, where a
+dataset is a ``dask.dataframe.DataFrame`` (e.g. ``dd.read_parquet(...)`` with
+``map_partitions`` transforms) or a dict of Dask arrays with one entry per row. Inside the
+training function, ``trainlib.get_dataset_shard("train").iter_torch_batches(batch_size=...)``
+yields this rank's batches. Partitions are computed by Dask tasks on the cluster, next to the
+rank that reads them where possible, and reach the rank while it trains.
+"""
+
+from trainlib.data.config import DataConfig
+from trainlib.data.iterator import DataIterator
+from trainlib.data.shard import get_dataset_shard
+
+__all__ = ["DataConfig", "DataIterator", "get_dataset_shard"]

@@ -1,0 +1,344 @@
+"""DataIterator: one rank's shard of a dataset, as Ray Train's ``get_dataset_shard`` returns.
+
+Blocks arrive from the rank's supervisor as the rank reads (one block requested ahead); they
+are cut into batches here, optionally through a local shuffle buffer, and turned into tensors
+on the rank's device.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import numpy as np
+
+from trainlib._internal.session import Session, current_session
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+
+Block = dict[str, np.ndarray]
+T = TypeVar("T")
+
+
+class DataIterator:
+    """One rank's shard of a dataset; each ``iter_batches()`` pass is one epoch.
+
+    A split dataset (``DataConfig.datasets_to_split``) gives every rank the same number of
+    rows per pass, different rows on each rank, in a partition order shuffled per pass; a
+    dataset not split gives every rank all its rows, in order. Iterating over what
+    ``iter_batches()`` or ``iter_torch_batches()`` returned starts a new pass each time.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._passes = 0
+
+    def iter_batches(
+        self,
+        *,
+        prefetch_batches: int = 1,
+        batch_size: int | None = 256,
+        batch_format: Literal["default", "numpy", "pandas"] = "default",
+        drop_last: bool = False,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+    ) -> Iterable[Block] | Iterable[pd.DataFrame]:
+        """Batches as dicts of column name -> numpy array (or DataFrames with ``"pandas"``).
+
+        Args:
+            prefetch_batches: Batches prepared ahead in a background thread (0: none).
+            batch_size: Rows per batch; the last one may be smaller unless ``drop_last``.
+                ``None`` yields the blocks as they arrive.
+            batch_format: ``"default"``/``"numpy"`` or ``"pandas"``.
+            drop_last: Drop the last batch of a pass if it is smaller than ``batch_size``.
+            local_shuffle_buffer_size: Shuffle rows through a buffer holding at least this
+                many rows: each batch is a random sample of the buffer.
+            local_shuffle_seed: Seed of that shuffle (the same order every pass).
+        """
+        if batch_format not in ("default", "numpy", "pandas"):
+            raise ValueError(
+                f"iter_batches(batch_format={batch_format!r}) must be 'numpy' or 'pandas'."
+            )
+
+        def start() -> Iterator[Any]:
+            batches: Iterator[Any] = self._numpy_batches(
+                batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed
+            )
+            if batch_format == "pandas":
+                batches = (_to_pandas(b) for b in batches)
+            return _prefetched(batches, prefetch_batches)
+
+        return _Passes(start)
+
+    def iter_torch_batches(
+        self,
+        *,
+        prefetch_batches: int = 1,
+        batch_size: int | None = 256,
+        dtypes: torch.dtype | Mapping[str, torch.dtype] | None = None,
+        device: str | torch.device = "auto",
+        collate_fn: Callable[[Block], Any] | None = None,
+        drop_last: bool = False,
+        local_shuffle_buffer_size: int | None = None,
+        local_shuffle_seed: int | None = None,
+    ) -> Iterable[Any]:
+        """Batches as dicts of column name -> tensor on the rank's device.
+
+        A column of fixed-shape arrays (an image column) is one stacked tensor.
+
+        Args:
+            dtypes: A torch dtype for every column, or one per column name.
+            device: ``"auto"``: the rank's device (its GPU with ``use_gpu=True``).
+            collate_fn: Turns each numpy batch into what the loop needs instead; tensors it
+                returns (alone or in a dict) are moved to ``device``. Not with ``dtypes``.
+            Others: as in ``iter_batches``.
+        """
+        if collate_fn is not None and dtypes is not None:
+            raise ValueError(
+                "iter_torch_batches() takes dtypes or collate_fn, not both; convert the "
+                "dtypes inside collate_fn."
+            )
+        target = _device(device)
+
+        def convert(batch: Block) -> Any:
+            if collate_fn is not None:
+                return _move(collate_fn(batch), target)
+            return {name: _tensor(name, values, dtypes, target) for name, values in batch.items()}
+
+        def start() -> Iterator[Any]:
+            batches = self._numpy_batches(
+                batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed
+            )
+            return _prefetched((convert(b) for b in batches), prefetch_batches)
+
+        return _Passes(start)
+
+    def _numpy_batches(
+        self,
+        batch_size: int | None,
+        drop_last: bool,
+        shuffle_buffer: int | None,
+        shuffle_seed: int | None,
+    ) -> Iterator[Block]:
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be at least 1 (or None).")
+        blocks = self._blocks(current_session(f"DataIterator({self._name!r}).iter_batches()"))
+        if batch_size is None:
+            return blocks
+        if shuffle_buffer is not None:
+            rng = np.random.default_rng(shuffle_seed)
+            return _shuffled_batches(blocks, batch_size, drop_last, shuffle_buffer, rng)
+        return _batches(blocks, batch_size, drop_last)
+
+    def _blocks(self, session: Session) -> Iterator[Block]:
+        """This rank's blocks of a new pass, one block requested ahead."""
+        pass_id = self._passes
+        self._passes += 1
+        inbox = session.inbox(self._name)
+        session.send("data_next", (self._name, pass_id))
+        while True:
+            got, block = inbox.get()
+            if got != pass_id:
+                continue  # the answer to a request of a pass left unfinished
+            if block is None:
+                return
+            if isinstance(block, Exception):
+                raise block
+            session.send("data_next", (self._name, pass_id))
+            yield block
+
+
+class _Passes(Iterable[T]):
+    """An iterable that starts a new pass every time it is iterated."""
+
+    def __init__(self, start: Callable[[], Iterator[T]]) -> None:
+        self._start = start
+
+    def __iter__(self) -> Iterator[T]:
+        return self._start()
+
+
+class _RowBuffer:
+    """Rows of blocks, taken at random (swap-remove: O(batch) work per batch taken)."""
+
+    def __init__(self) -> None:
+        self._columns: Block = {}
+        self.size = 0
+
+    def append(self, block: Block) -> None:
+        rows = len(next(iter(block.values()))) if block else 0
+        if not self._columns:
+            self._columns = {
+                k: np.empty((max(rows, 1) * 2, *v.shape[1:]), v.dtype) for k, v in block.items()
+            }
+        capacity = len(next(iter(self._columns.values())))
+        if self.size + rows > capacity:
+            grown = max(capacity * 2, self.size + rows)
+            for name, values in self._columns.items():
+                bigger = np.empty((grown, *values.shape[1:]), values.dtype)
+                bigger[: self.size] = values[: self.size]
+                self._columns[name] = bigger
+        for name, values in block.items():
+            self._columns[name][self.size : self.size + rows] = values
+        self.size += rows
+
+    def take_random(self, count: int, rng: np.random.Generator) -> Block:
+        chosen = np.sort(rng.choice(self.size, size=count, replace=False))
+        batch = {k: v[chosen] for k, v in self._columns.items()}
+        tail_start = self.size - count
+        holes = chosen[chosen < tail_start]
+        tail = np.setdiff1d(np.arange(tail_start, self.size), chosen, assume_unique=True)
+        for values in self._columns.values():
+            values[holes] = values[tail]
+        self.size -= count
+        return batch
+
+
+def _batches(blocks: Iterator[Block], batch_size: int, drop_last: bool) -> Iterator[Block]:
+    """Blocks re-cut into batches of ``batch_size`` rows, in order."""
+    pending: list[Block] = []
+    rows = 0
+    for block in blocks:
+        pending.append(block)
+        rows += _num_rows(block)
+        while rows >= batch_size:
+            batch, pending = _split_front(pending, batch_size)
+            rows -= batch_size
+            yield batch
+    if rows and not drop_last:
+        yield _concat(pending)
+
+
+def _shuffled_batches(
+    blocks: Iterator[Block],
+    batch_size: int,
+    drop_last: bool,
+    buffer_rows: int,
+    rng: np.random.Generator,
+) -> Iterator[Block]:
+    """Batches sampled at random from a buffer of at least ``buffer_rows`` rows."""
+    buffer = _RowBuffer()
+    minimum = max(buffer_rows, batch_size)
+    for block in blocks:
+        buffer.append(block)
+        while buffer.size >= minimum:
+            yield buffer.take_random(batch_size, rng)
+    while buffer.size >= batch_size:
+        yield buffer.take_random(batch_size, rng)
+    if buffer.size and not drop_last:
+        yield buffer.take_random(buffer.size, rng)
+
+
+def _split_front(pending: list[Block], count: int) -> tuple[Block, list[Block]]:
+    """The first ``count`` rows of the pending blocks, and what is left of them."""
+    taken: list[Block] = []
+    needed = count
+    rest = list(pending)
+    while needed:
+        block = rest.pop(0)
+        rows = _num_rows(block)
+        if rows <= needed:
+            taken.append(block)
+            needed -= rows
+        else:
+            taken.append({k: v[:needed] for k, v in block.items()})
+            rest.insert(0, {k: v[needed:] for k, v in block.items()})
+            needed = 0
+    return _concat(taken), rest
+
+
+def _concat(blocks: list[Block]) -> Block:
+    if len(blocks) == 1:
+        return blocks[0]
+    return {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]}
+
+
+def _num_rows(block: Block) -> int:
+    return len(next(iter(block.values()))) if block else 0
+
+
+def _prefetched(batches: Iterator[T], count: int) -> Iterator[T]:
+    """``batches``, with up to ``count`` of them prepared ahead by a background thread."""
+    if count < 1:
+        yield from batches
+        return
+    ready: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=count)
+    stopped = threading.Event()
+
+    def produce() -> None:
+        try:
+            for batch in batches:
+                while not stopped.is_set():
+                    try:
+                        ready.put(("batch", batch), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stopped.is_set():
+                    return
+            ready.put(("end", None))
+        except BaseException as exc:  # handed to the consumer, which raises it
+            ready.put(("error", exc))
+
+    thread = threading.Thread(target=produce, daemon=True, name="trainlib-prefetch")
+    thread.start()
+    try:
+        while True:
+            kind, item = ready.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stopped.set()
+
+
+def _to_pandas(batch: Block) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame({k: list(v) if v.ndim > 1 else v for k, v in batch.items()})
+
+
+def _device(device: str | torch.device) -> torch.device:
+    import torch
+
+    if device != "auto":
+        return torch.device(device)
+    if current_session("DataIterator.iter_torch_batches()").spec.use_gpu:
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _tensor(
+    name: str,
+    values: np.ndarray,
+    dtypes: torch.dtype | Mapping[str, torch.dtype] | None,
+    device: torch.device,
+) -> torch.Tensor:
+    import torch
+
+    if values.dtype == object:
+        kind = type(values[0]).__name__ if len(values) else "object"
+        raise TypeError(
+            f"Column {name!r} holds Python {kind} values, which are not tensors; turn them into "
+            "numbers or equal-shape arrays in a map_partitions transform, or read them with "
+            "iter_batches()."
+        )
+    dtype = dtypes.get(name) if isinstance(dtypes, Mapping) else dtypes
+    tensor = torch.as_tensor(values, dtype=dtype)
+    return tensor.to(device, non_blocking=True) if device.type != "cpu" else tensor
+
+
+def _move(value: Any, device: torch.device) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, Mapping):
+        return {k: _move(v, device) for k, v in value.items()}
+    return value
