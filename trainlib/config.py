@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from trainlib.errors import ConfigError
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
+    from distributed import Client
     from fsspec import AbstractFileSystem
 
     from trainlib.callbacks import Callback
@@ -190,6 +193,23 @@ class DaskConfig:
     cluster_kwargs: Mapping[str, Any] = field(default_factory=dict)
     adapt_kwargs: Mapping[str, Any] | None = None
     worker_timeout_s: float = 60.0
+
+    def connect(self, num_workers: int = 1) -> AbstractContextManager[Client]:
+        """A client of this cluster, as a context manager; a cluster it starts is closed on exit.
+
+        The one way the pipeline and ``fit()`` get a cluster: a LocalCluster or a cluster
+        class is started with ``num_workers`` workers (a cluster class with ``adapt_kwargs``
+        adapts instead); with ``address``, the existing cluster is used as it is.
+
+        Example:
+            >>> with DaskConfig().connect(num_workers=2) as client:
+            ...     client.submit(sum, [1, 2]).result()
+        """
+        from trainlib._internal.cluster import connect
+
+        if num_workers < 1:
+            raise ConfigError(f"DaskConfig.connect(num_workers={num_workers}) must be >= 1.")
+        return connect(self, num_workers)
 
     def __post_init__(self) -> None:
         if self.address and self.cluster_class:

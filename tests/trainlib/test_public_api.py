@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import trainlib
+import trainlib.data
 import trainlib.torch
 
 DOCUMENTED_TRAINLIB = {
@@ -11,6 +12,8 @@ DOCUMENTED_TRAINLIB = {
     "ClusterError",
     "ConfigError",
     "DaskConfig",
+    "DataConfig",
+    "DatasetError",
     "FailureConfig",
     "NotEnoughWorkersError",
     "RankFailure",
@@ -26,8 +29,10 @@ DOCUMENTED_TRAINLIB = {
     "WorkerGroupError",
     "get_checkpoint",
     "get_context",
+    "get_dataset_shard",
     "report",
 }
+DOCUMENTED_DATA = {"DataConfig", "DataIterator", "get_dataset_shard"}
 DOCUMENTED_TORCH = {
     "TorchConfig",
     "TorchTrainer",
@@ -38,12 +43,14 @@ DOCUMENTED_TORCH = {
 
 
 def test_public_api_matches_documented_names() -> None:
-    assert set(trainlib.__all__) == DOCUMENTED_TRAINLIB
-    assert set(trainlib.torch.__all__) == DOCUMENTED_TORCH
-    for name in trainlib.__all__:
-        assert hasattr(trainlib, name)
-    for name in trainlib.torch.__all__:
-        assert hasattr(trainlib.torch, name)
+    for package, documented in (
+        (trainlib, DOCUMENTED_TRAINLIB),
+        (trainlib.data, DOCUMENTED_DATA),
+        (trainlib.torch, DOCUMENTED_TORCH),
+    ):
+        assert set(package.__all__) == documented
+        for name in package.__all__:
+            assert hasattr(package, name)
 
 
 def test_public_api_import_does_not_load_dask() -> None:
@@ -51,6 +58,9 @@ def test_public_api_import_does_not_load_dask() -> None:
     import subprocess
     import sys
 
-    code = "import sys, trainlib, trainlib.torch; print('distributed' in sys.modules)"
+    code = (
+        "import sys, trainlib, trainlib.torch, trainlib.data; "
+        "print('distributed' in sys.modules or 'dask' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

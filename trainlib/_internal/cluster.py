@@ -22,10 +22,12 @@ _WORKER_POLL_S = 0.2
 
 
 @contextmanager
-def connect(
-    config: DaskConfig, scaling: ScalingConfig, client: Client | None = None
-) -> Iterator[Client]:
-    """Yield a client of the cluster to use; clusters started here are closed afterwards."""
+def connect(config: DaskConfig, num_workers: int, client: Client | None = None) -> Iterator[Client]:
+    """Yield a client of the cluster to use; clusters started here are closed afterwards.
+
+    A cluster started here gets ``num_workers`` workers: a LocalCluster is made with that
+    many, a cluster class is scaled to it (unless ``adapt_kwargs`` makes it adaptive).
+    """
     if client is not None:
         yield client
         return
@@ -36,7 +38,7 @@ def connect(
             )
             yield remote
         return
-    with _start_cluster(config, scaling) as cluster, Client(cluster) as own:
+    with _start_cluster(config, num_workers) as cluster, Client(cluster) as own:
         logger.info(
             "Started %s at %s (dashboard %s)",
             type(cluster).__name__,
@@ -47,14 +49,14 @@ def connect(
 
 
 @contextmanager
-def _start_cluster(config: DaskConfig, scaling: ScalingConfig) -> Iterator[Any]:
+def _start_cluster(config: DaskConfig, num_workers: int) -> Iterator[Any]:
     if config.cluster_class is None:
         # Workers are threads of this process: ranks are processes of their own, so nothing
         # heavy runs in a worker. It starts in milliseconds and, unlike spawned worker
         # processes, never re-imports a script that lacks an `if __name__ == "__main__"` guard
         # (Ray's examples have none).
         kwargs: dict[str, Any] = {
-            "n_workers": scaling.worker_range[1],
+            "n_workers": num_workers,
             "threads_per_worker": 1,
             "processes": False,
             "protocol": "tcp://",
@@ -78,7 +80,7 @@ def _start_cluster(config: DaskConfig, scaling: ScalingConfig) -> Iterator[Any]:
         if config.adapt_kwargs is not None:
             cluster.adapt(**config.adapt_kwargs)
         else:
-            cluster.scale(scaling.worker_range[1])
+            cluster.scale(num_workers)
         yield cluster
 
 
@@ -122,7 +124,7 @@ def select_workers(
                 requested=low,
                 num_workers=str(scaling.num_workers),
                 available=len(eligible),
-                address=str(client.scheduler_info(n_workers=0).get("address")),
+                address=_scheduler(client).address,
                 timeout_s=timeout_s,
                 resources=str(dict(scaling.resources_per_worker))
                 if scaling.resources_per_worker
@@ -134,16 +136,35 @@ def select_workers(
 
 def live_workers(client: Client) -> set[str]:
     """Addresses of the workers the scheduler knows now."""
-    return set(client.scheduler_info(n_workers=-1)["workers"])
+    return set(_workers(client))
 
 
 def _eligible_workers(
     client: Client, resources: Mapping[str, float] | None
 ) -> list[tuple[str, str]]:
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    workers = _workers(client)
     found = [
         (info["host"], address)
         for address, info in workers.items()
         if all(info.get("resources", {}).get(k, 0) >= v for k, v in (resources or {}).items())
     ]
     return sorted(found)
+
+
+def _workers(client: Client) -> dict[str, Any]:
+    """The scheduler's workers now, asked directly.
+
+    Not ``client.scheduler_info()``: it returns the client's cached identity, which Dask's
+    periodic refresh replaces with a worker-less one (``n_workers=0``) every 2 s; read right
+    after such a refresh, every rank's worker seemed to have left the cluster.
+    """
+    identity: dict[str, Any] = client.sync(_scheduler(client).identity, n_workers=-1)
+    workers: dict[str, Any] = identity["workers"]
+    return workers
+
+
+def _scheduler(client: Client) -> Any:
+    """The connected client's scheduler RPC handle."""
+    scheduler = client.scheduler
+    assert scheduler is not None, "a connected client has a scheduler"
+    return scheduler

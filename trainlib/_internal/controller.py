@@ -87,7 +87,8 @@ class _Run:
 
         error: BaseException | None = None
         try:
-            with cluster.connect(self.plan.dask_config, self.plan.scaling, client) as connected:
+            workers = self.plan.scaling.worker_range[1]
+            with cluster.connect(self.plan.dask_config, workers, client) as connected:
                 self._attempts(connected)
         except BaseException as exc:
             error = exc

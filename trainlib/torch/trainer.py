@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from trainlib._internal.controller import RunPlan, run_training
-from trainlib._internal.datasets import sources_from
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import DaskConfig, RunConfig, ScalingConfig, TorchConfig
 from trainlib.data.config import DataConfig
@@ -19,6 +18,8 @@ from trainlib.result import Result
 
 if TYPE_CHECKING:
     from distributed import Client
+
+    from trainlib._internal.datasets import DatasetSource
 
 
 class TorchTrainer:
@@ -71,7 +72,7 @@ class TorchTrainer:
         self._client = client
         self._resume_from = resume_from_checkpoint
         self._data_config = dataset_config or DataConfig()
-        self._datasets = tuple(sources_from(datasets or {}, self._data_config).values())
+        self._datasets = _sources(datasets, self._data_config)
 
     def fit(self) -> Result:
         """Run training to the end and return its Result.
@@ -93,6 +94,14 @@ class TorchTrainer:
             data_config=self._data_config,
         )
         return run_training(plan, self._client)
+
+
+def _sources(datasets: Mapping[str, Any] | None, config: DataConfig) -> tuple[DatasetSource, ...]:
+    if not datasets:
+        return ()
+    from trainlib._internal.datasets import sources_from  # Dask: only with datasets
+
+    return tuple(sources_from(datasets, config).values())
 
 
 def _bind_config(func: Callable[..., Any], config: dict[str, Any] | None) -> bytes:
