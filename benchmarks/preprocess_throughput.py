@@ -1,8 +1,8 @@
 """Preprocessing throughput at CIFAR-10's full size (60,000 images), generated.
 
 Times ``tasks.preprocess.preprocess_archive`` (safe extraction, parsing and validation, seeded
-split, channel statistics, shards written by Dask tasks, manifest) on a synthetic archive of
-the real size, into a fresh dataset folder each round.
+split, channel statistics, Parquet files written by Dask tasks, manifest) on a synthetic archive
+of the real size, into a fresh dataset folder each round.
 
 Run: python benchmarks/preprocess_throughput.py [--rounds 3] [--workers-address tcp://...]
 """
@@ -25,7 +25,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from tasks.cifar import write_synthetic_archive
-    from tasks.preprocess import preprocess_archive, read_manifest
+    from tasks.download import Archive
+    from tasks.layout import StorageLayout
+    from tasks.preprocess import preprocess_archive
+    from trainlib import DaskConfig
 
     with tempfile.TemporaryDirectory() as tmp:
         archive = os.path.join(tmp, "cifar-10-python.tar.gz")
@@ -35,15 +38,14 @@ def main() -> None:
         for round_index in range(args.rounds):
             started = time.perf_counter()
             dataset = preprocess_archive(
-                archive,
-                md5,
-                True,
-                os.path.join(tmp, f"s{round_index}"),
-                dask_address=args.dask_address,
+                Archive(archive, md5, True),
+                StorageLayout.at(os.path.join(tmp, f"s{round_index}")),
+                dask=DaskConfig(address=args.dask_address),
+                num_workers=2,
+                batch_size=256,
             )
             seconds = time.perf_counter() - started
-            manifest = read_manifest(dataset)
-            total = sum(manifest.count(s) for s in ("train", "val", "test"))
+            total = sum(dataset.manifest.rows(s) for s in ("train", "val", "test"))
             rates.append(total / seconds)
             print(
                 f"round {round_index + 1}: {seconds:.1f} s, {rates[-1]:,.0f} images/s", flush=True

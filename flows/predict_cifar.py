@@ -8,7 +8,7 @@ from prefect import flow
 
 from tasks.predict import predict_task
 from tasks.registry import CHAMPION
-from tasks.tracking import resolve_tracking_uri, use_tracking_uri
+from tasks.tracking import resolve_tracking_uri
 
 
 @flow(name="predict-cifar")
@@ -20,8 +20,8 @@ def predict_cifar(
     mlflow_tracking_uri: str | None = None,
 ) -> dict[str, Any]:
     """Write predictions (CSV, or Parquet for ``.parquet``) for the images at ``input_uri``."""
-    use_tracking_uri(resolve_tracking_uri(mlflow_tracking_uri))
-    summary = predict_task(model_name, alias, input_uri, output_uri)
+    tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
+    summary = predict_task(model_name, alias, input_uri, output_uri, tracking_uri)
     return {
         "output_uri": summary.output_uri,
         "errors_uri": summary.errors_uri,

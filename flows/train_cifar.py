@@ -2,24 +2,23 @@
 
 from __future__ import annotations
 
-import posixpath
-import uuid
 from typing import Any
 
 from prefect import flow
 from prefect.runtime import flow_run
 
-from tasks.cifar import OFFICIAL_MD5, OFFICIAL_URL
-from tasks.cluster import dask_config
-from tasks.data import download_task
+from tasks.cifar import OFFICIAL_URL
+from tasks.download import download_task, expected_md5
 from tasks.evaluate import evaluate_task
-from tasks.models import check_model_name
-from tasks.monitoring import summarize_task, tag_flow_run
+from tasks.layout import StorageLayout
+from tasks.monitoring import run_summary, summarize_task, tag_flow_run
 from tasks.predict import predict_task
 from tasks.preprocess import preprocess_task
 from tasks.registry import CHAMPION, promote_task, register_task
-from tasks.tracking import finish_run, resolve_tracking_uri, use_tracking_uri
-from tasks.train import TrainConfig, train_task
+from tasks.tracking import resolve_tracking_uri
+from tasks.train import TrainRequest, run_tags, train_task, training_run_name
+from tasks.train_loop import TrainConfig
+from trainlib import DaskConfig
 
 
 @flow(name="train-cifar")
@@ -36,6 +35,7 @@ def train_cifar(
     dask_address: str | None = None,
     dask_cluster_class: str | None = None,
     dask_cluster_kwargs: dict[str, Any] | None = None,
+    dask_worker_timeout_s: float = 60.0,
     mlflow_tracking_uri: str | None = None,
     registered_model_name: str = "cifar10-classifier",
     promote_margin: float = 0.0,
@@ -48,65 +48,54 @@ def train_cifar(
     ``data_md5`` defaults to the official archive's checksum when ``data_url`` is the official
     URL; for another URL without ``data_md5`` the archive is checked by structure only and
     logged as unverified. Without ``mlflow_tracking_uri``, $MLFLOW_TRACKING_URI or
-    ``sqlite:///mlflow.db`` is used. Dask: ``dask_address`` (an existing scheduler), else
+    ``./mlflow.db`` is used. Dask: ``dask_address`` (an existing scheduler), else
     ``dask_cluster_class`` started with ``dask_cluster_kwargs`` (e.g.
     ``"dask_jobqueue.SLURMCluster"``), else $DASK_SCHEDULER_ADDRESS, else a LocalCluster.
-    ``run_name`` names the training run (checkpoints and the MLflow run); running a flow again
+    ``shard_size`` is the number of images per dataset file (a partition when training).
+    ``run_name`` names the training run (checkpoints and the MLflow run); running the flow again
     with the same ``run_name`` and ``storage_path`` resumes it. Default: one per flow run.
     Returns the MLflow run id, model version, test accuracy and whether the version was
     promoted to ``@champion``.
     """
-    check_model_name(model)
-    tag_flow_run(
-        [f"model:{model}", f"world_size:{num_workers}", f"device:{'cuda' if use_gpu else 'cpu'}"]
+    config = TrainConfig(model=model, epochs=epochs, batch_size=batch_size, lr=lr, use_gpu=use_gpu)
+    layout = StorageLayout.at(storage_path)
+    tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
+    dask = DaskConfig(
+        address=dask_address,
+        cluster_class=dask_cluster_class,
+        cluster_kwargs=dask_cluster_kwargs or {},
+        worker_timeout_s=dask_worker_timeout_s,
     )
-    mlflow_tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
-    dask = dask_config(dask_address, dask_cluster_class, dask_cluster_kwargs)
-    use_tracking_uri(mlflow_tracking_uri)
-    md5 = data_md5 or (OFFICIAL_MD5 if data_url == OFFICIAL_URL else None)
-    archive = download_task(data_url, storage_path, md5)
-    dataset = preprocess_task(
-        archive.uri,
-        archive.md5,
-        archive.verified,
-        storage_path,
-        shard_size=shard_size,
-        dask=dask,
-        num_workers=num_workers,
-    )
-    config = TrainConfig(
-        dataset_uri=dataset,
-        model=model,
-        epochs=epochs,
-        batch_size=batch_size,
-        lr=lr,
-        use_gpu=use_gpu,
-    )
-    trained = train_task(
-        config,
-        run_name=run_name or f"train-cifar-{flow_run.get_id() or uuid.uuid4().hex}",
-        num_workers=num_workers,
-        storage_path=storage_path,
-        tracking_uri=mlflow_tracking_uri,
-        dask=dask,
-    )
-    version = register_task(trained, dataset, registered_model_name)
-    evaluation = evaluate_task(registered_model_name, version, dataset, trained.run_id)
-    promotion = promote_task(registered_model_name, version, evaluation.accuracy, promote_margin)
-    finish_run(mlflow_tracking_uri, trained.run_id)
-    summary: dict[str, Any] = {
-        "mlflow_run_id": trained.run_id,
-        "model_name": registered_model_name,
-        "model_version": version,
-        "test_accuracy": evaluation.accuracy,
-        "promoted": promotion.promoted,
-        "alias": promotion.alias,
-        "data_verified": archive.verified,
-    }
-    summarize_task(summary, mlflow_tracking_uri, promotion.reason)
+    tag_flow_run(run_tags(config, num_workers))
+    archive = download_task(data_url, layout, expected_md5(data_url, data_md5))
+    with dask.connect(num_workers=num_workers) as client:  # one cluster for the Dask steps
+        cluster = dask.attached_to(client)
+        dataset = preprocess_task(
+            archive,
+            layout,
+            dask=cluster,
+            num_workers=num_workers,
+            batch_size=batch_size,
+            rows_per_file=shard_size,
+        )
+        request = TrainRequest(
+            config=config,
+            dataset=dataset,
+            layout=layout,
+            run_name=training_run_name(run_name, flow_run.get_id()),
+            num_workers=num_workers,
+            tracking_uri=tracking_uri,
+            dask=cluster,
+        )
+        trained = train_task(request)
+    name = registered_model_name
+    version = register_task(trained.best_checkpoint_uri, trained.run_id, name, tracking_uri)
+    evaluation = evaluate_task(name, version, dataset, trained.run_id, tracking_uri)
+    promotion = promote_task(name, version, evaluation.accuracy, promote_margin, tracking_uri)
+    summary = run_summary(trained, name, version, evaluation, promotion, archive)
+    summarize_task(summary, tracking_uri, promotion.reason)
     if predict_input:
-        output = posixpath.join(storage_path, "predictions", f"{trained.run_id}.csv")
-        summary["predictions"] = predict_task(
-            registered_model_name, CHAMPION, predict_input, output
-        ).output_uri
+        output = layout.predictions(trained.run_id)
+        predictions = predict_task(name, CHAMPION, predict_input, output, tracking_uri)
+        summary["predictions"] = predictions.output_uri
     return summary

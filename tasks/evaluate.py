@@ -4,11 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import matplotlib
-
-matplotlib.use("Agg")  # headless: render to files only
-
-import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
@@ -16,8 +11,9 @@ from prefect import task
 from prefect.artifacts import create_table_artifact
 from torch import nn
 
+from tasks.dataset import Dataset, read_split
 from tasks.predict import score
-from tasks.preprocess import read_manifest, read_shard
+from tasks.registry import load_version
 
 
 @dataclass(frozen=True)
@@ -30,30 +26,26 @@ class Evaluation:
     num_images: int
 
 
-def evaluate_model(model: nn.Module, dataset_uri: str) -> Evaluation:
+def evaluate_model(model: nn.Module, dataset: Dataset) -> Evaluation:
     """Accuracy, per-class accuracy and confusion matrix on the dataset's test split."""
-    manifest = read_manifest(dataset_uri)
-    batches = [read_shard(dataset_uri, s) for s in manifest.splits["test"]]
-    images = np.concatenate([b.images for b in batches])
-    labels = np.concatenate([b.labels for b in batches])
-    predicted = score(model, images).argmax(1)
-    classes = len(manifest.class_names)
-    confusion = np.zeros((classes, classes), dtype=np.int64)
-    np.add.at(confusion, (labels, predicted), 1)
+    test = read_split(dataset, "test")
+    predicted = score(model, test.images).argmax(1)
+    class_names = dataset.manifest.class_names
+    confusion = np.zeros((len(class_names), len(class_names)), dtype=np.int64)
+    np.add.at(confusion, (test.labels, predicted), 1)
     per_class = confusion.diagonal() / np.maximum(confusion.sum(axis=1), 1)
     return Evaluation(
-        accuracy=float((predicted == labels).mean()),
-        per_class_accuracy={
-            n: float(a) for n, a in zip(manifest.class_names, per_class, strict=True)
-        },
+        accuracy=float((predicted == test.labels).mean()),
+        per_class_accuracy={n: float(a) for n, a in zip(class_names, per_class, strict=True)},
         confusion=confusion.tolist(),
-        num_images=len(labels),
+        num_images=len(test.labels),
     )
 
 
 def confusion_figure(evaluation: Evaluation, class_names: tuple[str, ...]) -> Figure:
-    """The confusion matrix as a labelled heat map."""
-    figure, axes = plt.subplots(figsize=(7, 6))
+    """The confusion matrix as a labelled heat map (no pyplot: no global backend state)."""
+    figure = Figure(figsize=(7, 6))
+    axes = figure.subplots()
     matrix = np.array(evaluation.confusion)
     axes.imshow(matrix, cmap="Blues")
     axes.set_xticks(range(len(class_names)), class_names, rotation=45, ha="right")
@@ -68,29 +60,42 @@ def confusion_figure(evaluation: Evaluation, class_names: tuple[str, ...]) -> Fi
 
 
 def record_evaluation(
-    evaluation: Evaluation, class_names: tuple[str, ...], run_id: str, model_name: str, version: str
+    evaluation: Evaluation,
+    class_names: tuple[str, ...],
+    run_id: str,
+    model_name: str,
+    version: str,
+    tracking_uri: str,
 ) -> None:
     """Put the figures on the MLflow run and on the model version."""
-    client = MlflowClient()
+    client = MlflowClient(tracking_uri)
     client.log_metric(run_id, "test_accuracy", evaluation.accuracy)
     for name, accuracy in evaluation.per_class_accuracy.items():
         client.log_metric(run_id, f"test_accuracy_{name}", accuracy)
-    figure = confusion_figure(evaluation, class_names)
-    client.log_figure(run_id, figure, "evaluation/confusion_matrix.png")
-    plt.close(figure)
+    client.log_figure(
+        run_id, confusion_figure(evaluation, class_names), "evaluation/confusion_matrix.png"
+    )
     client.set_model_version_tag(model_name, version, "test_accuracy", f"{evaluation.accuracy:.6f}")
     client.set_model_version_tag(model_name, version, "test_images", str(evaluation.num_images))
 
 
-@task(name="evaluate")
-def evaluate_task(model_name: str, version: str, dataset_uri: str, run_id: str) -> Evaluation:
+def evaluate_version(
+    model_name: str, version: str, dataset: Dataset, run_id: str, tracking_uri: str
+) -> Evaluation:
     """Evaluate the registered version (loaded from the registry) and record the figures."""
-    import mlflow.pytorch
+    evaluation = evaluate_model(load_version(model_name, version, tracking_uri), dataset)
+    class_names = dataset.manifest.class_names
+    record_evaluation(evaluation, class_names, run_id, model_name, version, tracking_uri)
+    return evaluation
 
-    model = mlflow.pytorch.load_model(f"models:/{model_name}/{version}")
-    evaluation = evaluate_model(model, dataset_uri)
-    class_names = read_manifest(dataset_uri).class_names
-    record_evaluation(evaluation, class_names, run_id, model_name, version)
+
+@task(name="evaluate")
+def evaluate_task(
+    model_name: str, version: str, dataset: Dataset, run_id: str, tracking_uri: str
+) -> Evaluation:
+    """Evaluate and record, with the confusion matrix as a Prefect table."""
+    evaluation = evaluate_version(model_name, version, dataset, run_id, tracking_uri)
+    class_names = dataset.manifest.class_names
     create_table_artifact(
         key="confusion-matrix",
         table=[

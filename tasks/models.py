@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import torch
-import torchvision
 from torch import nn
+
+from tasks.errors import InvalidParameterError
 
 NUM_CLASSES = 10
 
@@ -51,6 +52,8 @@ def small_cnn() -> nn.Module:
 
 def cifar_resnet18() -> nn.Module:
     """torchvision's resnet18 adapted to 32x32 images: 3x3 stem, stride 1, no max-pool."""
+    import torchvision  # imported on use: a rank training small_cnn never loads it
+
     model = torchvision.models.resnet18(num_classes=NUM_CLASSES)
     model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
     model.maxpool = nn.Identity()
@@ -61,9 +64,11 @@ BACKBONES: dict[str, Callable[[], nn.Module]] = {"small_cnn": small_cnn, "resnet
 
 
 def check_model_name(name: str) -> None:
-    """Raise a ValueError naming the choices if ``name`` is not a known model."""
+    """Raise an InvalidParameterError naming the choices if ``name`` is not a known model."""
     if name not in BACKBONES:
-        raise ValueError(f"Unknown model {name!r}; choose one of {sorted(BACKBONES)}.")
+        raise InvalidParameterError(
+            f"Unknown model {name!r}; choose one of {', '.join(sorted(BACKBONES))} (model)."
+        )
 
 
 def build_model(name: str, mean: Sequence[float], std: Sequence[float]) -> Classifier:

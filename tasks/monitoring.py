@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
 
 from mlflow.tracking import MlflowClient
 from prefect import runtime, task
@@ -16,9 +19,32 @@ from prefect.client.orchestration import get_client
 
 import trainlib
 
+if TYPE_CHECKING:
+    from tasks.download import Archive
+    from tasks.evaluate import Evaluation
+    from tasks.registry import Promotion
+    from tasks.train import TrainedRun
+
 PROGRESS_KEY = "train-progress"
 METRICS_KEY = "epoch-metrics"
 SUMMARY_KEY = "train-cifar-summary"
+
+
+@contextmanager
+def pipeline_info_logs() -> Iterator[None]:
+    """Let the pipeline's INFO lines (trainlib's states, rank 0's epochs) through while a task
+    runs: Prefect sends them to the task's logs (PREFECT_LOGGING_EXTRA_LOGGERS names them),
+    but leaves their loggers at the root's WARNING."""
+    loggers = [logging.getLogger(name) for name in ("trainlib", "tasks")]
+    before = [logger.level for logger in loggers]
+    for logger in loggers:
+        if logger.level == logging.NOTSET or logger.level > logging.INFO:
+            logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, before, strict=True):
+            logger.setLevel(level)
 
 
 class PrefectProgressCallback(trainlib.Callback):
@@ -49,14 +75,15 @@ class PrefectProgressCallback(trainlib.Callback):
         )
 
 
-def tag_flow_run(tags: list[str]) -> None:
-    """Add ``tags`` to the current flow run (shown and filterable in the UI)."""
+def tag_flow_run(tags: dict[str, str]) -> None:
+    """Add ``key:value`` tags to the current flow run (shown and filterable in the UI)."""
     flow_run_id = runtime.flow_run.id
     if flow_run_id is None:
         return
     with get_client(sync_client=True) as client:
         current = client.read_flow_run(flow_run_id).tags
-        client.update_flow_run(flow_run_id, tags=sorted(set(current) | set(tags)))
+        labels = {f"{key}:{value}" for key, value in tags.items()}
+        client.update_flow_run(flow_run_id, tags=sorted(set(current) | labels))
 
 
 def mlflow_links(
@@ -71,6 +98,26 @@ def mlflow_links(
         )
     hint = f"(`mlflow ui --backend-store-uri {tracking_uri}`)"
     return f"run `{run_id}` {hint}", f"`{model_name}` version {version} {hint}"
+
+
+def run_summary(
+    trained: TrainedRun,
+    model_name: str,
+    version: str,
+    evaluation: Evaluation,
+    promotion: Promotion,
+    archive: Archive,
+) -> dict[str, Any]:
+    """What ``train-cifar`` returns and prints: the run, the version and what became of it."""
+    return {
+        "mlflow_run_id": trained.run_id,
+        "model_name": model_name,
+        "model_version": version,
+        "test_accuracy": evaluation.accuracy,
+        "promoted": promotion.promoted,
+        "alias": promotion.alias,
+        "data_verified": archive.verified,
+    }
 
 
 @task(name="summarize")

@@ -14,6 +14,7 @@ from prefect import task
 from torch import nn
 
 from tasks.cifar import CLASS_NAMES, DataFormatError, parse_batch
+from tasks.registry import load_model
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
@@ -122,11 +123,17 @@ def write_predictions(
     )
 
 
-@task(name="predict")
-def predict_task(model_name: str, alias: str, input_uri: str, output_uri: str) -> PredictionSummary:
-    """Score the images at ``input_uri`` with the model at ``alias``."""
-    from tasks.registry import load_model
+def predict(
+    model_name: str, alias: str, input_uri: str, output_uri: str, tracking_uri: str
+) -> PredictionSummary:
+    """Score the images at ``input_uri`` with the registered model at ``alias``.
 
-    model, version = load_model(model_name, alias)
+    Raises:
+        ModelNotFoundError: No version of ``model_name`` has the alias (nothing is written).
+    """
+    model, version = load_model(model_name, alias, tracking_uri)
     inputs = read_inputs(input_uri)
     return write_predictions(inputs, score(model, inputs.images), output_uri, model_name, version)
+
+
+predict_task = task(name="predict")(predict)

@@ -1,78 +1,36 @@
-"""From CIFAR batches to training shards: validate, split, normalise stats, write shards.
+"""From a CIFAR-10 archive to a dataset on storage: validate, split, normalisation stats, write.
 
-A dataset directory on storage holds uint8 shards (``{split}-{index:05d}.npz`` with
-``images`` (N, 3, 32, 32) and ``labels`` (N,)) and a ``manifest.json`` describing them. The
-shards are written by Dask tasks in parallel, so ingest scales with the cluster, apart from
-training.
+The Parquet files are written by Dask tasks in parallel, so ingest scales with the cluster.
+A dataset too small to give every rank one batch is refused here, before training starts.
 """
 
 from __future__ import annotations
 
-import hashlib
-import io
-import json
 import logging
 import os
 import posixpath
 import tempfile
-from dataclasses import asdict, dataclass
-from typing import Any
 
-import fsspec
 import numpy as np
-from distributed import Client
 from prefect import task
 
-from tasks.cifar import META, TEST_BATCH, TRAIN_BATCHES, Batch, parse_batch, parse_meta
+from tasks.archive import extract_archive
+from tasks.cifar import (
+    META,
+    TEST_BATCH,
+    TRAIN_BATCHES,
+    Batch,
+    DataFormatError,
+    parse_batch,
+    parse_meta,
+)
+from tasks.dataset import DataFile, Dataset, Manifest, read_manifest, write_file, write_manifest
+from tasks.download import Archive
+from tasks.errors import DatasetTooSmallError, NotCifarArchiveError
+from tasks.layout import StorageLayout
 from trainlib import DaskConfig
 
 logger = logging.getLogger(__name__)
-
-MANIFEST = "manifest.json"
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One shard file of a split."""
-
-    file: str
-    count: int
-    sha256: str
-
-
-@dataclass(frozen=True)
-class Manifest:
-    """What a dataset directory holds."""
-
-    source_md5: str
-    source_verified: bool
-    class_names: tuple[str, ...]
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
-    val_fraction: float
-    seed: int
-    splits: dict[str, list[Shard]]
-
-    def count(self, split: str) -> int:
-        """Number of images in a split."""
-        return sum(s.count for s in self.splits[split])
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=1)
-
-    @classmethod
-    def from_json(cls, text: str) -> Manifest:
-        raw = json.loads(text)
-        raw["splits"] = {k: [Shard(**s) for s in v] for k, v in raw["splits"].items()}
-        raw["class_names"] = tuple(raw["class_names"])
-        raw["mean"], raw["std"] = tuple(raw["mean"]), tuple(raw["std"])
-        return cls(**raw)
-
-
-def read_manifest(dataset_uri: str) -> Manifest:
-    """The manifest of a dataset directory."""
-    with fsspec.open(posixpath.join(dataset_uri, MANIFEST), "r") as f:
-        return Manifest.from_json(f.read())
 
 
 def load_batches(batches_dir: str) -> tuple[Batch, Batch, tuple[str, ...]]:
@@ -82,11 +40,18 @@ def load_batches(batches_dir: str) -> tuple[Batch, Batch, tuple[str, ...]]:
         with open(os.path.join(batches_dir, name), "rb") as f:
             return f.read()
 
-    train = [parse_batch(read(name), name) for name in TRAIN_BATCHES]
-    test = parse_batch(read(TEST_BATCH), TEST_BATCH)
+    try:
+        train = [parse_batch(read(name), name) for name in TRAIN_BATCHES]
+        test = parse_batch(read(TEST_BATCH), TEST_BATCH)
+        class_names = parse_meta(read(META))
+    except DataFormatError as exc:
+        raise NotCifarArchiveError(
+            f"The archive is not in the CIFAR-10 python format: {exc}. Point data_url at "
+            "cifar-10-python.tar.gz (the python version of CIFAR-10)."
+        ) from exc
     images = np.concatenate([b.images for b in train])
     labels = np.concatenate([b.labels for b in train])
-    return Batch(images, labels), test, parse_meta(read(META))
+    return Batch(images, labels), test, class_names
 
 
 def split_validation(train: Batch, val_fraction: float, seed: int) -> tuple[Batch, Batch]:
@@ -107,105 +72,86 @@ def channel_stats(images: np.ndarray) -> tuple[tuple[float, ...], tuple[float, .
     return tuple(pixels.mean(axis=1).tolist()), tuple(pixels.std(axis=1).tolist())
 
 
-def write_shard(uri: str, images: np.ndarray, labels: np.ndarray) -> Shard:
-    """Write one shard (runs as a Dask task)."""
-    buffer = io.BytesIO()
-    np.savez(buffer, images=images, labels=labels)
-    data = buffer.getvalue()
-    with fsspec.open(uri, "wb") as f:
-        f.write(data)
-    return Shard(posixpath.basename(uri), len(labels), hashlib.sha256(data).hexdigest())
+def check_trainable(train_rows: int, val_rows: int, num_workers: int, batch_size: int) -> None:
+    """Raise unless every rank gets at least one training batch and one validation image.
 
-
-def read_shard(dataset_uri: str, shard: Shard) -> Batch:
-    """Read one shard and check its sha256."""
-    with fsspec.open(posixpath.join(dataset_uri, shard.file), "rb") as f:
-        data = f.read()
-    if hashlib.sha256(data).hexdigest() != shard.sha256:
-        raise ValueError(
-            f"shard {shard.file} in {dataset_uri} is corrupt (sha256 mismatch); "
-            "delete the dataset directory and preprocess again"
+    Raises:
+        DatasetTooSmallError: Naming the counts and what to change.
+    """
+    per_rank_batch = max(1, batch_size // num_workers)
+    if train_rows // num_workers < per_rank_batch or val_rows < num_workers:
+        raise DatasetTooSmallError(
+            f"The dataset has {train_rows} training and {val_rows} validation images: too few "
+            f"for {num_workers} ranks with a global batch of {batch_size} (each rank needs "
+            f"{per_rank_batch} training images and 1 validation image per epoch). Use a smaller "
+            "batch_size, fewer num_workers, or a bigger archive."
         )
-    with np.load(io.BytesIO(data)) as arrays:
-        return Batch(arrays["images"], arrays["labels"])
 
 
-def write_dataset(
-    client: Client,
-    dataset_uri: str,
-    splits: dict[str, Batch],
-    shard_size: int,
-    manifest_fields: dict[str, Any],
-) -> Manifest:
-    """Write every split as shards through Dask tasks, then the manifest (last)."""
-    jobs = []
-    for split, batch in splits.items():
-        for index, start in enumerate(range(0, len(batch.labels), shard_size)):
-            uri = posixpath.join(dataset_uri, f"{split}-{index:05d}.npz")
-            part = slice(start, start + shard_size)
-            jobs.append(
-                (
-                    split,
-                    client.submit(
-                        write_shard, uri, batch.images[part], batch.labels[part], pure=False
-                    ),
-                )
-            )
-    shards: dict[str, list[Shard]] = {split: [] for split in splits}
-    for split, future in jobs:
-        shards[split].append(future.result())
-    manifest = Manifest(splits=shards, **manifest_fields)
-    with fsspec.open(posixpath.join(dataset_uri, MANIFEST), "w") as f:
-        f.write(manifest.to_json())
-    logger.info(
-        "Wrote %s: %s", dataset_uri, ", ".join(f"{s} {manifest.count(s)} images" for s in shards)
-    )
-    return manifest
+def dataset_name(source_md5: str, val_fraction: float, seed: int, rows_per_file: int) -> str:
+    """The directory name of the dataset made from an archive with these settings."""
+    return f"cifar10-{source_md5[:12]}-val{val_fraction:g}-seed{seed}-rows{rows_per_file}"
 
 
 def preprocess_archive(
-    archive_uri: str,
-    source_md5: str,
-    source_verified: bool,
-    storage_path: str,
+    archive: Archive,
+    layout: StorageLayout,
     *,
+    dask: DaskConfig,
+    num_workers: int,
+    batch_size: int,
+    rows_per_file: int = 2500,
     val_fraction: float = 0.1,
     seed: int = 0,
-    shard_size: int = 2500,
-    dask: DaskConfig | None = None,
-    num_workers: int = 2,
-) -> str:
-    """Turn a CIFAR-10 archive into a dataset directory on storage; return its URI.
+) -> Dataset:
+    """Turn a CIFAR-10 archive into a dataset on storage (kept: done once per archive).
 
-    Skips the work when a dataset for the same archive and settings exists already.
+    Raises:
+        DatasetTooSmallError: Too few images for ``num_workers`` ranks and ``batch_size``.
     """
-    from tasks.cluster import dask_client
-    from tasks.data import extract_archive
-
-    name = f"cifar10-{source_md5[:12]}-val{val_fraction:g}-seed{seed}-shard{shard_size}"
-    dataset_uri = posixpath.join(storage_path.rstrip("/"), "datasets", name)
-    fs, path = fsspec.core.url_to_fs(dataset_uri)
-    if fs.exists(posixpath.join(path, MANIFEST)):
-        logger.info("Dataset %s exists; skipping preprocessing", dataset_uri)
-        return dataset_uri
+    if rows_per_file < 1:
+        raise ValueError(f"shard_size={rows_per_file} must be at least 1 image per file.")
+    uri = layout.dataset(dataset_name(archive.md5, val_fraction, seed, rows_per_file))
+    if (existing := read_manifest(uri)) is not None:
+        logger.info("Dataset %s exists; skipping preprocessing", uri)
+        check_trainable(existing.rows("train"), existing.rows("val"), num_workers, batch_size)
+        return Dataset(uri, existing)
     with tempfile.TemporaryDirectory(prefix="cifar-") as tmp:
-        train, test, class_names = load_batches(extract_archive(archive_uri, tmp))
+        train, test, class_names = load_batches(extract_archive(archive.uri, tmp))
     train, val = split_validation(train, val_fraction, seed)
+    check_trainable(len(train.labels), len(val.labels), num_workers, batch_size)
     mean, std = channel_stats(train.images)
-    fields = {
-        "source_md5": source_md5,
-        "source_verified": source_verified,
-        "class_names": class_names,
-        "mean": mean,
-        "std": std,
-        "val_fraction": val_fraction,
-        "seed": seed,
-    }
-    with dask_client(dask or DaskConfig(), num_workers) as client:
-        write_dataset(
-            client, dataset_uri, {"train": train, "val": val, "test": test}, shard_size, fields
-        )
-    return dataset_uri
+    splits = {"train": train, "val": val, "test": test}
+    with dask.connect(num_workers=num_workers) as client:
+        futures = {
+            split: [
+                client.submit(
+                    write_file,
+                    posixpath.join(uri, f"{split}-{index:05d}.parquet"),
+                    batch.images[start : start + rows_per_file],
+                    batch.labels[start : start + rows_per_file],
+                    pure=False,
+                )
+                for index, start in enumerate(range(0, len(batch.labels), rows_per_file))
+            ]
+            for split, batch in splits.items()
+        }
+        files: dict[str, list[DataFile]] = {s: client.gather(f) for s, f in futures.items()}
+    manifest = Manifest(
+        source_md5=archive.md5,
+        source_verified=archive.verified,
+        class_names=class_names,
+        mean=(mean[0], mean[1], mean[2]),
+        std=(std[0], std[1], std[2]),
+        val_fraction=val_fraction,
+        seed=seed,
+        splits=files,
+    )
+    write_manifest(uri, manifest)
+    logger.info(
+        "Wrote %s: %s", uri, ", ".join(f"{s} {manifest.rows(s)} images" for s in manifest.splits)
+    )
+    return Dataset(uri, manifest)
 
 
 preprocess_task = task(name="preprocess")(preprocess_archive)

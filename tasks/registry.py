@@ -1,33 +1,37 @@
-"""The MLflow model registry: register a trained model, promote it, load it by alias."""
+"""The MLflow model registry: register a trained classifier, promote it, load it by alias.
+
+Every call takes the tracking URI (the registry lives in the same store): nothing here depends
+on a process-wide MLflow setting, so a task run alone, or in another process, uses the right
+store.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
+import os
+import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 
-import mlflow
 import numpy as np
 import torch
 from mlflow.exceptions import MlflowException
-from mlflow.models import infer_signature
 from mlflow.tracking import MlflowClient
 from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from torch import nn
 
-from tasks.preprocess import read_manifest
-from tasks.train import TrainedRun, load_checkpoint_model
+from tasks.errors import ModelNotFoundError
+from tasks.model_checkpoint import load_classifier
 
 logger = logging.getLogger(__name__)
 
 CHAMPION = "champion"
 CHALLENGER = "challenger"
+MODEL_ARTIFACT = "model"
 _REQUIREMENTS = [f"torch=={torch.__version__.split('+')[0]}", "torchvision", "numpy"]
-
-
-class ModelNotFoundError(LookupError):
-    """The registry has no such model, version or alias."""
 
 
 @dataclass(frozen=True)
@@ -40,61 +44,87 @@ class Promotion:
     reason: str
 
 
-def register_model(model: nn.Module, run_id: str, model_name: str) -> str:
+def register_model(model: nn.Module, run_id: str, model_name: str, tracking_uri: str) -> str:
     """Log ``model`` as the run's MLflow model and register it; return the new version.
 
     The model takes uint8 images (N, 3, 32, 32) and returns (N, 10) class scores.
     """
+    import mlflow.pytorch
+    from mlflow.models import infer_signature
+
+    client = MlflowClient(tracking_uri)
     example = np.zeros((2, 3, 32, 32), dtype=np.uint8)
     with torch.no_grad():
         scores = model.eval()(torch.from_numpy(example)).numpy()
-    with mlflow.start_run(run_id=run_id):
-        info = mlflow.pytorch.log_model(
+    with tempfile.TemporaryDirectory() as directory, _quiet_pickle_warning():
+        path = os.path.join(directory, MODEL_ARTIFACT)
+        mlflow.pytorch.save_model(
             model,
-            name="model",
+            path,
             signature=infer_signature(example, scores),
             input_example=example,
             serialization_format="pickle",  # "pt2" loads as a GraphModule without .eval()
             pip_requirements=_REQUIREMENTS,
-            registered_model_name=model_name,
         )
-    version = str(info.registered_model_version)
+        client.log_artifacts(run_id, path, MODEL_ARTIFACT)
+    with contextlib.suppress(MlflowException):  # it exists already
+        client.create_registered_model(model_name)
+    source = f"{client.get_run(run_id).info.artifact_uri}/{MODEL_ARTIFACT}"
+    version = str(client.create_model_version(model_name, source, run_id).version)
     logger.info("Registered %s version %s", model_name, version)
     return version
 
 
-def version_at_alias(model_name: str, alias: str) -> str | None:
-    """The version holding ``alias``, or None."""
+def version_at_alias(model_name: str, alias: str, tracking_uri: str) -> str | None:
+    """The version holding ``alias``, or None (also when the model does not exist)."""
     try:
-        return str(MlflowClient().get_model_version_by_alias(model_name, alias).version)
+        version = MlflowClient(tracking_uri).get_model_version_by_alias(model_name, alias)
     except MlflowException as exc:
         if exc.error_code == "RESOURCE_DOES_NOT_EXIST" or "not found" in str(exc).lower():
             return None
         raise
+    return str(version.version)
 
 
-def load_model(model_name: str, alias: str) -> tuple[nn.Module, str]:
+def load_version(model_name: str, version: str, tracking_uri: str) -> nn.Module:
+    """The registered model ``model_name`` at ``version``."""
+    import mlflow.artifacts
+    import mlflow.pytorch
+
+    source = MlflowClient(tracking_uri).get_model_version_download_uri(model_name, version)
+    with tempfile.TemporaryDirectory() as directory:
+        local = mlflow.artifacts.download_artifacts(
+            artifact_uri=source, dst_path=directory, tracking_uri=tracking_uri
+        )
+        model: nn.Module = mlflow.pytorch.load_model(local)
+    return model
+
+
+def load_model(model_name: str, alias: str, tracking_uri: str) -> tuple[nn.Module, str]:
     """The registered model at ``alias`` and its version.
 
     Raises:
         ModelNotFoundError: No version of ``model_name`` has the alias.
     """
-    version = version_at_alias(model_name, alias)
+    version = version_at_alias(model_name, alias, tracking_uri)
     if version is None:
         raise ModelNotFoundError(
-            f"Model {model_name!r} has no version with alias @{alias}; train one first "
-            f"(flow train-cifar) or pick an existing alias (e.g. @{CHAMPION})."
+            f"Model {model_name!r} has no version with alias @{alias} in {tracking_uri}; "
+            f"train one first (flow train-cifar), or pick an existing model and alias "
+            f"(e.g. @{CHAMPION})."
         )
-    return mlflow.pytorch.load_model(f"models:/{model_name}/{version}"), version
+    return load_version(model_name, version, tracking_uri), version
 
 
-def promote(model_name: str, version: str, test_accuracy: float, margin: float) -> Promotion:
-    """Give ``version`` the champion alias if it beats the champion by ``margin``.
+def promote(
+    model_name: str, version: str, test_accuracy: float, margin: float, tracking_uri: str
+) -> Promotion:
+    """Give ``version`` the champion alias if it beats the champion by more than ``margin``.
 
     Otherwise it becomes the challenger. The reason is recorded on the version.
     """
-    client = MlflowClient()
-    champion = version_at_alias(model_name, CHAMPION)
+    client = MlflowClient(tracking_uri)
+    champion = version_at_alias(model_name, CHAMPION, tracking_uri)
     if champion is None:
         promoted, reason = True, "no champion yet"
     else:
@@ -113,17 +143,39 @@ def promote(model_name: str, version: str, test_accuracy: float, margin: float) 
     return Promotion(version, alias, promoted, reason)
 
 
-@task(name="register", retries=2, retry_delay_seconds=2)
-def register_task(trained: TrainedRun, dataset_uri: str, model_name: str) -> str:
-    """Register the best checkpoint of a training run as a new model version."""
-    model = load_checkpoint_model(trained.outcome.best_checkpoint_uri, read_manifest(dataset_uri))
-    return register_model(model, trained.run_id, model_name)
+@contextlib.contextmanager
+def _quiet_pickle_warning() -> Iterator[None]:
+    """MLflow warns on every pickle save that pickles can run code when loaded. The models are
+    our own, loaded from our own registry; the training checkpoints themselves are plain
+    tensors (``weights_only=True``). The warning would only teach users to ignore warnings."""
+
+    def drop(record: logging.LogRecord) -> bool:
+        return "Pickle or CloudPickle" not in record.getMessage()
+
+    mlflow_logger = logging.getLogger("mlflow.pytorch")
+    mlflow_logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        mlflow_logger.removeFilter(drop)
+
+
+def register_checkpoint(
+    checkpoint_uri: str, run_id: str, model_name: str, tracking_uri: str
+) -> str:
+    """Register the classifier of a training checkpoint as a new version of ``model_name``."""
+    return register_model(load_classifier(checkpoint_uri), run_id, model_name, tracking_uri)
+
+
+register_task = task(name="register", retries=2, retry_delay_seconds=2)(register_checkpoint)
 
 
 @task(name="promote", retries=2, retry_delay_seconds=2)
-def promote_task(model_name: str, version: str, test_accuracy: float, margin: float) -> Promotion:
+def promote_task(
+    model_name: str, version: str, test_accuracy: float, margin: float, tracking_uri: str
+) -> Promotion:
     """Promote or not, and say why in a Prefect artifact."""
-    decision = promote(model_name, version, test_accuracy, margin)
+    decision = promote(model_name, version, test_accuracy, margin, tracking_uri)
     create_markdown_artifact(
         key="promotion",
         markdown=(

@@ -1,4 +1,7 @@
-"""MLflow tracking: one run per training run, created by the driver, fed by trainlib callbacks."""
+"""MLflow tracking: one run per training run, created by the driver, fed by trainlib callbacks.
+
+Every function takes the tracking URI: nothing depends on a process-wide MLflow setting.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import mlflow
 import torch
 from mlflow.entities import Metric, RunStatus
 from mlflow.tracking import MlflowClient
@@ -20,8 +22,12 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
 
 def resolve_tracking_uri(tracking_uri: str | None) -> str:
-    """``tracking_uri``, else $MLFLOW_TRACKING_URI, else a sqlite file in the current folder."""
-    return tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    """``tracking_uri``, else $MLFLOW_TRACKING_URI, else ``mlflow.db`` in the current folder
+    (as an absolute path, so every task and process uses the same file)."""
+    chosen = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    if chosen.startswith("sqlite:///") and not chosen.startswith("sqlite:////"):
+        return "sqlite:///" + os.path.abspath(chosen.removeprefix("sqlite:///"))
+    return chosen
 
 
 def git_sha() -> str:
@@ -134,26 +140,16 @@ class MLflowCallback(trainlib.Callback):
             self._logged.setdefault(metric.key, set()).add(step)
 
     def on_end(self, result: trainlib.Result) -> None:
-        if result.error is not None:
-            status = (
-                RunStatus.KILLED
-                if isinstance(result.error, KeyboardInterrupt)
-                else RunStatus.FAILED
-            )
-            self._client.set_terminated(self._run_id, RunStatus.to_string(status))
+        """The run's status is the training's: FINISHED, FAILED, or KILLED (Ctrl-C). Later
+        steps (evaluation) still add to it; it is never left RUNNING."""
+        status = RunStatus.FINISHED
+        if isinstance(result.error, KeyboardInterrupt):
+            status = RunStatus.KILLED
+        elif result.error is not None:
+            status = RunStatus.FAILED
+        self._client.set_terminated(self._run_id, RunStatus.to_string(status))
 
 
 def _step(report: trainlib.Report) -> int:
     """The MLflow step of a report: its epoch, else its index."""
     return int(report.metrics.get("epoch", report.index))
-
-
-def finish_run(tracking_uri: str, run_id: str) -> None:
-    """Mark the run finished."""
-    MlflowClient(tracking_uri).set_terminated(run_id, RunStatus.to_string(RunStatus.FINISHED))
-
-
-def use_tracking_uri(tracking_uri: str) -> None:
-    """Point the fluent mlflow API and its registry at ``tracking_uri``."""
-    mlflow.set_tracking_uri(tracking_uri)
-    mlflow.set_registry_uri(tracking_uri)

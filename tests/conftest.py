@@ -70,3 +70,46 @@ def http_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpDir]:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@dataclass
+class ScriptedHttp:
+    """An HTTP server (no Range support) that answers with scripted statuses, then the file."""
+
+    url: str
+    statuses: list[int]
+    requests: list[str]
+
+
+@pytest.fixture
+def scripted_http(http_dir: HttpDir) -> Iterator[ScriptedHttp]:
+    """Serves ``http_dir``'s files; while ``statuses`` is not empty, each request gets the next
+    status instead (e.g. 503, 429, 404)."""
+    script = ScriptedHttp("", [], [])
+
+    class Handler(_QuietHandler):
+        def _scripted(self) -> bool:
+            script.requests.append(self.command)
+            if not script.statuses:
+                return False
+            self.send_error(script.statuses.pop(0))
+            return True
+
+        def do_GET(self) -> None:
+            if not self._scripted():
+                super().do_GET()
+
+        def do_HEAD(self) -> None:
+            if not self._scripted():
+                super().do_HEAD()
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(http_dir.path)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    script.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield script
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -7,7 +7,7 @@ ours and says which Dask cluster runs the ranks.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainlib.errors import ConfigError
@@ -171,9 +171,10 @@ class TorchConfig:
 class DaskConfig:
     """Which Dask cluster runs the ranks.
 
-    With neither ``address`` nor ``cluster_class``, ``fit()`` starts a
+    With neither ``address`` nor ``cluster_class``: the scheduler in Dask's own
+    ``scheduler-address`` setting ($DASK_SCHEDULER_ADDRESS) if there is one, else a
     ``distributed.LocalCluster`` on 127.0.0.1 with one single-threaded worker per rank, running
-    as threads of the calling process (each rank is still a process of its own), and closes it
+    as threads of the calling process (each rank is still a process of its own), closed
     afterwards; ``cluster_kwargs`` override its arguments (e.g. ``{"processes": True}``).
     Follows prefect-dask's conventions.
 
@@ -210,6 +211,20 @@ class DaskConfig:
         if num_workers < 1:
             raise ConfigError(f"DaskConfig.connect(num_workers={num_workers}) must be >= 1.")
         return connect(self, num_workers)
+
+    def attached_to(self, client: Client) -> DaskConfig:
+        """This config pointing at the running cluster of ``client`` (by scheduler address):
+        what to hand to code that should use the cluster without starting one."""
+        scheduler = client.scheduler
+        if scheduler is None:
+            raise ConfigError("DaskConfig.attached_to() needs a connected client.")
+        return replace(
+            self,
+            address=scheduler.address,
+            cluster_class=None,
+            cluster_kwargs={},
+            adapt_kwargs=None,
+        )
 
     def __post_init__(self) -> None:
         if self.address and self.cluster_class:

@@ -109,7 +109,7 @@ def test_deployment_logs_rank_zero_lines_in_the_run(manual_run: Any) -> None:
 
     messages = asyncio.run(read())
     assert any(m.startswith("epoch 1/1: train loss") for m in messages)
-    assert any("running on 2 ranks" in m for m in messages)
+    assert any("starting (attempt 1) on 2 ranks" in m for m in messages)  # trainlib's state
 
 
 def test_deployment_nightly_has_cron_and_scheduled_runs(deployed: dict[str, str]) -> None:

@@ -19,8 +19,7 @@ from PIL import Image
 from flows.predict_cifar import predict_cifar
 from flows.train_cifar import train_cifar
 from tasks.cifar import write_synthetic_archive
-from tasks.data import ChecksumError, UnsafeArchiveError
-from tasks.registry import ModelNotFoundError
+from tasks.errors import ChecksumError, ModelNotFoundError, UnsafeArchiveError
 from tests.conftest import HttpDir
 
 MODEL = "e2e-classifier"

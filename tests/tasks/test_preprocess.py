@@ -1,6 +1,7 @@
+"""Preprocessing: validation, a seeded split, train-only statistics, files written by Dask."""
+
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -8,13 +9,11 @@ import pytest
 from distributed import Client
 
 from tasks.cifar import Batch, write_synthetic_archive
-from tasks.preprocess import (
-    channel_stats,
-    preprocess_archive,
-    read_manifest,
-    read_shard,
-    split_validation,
-)
+from tasks.dataset import Dataset, read_split
+from tasks.download import Archive
+from tasks.errors import DatasetTooSmallError
+from tasks.layout import StorageLayout
+from tasks.preprocess import channel_stats, check_trainable, preprocess_archive, split_validation
 from trainlib import DaskConfig
 
 
@@ -38,62 +37,55 @@ def test_preprocess_channel_stats_per_channel() -> None:
     assert std == pytest.approx((0.0, 0.0, 0.5))
 
 
+def test_preprocess_too_small_for_the_ranks_says_what_to_change() -> None:
+    check_trainable(train_rows=512, val_rows=2, num_workers=2, batch_size=512)
+    with pytest.raises(DatasetTooSmallError, match="each rank needs 256 training images"):
+        check_trainable(train_rows=510, val_rows=2, num_workers=2, batch_size=512)
+    with pytest.raises(DatasetTooSmallError, match="Use a smaller batch_size, fewer num_workers"):
+        check_trainable(train_rows=1000, val_rows=1, num_workers=2, batch_size=8)
+
+
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory: pytest.TempPathFactory, dask_client: Client) -> str:
+def dataset(tmp_path_factory: pytest.TempPathFactory, dask_client: Client) -> Dataset:
     root = tmp_path_factory.mktemp("prep")
     md5 = write_synthetic_archive(str(root / "a.tar.gz"), images_per_batch=40)
     return preprocess_archive(
-        str(root / "a.tar.gz"),
-        md5,
-        True,
-        str(root / "store"),
+        Archive(str(root / "a.tar.gz"), md5, True),
+        StorageLayout.at(str(root / "store")),
+        dask=DaskConfig(address=dask_client.scheduler.address),
+        num_workers=2,
+        batch_size=16,
+        rows_per_file=50,
         val_fraction=0.1,
         seed=3,
-        shard_size=50,
-        dask=DaskConfig(address=dask_client.scheduler.address),
     )
 
 
-def test_preprocess_writes_shards_and_manifest(dataset: str) -> None:
-    manifest = read_manifest(dataset)
-    assert (manifest.count("train"), manifest.count("val"), manifest.count("test")) == (180, 20, 40)
-    assert [s.count for s in manifest.splits["train"]] == [50, 50, 50, 30]
-    shard = read_shard(dataset, manifest.splits["test"][0])
-    assert shard.images.shape == (40, 3, 32, 32) and shard.images.dtype == np.uint8
+def test_preprocess_writes_files_and_manifest(dataset: Dataset) -> None:
+    manifest = dataset.manifest
+    assert (manifest.rows("train"), manifest.rows("val"), manifest.rows("test")) == (180, 20, 40)
+    assert [f.rows for f in manifest.splits["train"]] == [50, 50, 50, 30]
+    test = read_split(dataset, "test")
+    assert test.images.shape == (40, 3, 32, 32) and test.images.dtype == np.uint8
     assert manifest.source_verified and len(manifest.mean) == 3
 
 
-def test_preprocess_train_stats_exclude_validation_and_test(dataset: str) -> None:
-    manifest = read_manifest(dataset)
-    train = np.concatenate([read_shard(dataset, s).images for s in manifest.splits["train"]])
-    assert manifest.mean == pytest.approx(channel_stats(train)[0])
+def test_preprocess_train_stats_exclude_validation_and_test(dataset: Dataset) -> None:
+    train = read_split(dataset, "train")
+    assert dataset.manifest.mean == pytest.approx(channel_stats(train.images)[0])
 
 
-def test_preprocess_is_skipped_when_dataset_exists(dataset: str, dask_client: Client) -> None:
-    manifest_file = Path(dataset, "manifest.json")
+def test_preprocess_is_skipped_when_dataset_exists(dataset: Dataset) -> None:
+    manifest_file = Path(dataset.uri, "manifest.json")
     before = manifest_file.stat().st_mtime_ns
-    store = str(Path(dataset).parent.parent)
     again = preprocess_archive(
-        "/nonexistent.tar.gz",
-        read_manifest(dataset).source_md5,
-        True,
-        store,
+        Archive("/nonexistent.tar.gz", dataset.manifest.source_md5, True),
+        StorageLayout.at(str(Path(dataset.uri).parent.parent)),
+        dask=DaskConfig(address="tcp://never-connected:1"),
+        num_workers=2,
+        batch_size=16,
+        rows_per_file=50,
         val_fraction=0.1,
         seed=3,
-        shard_size=50,
     )
     assert again == dataset and manifest_file.stat().st_mtime_ns == before
-
-
-def test_preprocess_detects_corrupt_shard(dataset: str) -> None:
-    manifest = read_manifest(dataset)
-    shard = manifest.splits["val"][0]
-    path = Path(dataset, shard.file)
-    original = path.read_bytes()
-    try:
-        path.write_bytes(original[:-10] + b"0123456789")
-        with pytest.raises(ValueError, match="corrupt"):
-            read_shard(dataset, shard)
-    finally:
-        path.write_bytes(original)
-    assert json.loads(Path(dataset, "manifest.json").read_text())["seed"] == 3

@@ -1,4 +1,4 @@
-"""The model registry on a real MLflow sqlite store."""
+"""The model registry on a real MLflow sqlite store, with the URI given explicitly."""
 
 from __future__ import annotations
 
@@ -9,77 +9,84 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
+from tasks.errors import ModelNotFoundError
 from tasks.models import build_model
-from tasks.registry import ModelNotFoundError, load_model, promote, register_model
-from tasks.tracking import start_run, use_tracking_uri
+from tasks.registry import load_model, promote, register_model
+from tasks.tracking import start_run
 
 
 @pytest.fixture(scope="module")
 def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The store the tests use, while MLflow's process-wide URI points at another one."""
     root = tmp_path_factory.mktemp("mlflow")
-    old_cwd = os.getcwd()
-    os.chdir(root)  # MLflow's sqlite store keeps artifacts in ./mlruns
-    uri = f"sqlite:///{root}/mlflow.db"
-    use_tracking_uri(uri)
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{root}/elsewhere.db")
     try:
-        yield uri
+        yield f"sqlite:///{root}/mlflow.db"
     finally:
-        os.chdir(old_cwd)
+        mlflow.set_tracking_uri(before)
+    assert not (root / "elsewhere.db").exists()  # nothing ever used the global setting
 
 
 def _register(tracking_uri: str, name: str, accuracy: float | None = None) -> str:
     run_id = start_run(tracking_uri, "registry-test", "run", {"lr": 0.1}, {})
-    version = register_model(build_model("small_cnn", (0.5,) * 3, (0.25,) * 3), run_id, name)
+    model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    version = register_model(model, run_id, name, tracking_uri)
     if accuracy is not None:
-        MlflowClient().set_model_version_tag(name, version, "test_accuracy", str(accuracy))
+        MlflowClient(tracking_uri).set_model_version_tag(
+            name, version, "test_accuracy", str(accuracy)
+        )
     return version
 
 
 def test_registry_first_version_becomes_champion(tracking_uri: str) -> None:
     version = _register(tracking_uri, "first", 0.5)
-    decision = promote("first", version, 0.5, margin=0.0)
+    decision = promote("first", version, 0.5, 0.0, tracking_uri)
     assert (decision.promoted, decision.alias, decision.reason) == (
         True,
         "champion",
         "no champion yet",
     )
-    assert str(MlflowClient().get_model_version_by_alias("first", "champion").version) == version
+    client = MlflowClient(tracking_uri)
+    assert str(client.get_model_version_by_alias("first", "champion").version) == version
 
 
 def test_registry_worse_version_becomes_challenger(tracking_uri: str) -> None:
     champion = _register(tracking_uri, "duel", 0.8)
-    promote("duel", champion, 0.8, margin=0.0)
+    promote("duel", champion, 0.8, 0.0, tracking_uri)
     newcomer = _register(tracking_uri, "duel", 0.81)
-    decision = promote("duel", newcomer, 0.81, margin=0.05)
+    decision = promote("duel", newcomer, 0.81, 0.05, tracking_uri)
     assert (decision.promoted, decision.alias) == (False, "challenger")
     assert "does not beat champion version 1 (0.8000) by more than the margin 0.05" in (
         decision.reason
     )
-    client = MlflowClient()
+    client = MlflowClient(tracking_uri)
     assert str(client.get_model_version_by_alias("duel", "champion").version) == champion
     assert client.get_model_version("duel", newcomer).tags["promotion"].startswith("@challenger")
 
 
 def test_registry_better_version_takes_the_champion_alias(tracking_uri: str) -> None:
-    promote("race", _register(tracking_uri, "race", 0.6), 0.6, margin=0.01)
+    promote("race", _register(tracking_uri, "race", 0.6), 0.6, 0.01, tracking_uri)
     better = _register(tracking_uri, "race", 0.7)
-    assert promote("race", better, 0.7, margin=0.01).promoted
-    assert str(MlflowClient().get_model_version_by_alias("race", "champion").version) == better
+    assert promote("race", better, 0.7, 0.01, tracking_uri).promoted
+    client = MlflowClient(tracking_uri)
+    assert str(client.get_model_version_by_alias("race", "champion").version) == better
 
 
 def test_registry_missing_alias_names_the_fix(tracking_uri: str) -> None:
     _register(tracking_uri, "lonely")
     with pytest.raises(ModelNotFoundError, match="'lonely' has no version with alias @nope"):
-        load_model("lonely", "nope")
+        load_model("lonely", "nope", tracking_uri)
     with pytest.raises(ModelNotFoundError, match="'ghost' has no version"):
-        load_model("ghost", "champion")
+        load_model("ghost", "champion", tracking_uri)
 
 
 def test_registry_model_loads_in_a_fresh_process(tracking_uri: str, tmp_path: Path) -> None:
-    promote("fresh", _register(tracking_uri, "fresh", 0.5), 0.5, margin=0.0)
+    promote("fresh", _register(tracking_uri, "fresh", 0.5), 0.5, 0.0, tracking_uri)
     code = (
         "import json, numpy as np, mlflow, mlflow.pytorch, mlflow.pyfunc, torch\n"
         "x = np.random.randint(0, 256, (3, 3, 32, 32), dtype=np.uint8)\n"

@@ -31,11 +31,12 @@ def connect(config: DaskConfig, num_workers: int, client: Client | None = None) 
     if client is not None:
         yield client
         return
-    if config.address:
-        with Client(config.address) as remote:
-            logger.info(
-                "Connected to Dask at %s (dashboard %s)", config.address, remote.dashboard_link
-            )
+    address = config.address
+    if not address and not config.cluster_class:
+        address = dask.config.get("scheduler-address", None)  # $DASK_SCHEDULER_ADDRESS
+    if address:
+        with Client(address) as remote:
+            logger.info("Connected to Dask at %s (dashboard %s)", address, remote.dashboard_link)
             yield remote
         return
     with _start_cluster(config, num_workers) as cluster, Client(cluster) as own:

@@ -96,9 +96,8 @@ class _Run:
         for callback in self.plan.run_config.callbacks:
             callback.on_end(result)
         if error is not None:
-            first_line = next(iter(str(error).splitlines()), "")
-            logger.error("Run %s errored: %s %s", self.name, type(error).__name__, first_line)
-            raise error
+            logger.info("Run %s ended with %s", self.name, type(error).__name__)
+            raise error  # the caller reports it; logging it here too would say it twice
         logger.info("Run %s finished", self.name)
         return result
 

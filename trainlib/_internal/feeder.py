@@ -22,6 +22,7 @@ from distributed import Client, Future
 
 from trainlib._internal.datasets import Block, DatasetSource, num_rows, take_rows
 from trainlib._internal.split import EqualSplit, Segment, pass_order, windows
+from trainlib._internal.waiting import result_within
 from trainlib.errors import DatasetError
 
 Send = Callable[[tuple[str, Any]], None]
@@ -155,12 +156,10 @@ class _DatasetFeed:
 
     def _wait(self, future: Future[Any]) -> Any:
         """The future's result; raises ``_Stopped`` once the feeder is stopped."""
-        while True:
-            try:
-                return future.result(timeout=_WAIT_S)
-            except TimeoutError:
-                if self._stopped.is_set():
-                    raise _Stopped from None
+        try:
+            return result_within(future, _WAIT_S, give_up=self._stopped.is_set)
+        except TimeoutError:
+            raise _Stopped from None
 
     def _release(self, partitions: set[int]) -> None:
         """Drop this rank's interest in partitions (another rank may still hold them)."""

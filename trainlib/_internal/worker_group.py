@@ -6,15 +6,16 @@ import pickle
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 
-from distributed import Client, Event, Future, Queue, wait
+from distributed import Client, Event, Future, Queue
 
 from trainlib._internal import backend, cluster
 from trainlib._internal.messages import RankLaunch
 from trainlib._internal.ranks import WorkerSlot
 from trainlib._internal.supervisor import RankOutcome, supervise_rank
+from trainlib._internal.waiting import Completions, result_within
 from trainlib.errors import RankFailure
 
 STOP_TIMEOUT_S = 10.0
@@ -45,6 +46,7 @@ class WorkerGroup:
         self._stop = stop
         self._outcomes: dict[int, RankOutcome] = {}
         self._unresponsive: set[str] = set()
+        self._completions = Completions(futures)
 
     @classmethod
     @contextmanager
@@ -60,9 +62,10 @@ class WorkerGroup:
         queue = Queue(f"trainlib-reports-{token}", client=client)
         stop = Event(f"trainlib-stop-{token}", client=client)
         rank0 = slots[0]
-        port = client.submit(
+        port_future = client.submit(
             backend.find_free_port, workers=[rank0.address], allow_other_workers=False, pure=False
-        ).result(timeout=STOP_TIMEOUT_S)
+        )
+        port = result_within(port_future, STOP_TIMEOUT_S, give_up=lambda: True)
         futures = [
             client.submit(
                 supervise_rank,
@@ -127,10 +130,8 @@ class WorkerGroup:
 
     def _wait_for_any(self, timeout_s: float) -> None:
         """Return when a rank's task ends, or after ``timeout_s``."""
-        running = [f for f in self._futures if not f.done()]
-        if running:
-            with suppress(TimeoutError):
-                wait(running, timeout=timeout_s, return_when="FIRST_COMPLETED")
+        if any(not f.done() for f in self._futures):
+            self._completions.wait(timeout_s)
 
     def _collect_done(self) -> None:
         for slot, future in zip(self._slots, self._futures, strict=True):
@@ -170,8 +171,7 @@ class WorkerGroup:
             ]
             if not pending or time.monotonic() >= deadline:
                 break
-            with suppress(TimeoutError):
-                wait(pending, timeout=_STOP_POLL_S, return_when="FIRST_COMPLETED")
+            self._completions.wait(_STOP_POLL_S)
         self._collect_done()  # a task that ended after the last collection emptied `pending`
         for slot in self._slots:
             if slot.world_rank not in self._outcomes:

@@ -1,0 +1,225 @@
+"""Getting the CIFAR-10 archive: a streamed copy from any fsspec URL, retried while the network
+fails, verified by md5.
+
+HTTP(S) is read as a stream: no Range requests, so any server works (``python -m http.server``,
+mirrors and proxies without them). DNS failures, refused or reset connections, timeouts, HTTP
+5xx and 429 are retried with exponential backoff; a missing file, a refused access, a wrong md5
+fail at once. Each error says what failed, why, and what to do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import posixpath
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import fsspec
+from prefect import task
+
+from tasks.cifar import OFFICIAL_MD5, OFFICIAL_URL
+from tasks.errors import ChecksumError, DownloadError
+from tasks.layout import StorageLayout
+
+logger = logging.getLogger(__name__)
+
+_CHUNK = 1 << 20
+_CONNECT_TIMEOUT_S = 30
+_READ_TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class Archive:
+    """A downloaded archive on storage."""
+
+    uri: str
+    md5: str
+    verified: bool
+
+
+@dataclass(frozen=True)
+class Retry:
+    """How often to try a download, and the first wait between tries (doubled each time)."""
+
+    tries: int = 3
+    backoff_s: float = 1.0
+
+
+def expected_md5(url: str, md5: str | None) -> str | None:
+    """``md5`` if given; else the official checksum for the official URL, None for others."""
+    return md5 or (OFFICIAL_MD5 if url == OFFICIAL_URL else None)
+
+
+def download_archive(
+    url: str, layout: StorageLayout, md5: str | None, retry: Retry = Retry()
+) -> Archive:
+    """Copy the archive at ``url`` to the layout's ``raw/`` folder and check its md5.
+
+    Skips the copy when a file with the expected md5 is already there. Without ``md5`` the
+    archive is copied and reported as unverified (it is checked by structure later).
+
+    Raises:
+        PermissionError: Nothing can be written under the storage path.
+        DownloadError: The network failed on every try, or the server refused the file.
+        ChecksumError: The md5 differs; nothing is left behind.
+    """
+    layout.check_writable()
+    target = layout.raw_archive(url)
+    target_fs, target_path = fsspec.core.url_to_fs(target)
+    if md5 is not None and target_fs.exists(target_path) and _md5_of(target) == md5:
+        logger.info("Archive %s already downloaded and verified; skipping", target)
+        return Archive(target, md5, verified=True)
+    partial = f"{target_path}.partial-{uuid.uuid4().hex[:8]}"
+    target_fs.makedirs(posixpath.dirname(target_path), exist_ok=True)
+    try:
+        actual = _copy_with_retries(url, target_fs, partial, retry)
+        if md5 is not None and actual != md5:
+            raise ChecksumError(
+                f"{url} has md5 {actual}, expected {md5}; the download is corrupt or the URL "
+                "points at another file: check data_url, or pass the right data_md5."
+            )
+        target_fs.mv(partial, target_path)
+    finally:
+        if target_fs.exists(partial):
+            target_fs.rm(partial)
+    if md5 is None:
+        logger.warning("No checksum given for %s (md5 %s): unverified", url, actual)
+    return Archive(target, actual, verified=md5 is not None)
+
+
+def _copy_with_retries(
+    url: str, target_fs: fsspec.AbstractFileSystem, target_path: str, retry: Retry
+) -> str:
+    for attempt in range(1, retry.tries + 1):
+        try:
+            return _copy(url, target_fs, target_path)
+        except Exception as exc:
+            cause, transient = describe_failure(exc)
+            if not transient or attempt == retry.tries:
+                raise DownloadError(
+                    url, cause, transient, attempt, _advice(cause, transient)
+                ) from exc
+            wait_s = retry.backoff_s * 2 ** (attempt - 1)
+            logger.warning(
+                "Download of %s failed (%s); try %d of %d in %g s",
+                url,
+                cause,
+                attempt + 1,
+                retry.tries,
+                wait_s,
+            )
+            time.sleep(wait_s)
+    raise AssertionError("unreachable: the last try returns or raises")
+
+
+def _copy(url: str, target_fs: fsspec.AbstractFileSystem, target_path: str) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with fsspec.open(url, "rb", **_read_options(url)) as source:
+        size = getattr(source, "size", None)
+        with target_fs.open(target_path, "wb") as target:
+            copied, next_log = 0, 0.1
+            for chunk in iter(lambda: source.read(_CHUNK), b""):
+                target.write(chunk)
+                digest.update(chunk)
+                copied += len(chunk)
+                if size and copied / size >= next_log:
+                    logger.info("Downloaded %d%% of %s", 100 * copied // size, url)
+                    next_log += 0.1
+    return digest.hexdigest()
+
+
+def _md5_of(uri: str) -> str:
+    digest = hashlib.md5(usedforsecurity=False)
+    with fsspec.open(uri, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _read_options(url: str) -> dict[str, Any]:
+    """fsspec options: HTTP as a stream (no Range requests) with connect and read timeouts."""
+    if urlparse(url).scheme not in ("http", "https"):
+        return {}
+    import aiohttp
+
+    timeout = aiohttp.ClientTimeout(
+        total=None, sock_connect=_CONNECT_TIMEOUT_S, sock_read=_READ_TIMEOUT_S
+    )
+    return {"block_size": 0, "client_kwargs": {"timeout": timeout}}
+
+
+def describe_failure(exc: BaseException) -> tuple[str, bool]:
+    """The cause of a failed download in plain words, and whether trying again may help.
+
+    fsspec wraps network errors (in a FileNotFoundError for HTTP); the cause is the most
+    specific one found along the exception's chain.
+    """
+    chain = _chain(exc)
+    for error in chain:
+        if (status := _http_status(error)) is not None:
+            reason = getattr(error, "message", "") or ""
+            return f"HTTP {status} {reason}".strip(), status >= 500 or status == 429
+    names = {type(error).__name__ for error in chain}
+    for cause, matches in _NETWORK_CAUSES:
+        classes = tuple(m for m in matches if isinstance(m, type))
+        if any(isinstance(error, classes) for error in chain) or names & set(_names(matches)):
+            return cause, True
+    if isinstance(exc, PermissionError):
+        return f"access denied ({exc})", False
+    if isinstance(exc, FileNotFoundError):
+        return "no such file", False
+    return f"{type(exc).__name__}: {exc}", False
+
+
+# Most specific first: aiohttp's connector errors wrap the OS error that says what happened.
+_NETWORK_CAUSES: tuple[tuple[str, tuple[type[BaseException] | str, ...]], ...] = (
+    ("name resolution failed", ("gaierror", "ClientConnectorDNSError")),
+    ("connection refused", (ConnectionRefusedError,)),
+    (
+        "connection reset",
+        (ConnectionResetError, BrokenPipeError, "ServerDisconnectedError", "ClientPayloadError"),
+    ),
+    ("timed out", (TimeoutError, "ServerTimeoutError", "ConnectTimeoutError", "ReadTimeoutError")),
+    ("cannot connect to the endpoint", ("EndpointConnectionError", "ConnectionClosedError")),
+    ("cannot connect", ("ClientConnectorError", "ClientOSError")),
+)
+
+
+def _names(matches: tuple[type[BaseException] | str, ...]) -> list[str]:
+    return [m for m in matches if isinstance(m, str)]
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    found: list[BaseException] = []
+    error: BaseException | None = exc
+    while error is not None and error not in found:
+        found.append(error)
+        error = error.__cause__ or error.__context__
+    return found
+
+
+def _http_status(error: BaseException) -> int | None:
+    status = getattr(error, "status", None)
+    if type(error).__name__ == "ClientResponseError" and isinstance(status, int):
+        return status
+    return None
+
+
+def _advice(cause: str, transient: bool) -> str:
+    if transient:
+        return (
+            "Check the network, or train offline: `make run-offline`, or "
+            "`--data-url file:///path/to/cifar-10-python.tar.gz`."
+        )
+    if cause.startswith(("HTTP 404", "no such file")):
+        return "Check data_url: it must point at cifar-10-python.tar.gz."
+    if cause.startswith(("HTTP 401", "HTTP 403", "access denied")):
+        return "Check that the credentials in the environment may read data_url."
+    return "Check data_url."
+
+
+download_task = task(name="download")(download_archive)

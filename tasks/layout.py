@@ -1,0 +1,79 @@
+"""Where the pipeline keeps things under ``storage_path``: one layout, built once per flow run.
+
+::
+
+    {storage_path}/
+        raw/{archive name}              downloaded archives
+        synthetic/cifar-10-python.tar.gz   the archive ``--synthetic`` generates
+        datasets/{name}/                preprocessed datasets (Parquet files + manifest.json)
+        runs/{run name}/                training runs: checkpoints (trainlib's run directories)
+        predictions/{mlflow run id}.csv batch predictions of a flow run
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass
+
+import fsspec
+
+
+@dataclass(frozen=True)
+class StorageLayout:
+    """Every location of the pipeline under one root: a local folder or an fsspec URL.
+
+    Attributes:
+        root: The root as a URL or absolute local path, ``~`` expanded, no trailing slash.
+    """
+
+    root: str
+
+    @classmethod
+    def at(cls, storage_path: str) -> StorageLayout:
+        """The layout under ``storage_path`` (``~`` expanded, relative paths made absolute)."""
+        if not storage_path.strip():
+            raise ValueError("storage_path is empty; give a folder or a URL such as s3://bucket.")
+        if "://" in storage_path:
+            return cls(storage_path.rstrip("/"))
+        return cls(os.path.abspath(os.path.expanduser(storage_path)))
+
+    def join(self, *parts: str) -> str:
+        """A location under the root."""
+        return posixpath.join(self.root, *parts)
+
+    def raw_archive(self, url: str) -> str:
+        """Where the archive downloaded from ``url`` is kept."""
+        return self.join("raw", posixpath.basename(url.rstrip("/")) or "archive.tar.gz")
+
+    @property
+    def synthetic_archive(self) -> str:
+        """Where ``--synthetic`` writes its generated archive."""
+        return self.join("synthetic", "cifar-10-python.tar.gz")
+
+    def dataset(self, name: str) -> str:
+        """The directory of the preprocessed dataset ``name``."""
+        return self.join("datasets", name)
+
+    @property
+    def runs(self) -> str:
+        """The parent of the training runs' directories (trainlib's ``storage_path``)."""
+        return self.join("runs")
+
+    def predictions(self, run_id: str) -> str:
+        """Where the batch predictions of MLflow run ``run_id`` are written."""
+        return self.join("predictions", f"{run_id}.csv")
+
+    def check_writable(self) -> None:
+        """Raise ``PermissionError`` naming the root if nothing can be written under it."""
+        probe = self.join(".write-probe")
+        try:
+            fs, path = fsspec.core.url_to_fs(probe)
+            fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            fs.pipe_file(path, b"")
+            fs.rm_file(path)
+        except (OSError, ValueError) as exc:
+            raise PermissionError(
+                f"Cannot write under storage_path {self.root} ({type(exc).__name__}: {exc}); "
+                "give a folder you can write to, or check the credentials of that bucket."
+            ) from exc

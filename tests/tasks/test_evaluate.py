@@ -1,0 +1,70 @@
+"""Evaluation of a registered version: figures recorded in the store given, whatever the
+process-wide MLflow setting says."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import mlflow
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tasks.cifar import CLASS_NAMES
+from tasks.dataset import Dataset, Manifest, write_file, write_manifest
+from tasks.evaluate import confusion_figure, evaluate_version
+from tasks.models import build_model
+from tasks.registry import register_model
+from tasks.tracking import start_run
+
+
+@pytest.fixture
+def elsewhere(tmp_path: Path) -> Iterator[Path]:
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{tmp_path}/elsewhere.db")
+    try:
+        yield tmp_path / "elsewhere.db"
+    finally:
+        mlflow.set_tracking_uri(before)
+
+
+def _test_split(root: Path) -> Dataset:
+    images = np.random.default_rng(1).integers(0, 256, (20, 3, 32, 32), dtype=np.uint8)
+    files = [write_file(str(root / "test-00000.parquet"), images, np.arange(20) % 10)]
+    manifest = Manifest("md5", True, CLASS_NAMES, (0.5,) * 3, (0.25,) * 3, 0.1, 0, {"test": files})
+    write_manifest(str(root), manifest)
+    return Dataset(str(root), manifest)
+
+
+def test_evaluate_records_in_the_given_store(tmp_path: Path, elsewhere: Path) -> None:
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run_id = start_run(uri, "evaluate-test", "run", {}, {})
+    model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    version = register_model(model, run_id, "evaluated", uri)
+    evaluation = evaluate_version("evaluated", version, _test_split(tmp_path / "data"), run_id, uri)
+    assert evaluation.num_images == 20 and sum(map(sum, evaluation.confusion)) == 20
+    client = MlflowClient(uri)
+    assert client.get_run(run_id).data.metrics["test_accuracy"] == evaluation.accuracy
+    tags = client.get_model_version("evaluated", version).tags
+    assert float(tags["test_accuracy"]) == pytest.approx(evaluation.accuracy)
+    assert client.list_artifacts(run_id, "evaluation")[0].path.endswith("confusion_matrix.png")
+    assert not elsewhere.exists()
+
+
+def test_evaluate_import_leaves_matplotlib_alone() -> None:
+    import subprocess
+    import sys
+
+    code = "import tasks.evaluate, sys; print('matplotlib.pyplot' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
+
+
+def test_evaluate_confusion_figure_labels_every_class() -> None:
+    from tasks.evaluate import Evaluation
+
+    evaluation = Evaluation(0.5, {}, [[1, 1], [0, 2]], 4)
+    figure = confusion_figure(evaluation, ("cat", "dog"))
+    labels = [t.get_text() for t in figure.axes[0].get_xticklabels()]
+    assert labels == ["cat", "dog"]
