@@ -1,9 +1,11 @@
-"""The ``train-cifar`` command: run the flow locally with embedded defaults.
+"""The ``train-cifar`` and ``predict-cifar`` commands: run the flows locally with embedded
+defaults.
 
 Prefect runs in its local (ephemeral) mode unless PREFECT_API_URL is set, the Dask cluster is
 a LocalCluster, MLflow is a sqlite file in the current directory, storage is a local folder.
-A failure prints one paragraph (what failed, why, what to do) and exits non-zero; the full
-trace goes to ``train-cifar.log`` (and to the terminal with ``--debug``).
+``predict-cifar`` scores images with a registered model the same way. A failure prints one
+paragraph (what failed, why, what to do) and exits non-zero; the full trace goes to
+``train-cifar.log`` / ``predict-cifar.log`` (and to the terminal with ``--debug``).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 SYNTHETIC_IMAGES_PER_BATCH = 1000
-LOG_FILE = "train-cifar.log"
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
 
@@ -125,17 +128,15 @@ def make_synthetic_archive(storage_path: str) -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     """Run train-cifar; returns the exit status (0, or 1 after an error, 130 after Ctrl-C)."""
-    for key, value in _ENVIRONMENT.items():
-        os.environ.setdefault(key, value)
-    from flows.console import configure_logging, explain
+    _set_environment()
+    server = _LocalPrefectServer.start()  # seconds of start-up that the imports below overlap
     from flows.train_cifar import train_cifar
 
     defaults = {name: p.default for name, p in inspect.signature(train_cifar.fn).parameters.items()}
     args = _parser(defaults).parse_args(argv)
-    log_file = Path(LOG_FILE).resolve()
-    configure_logging(log_file, debug=args.debug)
     params = {k: v for k, v in vars(args).items() if k not in ("synthetic", "debug")}
-    try:
+
+    def run() -> dict[str, Any]:
         if args.synthetic:
             params["data_url"], params["data_md5"] = make_synthetic_archive(args.storage_path)
             logging.getLogger("train-cifar").warning(
@@ -143,13 +144,102 @@ def main(argv: list[str] | None = None) -> int:
                 "not on CIFAR-10; accuracies say nothing about real images.",
                 params["data_url"],
             )
-        summary = train_cifar(**params)
-    except (Exception, KeyboardInterrupt) as error:
-        logging.getLogger("train-cifar").debug("train-cifar failed", exc_info=error)
-        if args.debug:
-            traceback.print_exception(error)
-        print(f"\n{explain(error, log_file)}", file=sys.stderr)
-        return EXIT_INTERRUPTED if isinstance(error, KeyboardInterrupt) else EXIT_FAILED
+        server.wait()
+        return train_cifar(**params)
+
+    return _run_command("train-cifar", run, debug=args.debug)
+
+
+def predict_main(argv: list[str] | None = None) -> int:
+    """Run predict-cifar (the flow, locally); returns the exit status as ``main`` does."""
+    _set_environment()
+    server = _LocalPrefectServer.start()
+    from flows.predict_cifar import predict_cifar
+    from tasks.registry import CHAMPION
+
+    parser = argparse.ArgumentParser(
+        prog="predict-cifar",
+        description="Score images with a registered CIFAR-10 classifier (the Prefect flow "
+        "predict-cifar, run locally). Unreadable images go to OUTPUT's .errors.csv.",
+    )
+    add = parser.add_argument
+    add("input", help="a folder of PNG/JPEG images, one image, or a CIFAR batch file (any URL)")
+    add("--output", default="predictions.csv", help="CSV, or Parquet if it ends in .parquet")
+    add("--model-name", default="cifar10-classifier", help="registered model")
+    add("--alias", default=CHAMPION, help="the model's alias to score with")
+    add(
+        "--mlflow-tracking-uri",
+        default=None,
+        help="MLflow server or store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)",
+    )
+    add("--debug", action="store_true", help="print full tracebacks of errors")
+    args = parser.parse_args(argv)
+
+    def run() -> dict[str, Any]:
+        server.wait()
+        return predict_cifar(
+            args.input, args.output, args.model_name, args.alias, args.mlflow_tracking_uri
+        )
+
+    return _run_command("predict-cifar", run, debug=args.debug)
+
+
+class _LocalPrefectServer:
+    """Prefect's temporary server (local mode: no PREFECT_API_URL), started in a thread.
+
+    Prefect starts it at the first flow call and waits about 6 s for it; started here first,
+    that wait overlaps the command's own imports and data preparation. ``wait()`` must return
+    before any flow is called: Prefect's own start() returns at once once it is under way.
+    """
+
+    def __init__(self, thread: threading.Thread | None) -> None:
+        self._thread = thread
+        self._error: BaseException | None = None
+
+    @classmethod
+    def start(cls) -> _LocalPrefectServer:
+        from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
+
+        if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+            return cls(None)  # a server of the user's, or none allowed: Prefect decides
+        server = cls(None)
+        server._thread = threading.Thread(target=server._run, name="prefect-server", daemon=True)
+        server._thread.start()
+        return server
+
+    def _run(self) -> None:
+        try:
+            from prefect.server.api.server import SubprocessASGIServer
+
+            SubprocessASGIServer().start()
+        except BaseException as error:  # raised again by wait(), in the caller's thread
+            self._error = error
+
+    def wait(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            if self._error is not None:
+                raise self._error
+
+
+def _set_environment() -> None:
+    for key, value in _ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+
+
+def _run_command(command: str, run: Callable[[], dict[str, Any]], *, debug: bool) -> int:
+    """Run a flow: its summary as JSON on stdout, or one paragraph per error on stderr."""
+    from flows.console import console_logging, explain
+
+    log_file = Path(f"{command}.log").resolve()
+    with console_logging(log_file, debug=debug):
+        try:
+            summary = run()
+        except (Exception, KeyboardInterrupt) as error:
+            if debug:
+                traceback.print_exception(error)
+            print(f"\n{explain(error, log_file, command)}", file=sys.stderr)
+            return EXIT_INTERRUPTED if isinstance(error, KeyboardInterrupt) else EXIT_FAILED
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -1,4 +1,5 @@
-"""What ``train-cifar`` prints: one line per log record, one paragraph per error.
+"""What ``train-cifar`` and ``predict-cifar`` print: one line per log record, one paragraph per
+error.
 
 The terminal gets no tracebacks (``--debug`` brings them back); the log file gets everything.
 Prefect's own "task failed" and "flow failed" records repeat the error the command explains
@@ -7,14 +8,24 @@ at the end, so the terminal skips them; the file keeps them.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 from tasks.errors import PipelineError
 from trainlib import ClusterError, ConfigError, DatasetError, WorkerGroupError
 
-TRACE_LOGGER = "train-cifar.trace"
+TRACE_LOGGER = "flows.trace"
 _RUN_LOGGERS = ("prefect.task_runs", "prefect.flow_runs")
+_EXPLAINED_BY_THEIR_MESSAGE = (
+    ClusterError,
+    DatasetError,
+    ConfigError,
+    PermissionError,
+    FileNotFoundError,
+)
+_OWN_LOGGERS = ("trainlib", "tasks", "train-cifar", "predict-cifar", "mlflow")
 
 
 class _WithoutTraceback(logging.Formatter):
@@ -43,31 +54,46 @@ def _not_a_run_failure(record: logging.LogRecord) -> bool:
     return record.levelno < logging.ERROR and not failed
 
 
-def configure_logging(log_file: Path, *, debug: bool) -> None:
-    """Levels for the pipeline's loggers, a quiet terminal, and the full log in ``log_file``."""
-    for name in ("trainlib", "tasks", "train-cifar"):
-        logging.getLogger(name).setLevel(logging.INFO)
-    logging.getLogger("mlflow").setLevel(logging.WARNING)  # "Creating initial tables..." etc.
+@contextlib.contextmanager
+def console_logging(log_file: Path, *, debug: bool) -> Iterator[None]:
+    """Levels for the pipeline's loggers, a quiet terminal, and the full log in ``log_file``;
+    everything is as it was again afterwards (the command can run in a caller's process)."""
+    levels = {name: logging.getLogger(name).level for name in _OWN_LOGGERS}
+    for name in _OWN_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING if name == "mlflow" else logging.INFO)
     file_handler = logging.FileHandler(log_file)
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
+    quieted: list[tuple[logging.Handler, logging.Formatter]] = []
     if not debug:
         for handler in root.handlers:
             if isinstance(handler, logging.StreamHandler) and handler.formatter is not None:
+                quieted.append((handler, handler.formatter))
                 handler.setFormatter(_WithoutTraceback(handler.formatter))
                 handler.addFilter(_not_a_run_failure)
     root.addHandler(file_handler)
     trace = logging.getLogger(TRACE_LOGGER)
     trace.propagate = False
     trace.addHandler(file_handler)
+    try:
+        yield
+    finally:
+        trace.removeHandler(file_handler)
+        root.removeHandler(file_handler)
+        file_handler.close()
+        for handler, formatter in quieted:
+            handler.setFormatter(formatter)
+            handler.removeFilter(_not_a_run_failure)
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
 
 
-def explain(error: BaseException, log_file: Path) -> str:
+def explain(error: BaseException, log_file: Path, command: str = "train-cifar") -> str:
     """One paragraph for the user: what failed, the cause in plain words, what to do."""
-    logging.getLogger(TRACE_LOGGER).error("train-cifar failed", exc_info=error)
+    logging.getLogger(TRACE_LOGGER).error("failed", exc_info=error)
     details = f"(Full details: {log_file}; --debug prints them here.)"
     if isinstance(error, KeyboardInterrupt):
-        return "Interrupted (Ctrl-C): training stopped and every rank process ended."
+        return f"Interrupted (Ctrl-C): {command} stopped; none of its processes is left running."
     if isinstance(error, PipelineError):
         return f"{error} {details}"
     if isinstance(error, WorkerGroupError):
@@ -79,10 +105,10 @@ def explain(error: BaseException, log_file: Path) -> str:
             f"Training failed: rank {root.world_rank} on {root.host}: {root.summary}. Fix the "
             f"cause shown in the traceback {details}"
         )
-    if isinstance(error, (ClusterError, DatasetError, ConfigError, PermissionError)):
+    if isinstance(error, _EXPLAINED_BY_THEIR_MESSAGE):
         return f"{error} {details}"
     return (
-        f"train-cifar failed: {type(error).__name__}: {error}. This was not expected; the "
+        f"{command} failed: {type(error).__name__}: {error}. This was not expected; the "
         f"traceback shows where {details}"
     )
 

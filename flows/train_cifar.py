@@ -15,8 +15,8 @@ from tasks.monitoring import run_summary, summarize_task, tag_flow_run
 from tasks.predict import predict_task
 from tasks.preprocess import preprocess_task
 from tasks.registry import CHAMPION, promote_task, register_task
-from tasks.tracking import resolve_tracking_uri
-from tasks.train import TrainRequest, run_tags, train_task, training_run_name
+from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
+from tasks.train import EXPERIMENT, TrainRequest, run_tags, train_task, training_run_name
 from tasks.train_loop import TrainConfig
 from trainlib import DaskConfig
 
@@ -67,8 +67,10 @@ def train_cifar(
         worker_timeout_s=dask_worker_timeout_s,
     )
     tag_flow_run(run_tags(config, num_workers))
+    tracking = prepare_experiment_task.submit(tracking_uri, EXPERIMENT)  # while data is prepared
     archive = download_task(data_url, layout, expected_md5(data_url, data_md5))
-    with dask.connect(num_workers=num_workers) as client:  # one cluster for the Dask steps
+    # One cluster for the Dask steps, with the workers training needs before any work is done.
+    with dask.connect(num_workers=num_workers, wait=True) as client:
         cluster = dask.attached_to(client)
         dataset = preprocess_task(
             archive,
@@ -87,6 +89,7 @@ def train_cifar(
             tracking_uri=tracking_uri,
             dask=cluster,
         )
+        tracking.result()
         trained = train_task(request)
     name = registered_model_name
     version = register_task(trained.best_checkpoint_uri, trained.run_id, name, tracking_uri)

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 from mlflow.entities import Metric, RunStatus
 from mlflow.tracking import MlflowClient
+from prefect import task
 
 import trainlib
 
@@ -59,6 +60,23 @@ def _artifact_location(tracking_uri: str) -> str | None:
 TRAINING_RUN_TAG = "training_run"
 
 
+def prepare_experiment(tracking_uri: str, experiment: str) -> str:
+    """The id of ``experiment``, created if needed (with a new sqlite store: its tables too,
+    which takes seconds, so the flow does it while the data is prepared)."""
+    client = MlflowClient(tracking_uri)
+    found = client.get_experiment_by_name(experiment)
+    if found:
+        return str(found.experiment_id)
+    return str(
+        client.create_experiment(experiment, artifact_location=_artifact_location(tracking_uri))
+    )
+
+
+prepare_experiment_task = task(name="prepare-tracking", retries=2, retry_delay_seconds=2)(
+    prepare_experiment
+)
+
+
 def start_run(
     tracking_uri: str,
     experiment: str,
@@ -69,14 +87,7 @@ def start_run(
     """The MLflow run of training run ``run_name``: the existing one (tagged with it) when the
     run is resumed, else a new one with its params and tags. Returns its id."""
     client = MlflowClient(tracking_uri)
-    found = client.get_experiment_by_name(experiment)
-    experiment_id = (
-        found.experiment_id
-        if found
-        else client.create_experiment(
-            experiment, artifact_location=_artifact_location(tracking_uri)
-        )
-    )
+    experiment_id = prepare_experiment(tracking_uri, experiment)
     existing = client.search_runs(
         [experiment_id], filter_string=f"tags.{TRAINING_RUN_TAG} = '{run_name}'", max_results=1
     )

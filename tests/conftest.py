@@ -1,4 +1,5 @@
-"""Shared fixtures: a Dask LocalCluster, an S3 endpoint (moto's server) and an HTTP file server."""
+"""Shared fixtures: a Dask LocalCluster, a Prefect server, an S3 endpoint (moto's server) and an
+HTTP file server."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from distributed import Client
 from moto.server import ThreadedMotoServer
 
 from tests.helpers import free_port, local_cluster
+from tests.prefect_stack import prefect_stack
 
 S3_BUCKET = "trainlib-test"
 
@@ -24,6 +26,22 @@ def dask_client() -> Iterator[Client]:
     """A 2-worker LocalCluster shared by the tests, as a user's long-lived cluster would be."""
     with local_cluster(2, processes=True) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def prefect_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """Environment of a running Prefect server with a process work pool and worker."""
+    with prefect_stack(tmp_path_factory.mktemp("prefect-home")) as env:
+        yield env
+
+
+@pytest.fixture(scope="session")
+def prefect_server(prefect_env: dict[str, str]) -> Iterator[None]:
+    """This process's flows report to the session's Prefect server (one server per session)."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    with temporary_settings({PREFECT_API_URL: prefect_env["PREFECT_API_URL"]}):
+        yield
 
 
 @pytest.fixture(scope="session")

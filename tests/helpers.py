@@ -15,12 +15,25 @@ WAIT_S = 60.0
 
 
 def rank_processes() -> list[psutil.Process]:
-    """Rank processes alive on this machine now."""
+    """Rank processes launched and still alive on this machine (a worker's idle rank process,
+    still waiting for its launch, is not counted: see ``trainlib._internal.rank_pool``)."""
+    return [p for p in trainlib_processes() if _name(p) == "trainlib-rank"]
+
+
+def trainlib_processes() -> list[psutil.Process]:
+    """Every rank process alive on this machine now: at work, or idle in a worker's pool."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
         if "trainlib._internal.rank_main" in " ".join(process.info["cmdline"] or []):
             found.append(process)
     return found
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return str(process.name())
+    except psutil.NoSuchProcess:
+        return ""
 
 
 @contextmanager

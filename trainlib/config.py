@@ -195,12 +195,16 @@ class DaskConfig:
     adapt_kwargs: Mapping[str, Any] | None = None
     worker_timeout_s: float = 60.0
 
-    def connect(self, num_workers: int = 1) -> AbstractContextManager[Client]:
+    def connect(
+        self, num_workers: int = 1, *, wait: bool = False
+    ) -> AbstractContextManager[Client]:
         """A client of this cluster, as a context manager; a cluster it starts is closed on exit.
 
         The one way the pipeline and ``fit()`` get a cluster: a LocalCluster or a cluster
         class is started with ``num_workers`` workers (a cluster class with ``adapt_kwargs``
-        adapts instead); with ``address``, the existing cluster is used as it is.
+        adapts instead); with ``address``, the existing cluster is used as it is. With
+        ``wait``, the client comes once the cluster has ``num_workers`` workers, or
+        ``NotEnoughWorkersError`` after ``worker_timeout_s`` (fail before any work is done).
 
         Example:
             >>> with DaskConfig().connect(num_workers=2) as client:
@@ -210,7 +214,7 @@ class DaskConfig:
 
         if num_workers < 1:
             raise ConfigError(f"DaskConfig.connect(num_workers={num_workers}) must be >= 1.")
-        return connect(self, num_workers)
+        return connect(self, num_workers, wait=wait)
 
     def attached_to(self, client: Client) -> DaskConfig:
         """This config pointing at the running cluster of ``client`` (by scheduler address):

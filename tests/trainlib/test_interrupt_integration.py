@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import rank_processes, wait_for_path
+from tests.helpers import rank_processes, trainlib_processes, wait_for_path
 
 EXIT_WITHIN_S = 10.0
 
@@ -99,7 +99,8 @@ def test_ctrl_c_stops_every_rank_within_deadline(phase: str, tmp_path: Path) -> 
     )
     try:
         wait_for_path(marker)
-        assert len(rank_processes()) == 2
+        ranks = [p for p in trainlib_processes() if p.ppid() == driver.pid]
+        assert len(ranks) == 2  # started (the other one may still be loading its launch)
         driver.send_signal(signal.SIGINT)
         _, stderr = driver.communicate(timeout=EXIT_WITHIN_S)
     finally:
@@ -108,6 +109,7 @@ def test_ctrl_c_stops_every_rank_within_deadline(phase: str, tmp_path: Path) -> 
             driver.wait()
     assert driver.returncode != 0
     assert stderr.decode().rstrip().endswith("KeyboardInterrupt")
+    assert [p.pid for p in ranks if p.is_running() and p.status() != "zombie"] == []
     assert rank_processes() == []
 
 

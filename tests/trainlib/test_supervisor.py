@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 
 from trainlib._internal.backend import rank_environment as rank_torch_environment
 from trainlib._internal.messages import RankLaunch
-from trainlib._internal.supervisor import rank_environment
+from trainlib._internal.rank_pool import process_environment
+from trainlib._internal.supervisor import launch_environment
 
 
 def _launch(**changes: object) -> RankLaunch:
@@ -31,23 +33,27 @@ def _launch(**changes: object) -> RankLaunch:
 
 def test_supervisor_drops_the_nanny_environment() -> None:
     nanny_env = {"MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "PATH": "/bin"}
-    env = rank_environment(_launch(), nanny_env)
-    assert "MALLOC_TRIM_THRESHOLD_" not in env
+    env = process_environment(nanny_env)
+    assert "MALLOC_TRIM_THRESHOLD_" not in env and "OMP_NUM_THREADS" not in env
     assert env["PATH"] == "/bin"
+
+
+def test_supervisor_launch_sets_torchrun_variables_and_thread_share() -> None:
+    env = launch_environment(_launch(), {"PATH": "/bin"})
     assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["MASTER_PORT"]) == (
         "1",
         "1",
         "2",
         "29555",
     )
+    assert env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
 
 
 def test_supervisor_keeps_thread_settings_the_user_chose() -> None:
-    env = rank_environment(_launch(), {"OMP_NUM_THREADS": "3"})
-    assert env["OMP_NUM_THREADS"] == "3"
+    assert "OMP_NUM_THREADS" not in launch_environment(_launch(), {"OMP_NUM_THREADS": "3"})
 
 
 def test_supervisor_gives_each_gpu_rank_one_device() -> None:
-    assert rank_environment(_launch(use_gpu=True), {})["CUDA_VISIBLE_DEVICES"] == "1"
+    assert launch_environment(_launch(use_gpu=True), {})["CUDA_VISIBLE_DEVICES"] == "1"
     dask_cuda_env = {"CUDA_VISIBLE_DEVICES": "3,0,1,2"}
-    assert rank_environment(_launch(use_gpu=True), dask_cuda_env)["CUDA_VISIBLE_DEVICES"] == "3"
+    assert launch_environment(_launch(use_gpu=True), dask_cuda_env)["CUDA_VISIBLE_DEVICES"] == "3"

@@ -22,12 +22,28 @@ _WORKER_POLL_S = 0.2
 
 
 @contextmanager
-def connect(config: DaskConfig, num_workers: int, client: Client | None = None) -> Iterator[Client]:
+def connect(
+    config: DaskConfig, num_workers: int, client: Client | None = None, wait: bool = False
+) -> Iterator[Client]:
     """Yield a client of the cluster to use; clusters started here are closed afterwards.
 
     A cluster started here gets ``num_workers`` workers: a LocalCluster is made with that
-    many, a cluster class is scaled to it (unless ``adapt_kwargs`` makes it adaptive).
+    many, a cluster class is scaled to it (unless ``adapt_kwargs`` makes it adaptive). With
+    ``wait``, the client is yielded once the cluster has ``num_workers`` workers.
+
+    Raises:
+        NotEnoughWorkersError: With ``wait``: fewer workers after ``config.worker_timeout_s``.
     """
+    with _client(config, num_workers, client) as connected:
+        if wait:
+            select_workers(
+                connected, ScalingConfig(num_workers=num_workers), config.worker_timeout_s
+            )
+        yield connected
+
+
+@contextmanager
+def _client(config: DaskConfig, num_workers: int, client: Client | None) -> Iterator[Client]:
     if client is not None:
         yield client
         return

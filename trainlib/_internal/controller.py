@@ -104,8 +104,10 @@ class _Run:
     def _attempts(self, client: Client) -> None:
         """Attempts until one succeeds or ``max_failures`` is used up."""
         from trainlib._internal import cluster
+        from trainlib._internal.rank_pool import RankPoolPlugin
         from trainlib._internal.worker_group import WorkerGroup
 
+        client.register_plugin(RankPoolPlugin())
         failure_config = self.plan.run_config.failure_config
         unresponsive: set[str] = set()
         while True:

@@ -10,6 +10,9 @@ the rank exits at once.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import logging
 import logging.handlers
 import os
@@ -84,15 +87,43 @@ def _run(spec: RankSpec, session: Session) -> None:
     backend.destroy_process_group()  # on failure the process just exits
 
 
+def _prepare() -> None:
+    """What every rank needs, imported while the process waits for its launch (warm pool)."""
+    import torch
+    import torch.distributed  # noqa: F401
+
+    import trainlib.data
+    import trainlib.torch  # noqa: F401
+
+
 def _load_spec(connection: Connection) -> RankSpec:
-    """Receive the launch message; the driver's sys.path applies before the spec is loaded."""
-    world_rank, host, sys_path, payload = connection.recv()
+    """Wait for the launch message and apply it: environment, working directory, the driver's
+    sys.path; the spec is loaded last (it may reference the user's modules)."""
+    try:
+        world_rank, host, sys_path, cwd, environment, payload = connection.recv()
+    except (EOFError, OSError):
+        os._exit(_EXIT_ORPHANED)  # never launched: the worker closed or died
+    _name_process("trainlib-rank")
+    os.environ.update(environment)
+    if "OMP_NUM_THREADS" in environment:
+        import torch
+
+        torch.set_num_threads(int(environment["OMP_NUM_THREADS"]))
     sys.path[:0] = [p for p in sys_path if p not in sys.path]
     try:
+        os.chdir(cwd)
         spec: RankSpec = cloudpickle.loads(payload)
     except BaseException as exc:
         _exit_failed(connection.send, _failure(world_rank, host, exc))
     return spec
+
+
+def _name_process(name: str) -> None:
+    """Name this process (``ps -o comm``, psutil's ``name()``): ``trainlib-spare`` while it
+    waits in the pool, ``trainlib-rank`` once launched. Linux only; elsewhere a no-op."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # 15 = PR_SET_NAME
 
 
 def _exit_failed(send: Callable[[tuple[str, Any]], None], failure: RankFailure) -> NoReturn:
@@ -103,7 +134,9 @@ def _exit_failed(send: Callable[[tuple[str, Any]], None], failure: RankFailure) 
 
 
 def main(fd: int) -> None:
+    _name_process("trainlib-spare")
     connection = Connection(fd)
+    _prepare()
     spec = _load_spec(connection)
     session = Session(spec, connection.send)
     start_session(session)

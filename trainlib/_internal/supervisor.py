@@ -7,12 +7,10 @@ workers, and it can be killed with everything it started without touching the Da
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import pickle
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -20,9 +18,10 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-import dask
 from distributed import Event, Queue, get_client, get_worker, secede
+from distributed.core import Status
 
+from trainlib._internal import rank_pool
 from trainlib._internal.feeder import Feeder
 from trainlib._internal.messages import RankLaunch
 from trainlib.errors import RankFailure
@@ -49,45 +48,46 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
     itself when this rank fails, so the others stop without waiting for the driver.
     """
     secede()  # this task only waits on its rank: the worker's thread is free for data tasks
+    worker = get_worker().address
     queue, stop = Queue(queue_name), Event(stop_event_name)
-    ours, theirs = multiprocessing.Pipe(duplex=True)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "trainlib._internal.rank_main", str(theirs.fileno())],
-        pass_fds=(theirs.fileno(),),
-        env=rank_environment(launch, dict(os.environ)),
-        start_new_session=True,
-    )
-    theirs.close()
-    send = _locked(ours.send)
+    environment = rank_pool.process_environment(dict(os.environ))
+    rank = rank_pool.take(worker, environment)
+    send = _locked(rank.connection.send)
     feeder = Feeder(launch.feed, get_client(), send) if launch.feed is not None else None
     try:
-        send((launch.world_rank, launch.host, launch.sys_path, launch.spec_payload))
-        outcome = _relay(launch, process, ours, queue, stop, feeder)
+        send(
+            (
+                launch.world_rank,
+                launch.host,
+                launch.sys_path,
+                os.getcwd(),
+                launch_environment(launch, environment),
+                launch.spec_payload,
+            )
+        )
+        outcome = _relay(launch, rank.process, rank.connection, queue, stop, feeder)
     finally:
         if feeder is not None:
             feeder.close()
-        _kill_session(process)
-        ours.close()
+        _kill_session(rank.process)
+        rank.connection.close()
+        if get_worker().status == Status.running:
+            rank_pool.refill(worker, environment)  # the next run on this worker starts warm
     if outcome.failure is not None and outcome.failure.kind != "stopped":
         stop.set()
     return outcome
 
 
-def rank_environment(launch: RankLaunch, worker_env: dict[str, str]) -> dict[str, str]:
-    """The worker's environment without what Dask's nanny set for itself, plus torchrun's."""
-    env = dict(worker_env)
-    # The nanny sets MALLOC_TRIM_THRESHOLD_=65536 and thread limits of 1 for its worker;
-    # a torch step inheriting MALLOC_TRIM_THRESHOLD_ ran 2.2x slower here.
-    for key, value in dask.config.get("distributed.nanny.pre-spawn-environ", {}).items():
-        if env.get(key) == str(value):
-            del env[key]
-    threads = max(1, (os.cpu_count() or 1) // launch.local_world_size)
-    env.setdefault("OMP_NUM_THREADS", str(threads))
-    env.update(launch.torch_environment)
+def launch_environment(launch: RankLaunch, process_env: dict[str, str]) -> dict[str, str]:
+    """What a rank sets in its environment when it starts: torchrun's variables, its share of
+    the host's cores (unless OMP_NUM_THREADS is set), and with GPUs its one device."""
+    env = dict(launch.torch_environment)
+    if "OMP_NUM_THREADS" not in process_env:
+        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // launch.local_world_size))
     if launch.use_gpu:
         # One device per rank: a worker's own GPU is listed first (dask-cuda's convention);
         # without CUDA_VISIBLE_DEVICES, local rank i takes device i.
-        visible = env.get("CUDA_VISIBLE_DEVICES", "")
+        visible = process_env.get("CUDA_VISIBLE_DEVICES", "")
         env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[0] if visible else str(launch.local_rank)
     return env
 

@@ -1,0 +1,61 @@
+"""The training step's driver function, as the flow calls it, on a real LocalCluster."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from tasks.cifar import write_synthetic_archive
+from tasks.download import Archive
+from tasks.layout import StorageLayout
+from tasks.preprocess import preprocess_archive
+from tasks.train import TrainRequest, train
+from tasks.train_loop import TrainConfig
+from trainlib import DaskConfig
+
+HEAVY = ("prefect", "mlflow", "torchvision")
+
+
+def test_train_ranks_import_what_training_needs_only(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank imports torch, trainlib and the model code: no Prefect, no MLflow, and no
+    torchvision for a model that does not need it (``-X importtime`` lists every import)."""
+    archive_path = str(tmp_path / "cifar-10-python.tar.gz")
+    md5 = write_synthetic_archive(archive_path, images_per_batch=100)
+    layout = StorageLayout.at(str(tmp_path / "store"))
+    dask = DaskConfig()
+    dataset = preprocess_archive(
+        Archive(archive_path, md5, verified=True),
+        layout,
+        dask=dask,
+        num_workers=2,
+        batch_size=64,
+        rows_per_file=250,
+    )
+    tracking_uri = f"sqlite:///{tmp_path}/mlflow.db"
+    capfd.readouterr()
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # inherited by the ranks started now
+    trained = train(
+        TrainRequest(
+            config=TrainConfig(model="small_cnn", epochs=1, batch_size=64),
+            dataset=dataset,
+            layout=layout,
+            run_name="imports",
+            num_workers=2,
+            tracking_uri=tracking_uri,
+            dask=dask,
+        )
+    )
+    monkeypatch.delenv("PYTHONPROFILEIMPORTTIME")
+    imported = {
+        match.group(1)
+        for match in re.finditer(r"^import time:.*\|\s+(\S+)$", capfd.readouterr().err, re.M)
+    }
+    assert {"torch", "trainlib", "tasks.train_loop", "tasks.models"} <= imported
+    assert sorted(m for m in imported if m.split(".")[0] in HEAVY) == []
+    run = MlflowClient(tracking_uri).get_run(trained.run_id)
+    assert run.info.status == "FINISHED"

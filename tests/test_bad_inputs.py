@@ -1,0 +1,552 @@
+"""Mistakes users make, end to end through ``train-cifar`` and ``predict-cifar``.
+
+Each case runs the command (in this process, against the session's real Prefect server) and
+checks what the user sees (one paragraph, a non-zero exit status, no traceback) and that nothing
+is left behind: no rank or other child process, no dataset without its manifest, no checkpoint
+without its commit marker, no MLflow run still RUNNING, no registered model version.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import psutil
+import pytest
+import s3fs
+from distributed import Client
+from mlflow.tracking import MlflowClient
+from PIL import Image
+
+from flows import cli
+from tasks.cifar import write_synthetic_archive
+from tasks.models import build_model
+from tasks.registry import CHAMPION, register_model
+from tests.conftest import HttpDir
+from tests.helpers import WAIT_S, free_port
+from trainlib._internal.storage import COMMIT_MARKER
+
+ARCHIVE = "bad-inputs-cifar.tar.gz"
+MODEL = "bad-inputs-model"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: int
+    stdout: str
+    stderr: str
+
+
+@dataclass
+class Workspace:
+    """A folder to run the commands in, with its storage path and MLflow store."""
+
+    root: Path
+    http: HttpDir
+    archive_md5: str
+
+    @property
+    def store(self) -> Path:
+        return self.root / "store"
+
+    @property
+    def tracking_uri(self) -> str:
+        return f"sqlite:///{self.root}/mlflow.db"
+
+    @property
+    def archive_url(self) -> str:
+        return f"{self.http.url}/{ARCHIVE}"
+
+    def serve(self, name: str, data: bytes) -> str:
+        (self.http.path / name).write_bytes(data)
+        return f"{self.http.url}/{name}"
+
+
+@pytest.fixture(scope="module")
+def archive_md5(http_dir: HttpDir) -> str:
+    return write_synthetic_archive(str(http_dir.path / ARCHIVE), images_per_batch=100)
+
+
+@pytest.fixture
+def workspace(
+    prefect_server: None,
+    http_dir: HttpDir,
+    archive_md5: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Workspace]:
+    """A fresh folder as the working directory, the commands' environment restored after."""
+    monkeypatch.chdir(tmp_path)
+    for key, value in cli._ENVIRONMENT.items():
+        monkeypatch.setenv(key, value)
+    children = _children()
+    yield Workspace(tmp_path, http_dir, archive_md5)
+    _assert_nothing_left(tmp_path, children)
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _assert_nothing_left(root: Path, children_before: set[int]) -> None:
+    left = [
+        f"{p.pid} {_cmdline(p)}"
+        for p in psutil.Process().children(recursive=True)
+        if p.pid not in children_before and _alive(p) and not _spare_of_session_cluster(p)
+    ]
+    assert left == [], f"processes left behind: {left}"
+    datasets = root / "store" / "datasets"
+    if datasets.exists():
+        half_written = [d.name for d in datasets.iterdir() if not (d / "manifest.json").exists()]
+        assert half_written == [], f"datasets without a manifest: {half_written}"
+    for checkpoint in (root / "store" / "runs").glob("*/checkpoint_*"):
+        assert (checkpoint / COMMIT_MARKER).exists(), f"uncommitted checkpoint {checkpoint}"
+    if (root / "mlflow.db").exists():
+        client = MlflowClient(f"sqlite:///{root}/mlflow.db")
+        experiments = [e.experiment_id for e in client.search_experiments()]
+        runs = client.search_runs(experiments)
+        running = [r.info.run_id for r in runs if r.info.status == "RUNNING"]
+        assert running == [], f"MLflow runs left RUNNING: {running}"
+
+
+def _cmdline(process: psutil.Process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return "?"
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _spare_of_session_cluster(process: psutil.Process) -> bool:
+    """The idle rank process a worker of the session's shared cluster keeps (its rank pool)."""
+    return _name(process) == "trainlib-spare"
+
+
+def train_cifar(capsys: pytest.CaptureFixture[str], *args: str) -> Outcome:
+    status = cli.main(list(args))
+    captured = capsys.readouterr()
+    return Outcome(status, captured.out, captured.err)
+
+
+def predict_cifar(capsys: pytest.CaptureFixture[str], *args: str) -> Outcome:
+    status = cli.predict_main(list(args))
+    captured = capsys.readouterr()
+    return Outcome(status, captured.out, captured.err)
+
+
+def _train_args(workspace: Workspace, *extra: str) -> list[str]:
+    return [
+        "--data-url",
+        workspace.archive_url,
+        "--storage-path",
+        str(workspace.store),
+        "--mlflow-tracking-uri",
+        workspace.tracking_uri,
+        "--registered-model-name",
+        MODEL,
+        "--epochs",
+        "1",
+        "--batch-size",
+        "64",
+        "--shard-size",
+        "250",
+        *extra,
+    ]
+
+
+def _assert_failed(outcome: Outcome, *phrases: str) -> str:
+    """The command failed with one paragraph containing ``phrases``, and no traceback."""
+    assert outcome.status == cli.EXIT_FAILED, outcome
+    paragraph = outcome.stderr.strip().split("\n\n")[-1]
+    for phrase in phrases:
+        assert phrase in paragraph, paragraph
+    assert "Full details:" in paragraph and "\n" not in paragraph
+    assert "Traceback" not in outcome.stderr, outcome.stderr
+    assert outcome.stdout == ""
+    return paragraph
+
+
+def _registered_versions(workspace: Workspace) -> list[str]:
+    if not (workspace.root / "mlflow.db").exists():
+        return []
+    client = MlflowClient(workspace.tracking_uri)
+    return [str(v.version) for v in client.search_model_versions(f"name='{MODEL}'")]
+
+
+def _no_archive_kept(workspace: Workspace) -> None:
+    raw = workspace.store / "raw"
+    assert not raw.exists() or list(raw.iterdir()) == []
+
+
+def test_wrong_md5(workspace: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
+    outcome = train_cifar(capsys, *_train_args(workspace, "--data-md5", "0" * 32))
+    _assert_failed(outcome, f"has md5 {workspace.archive_md5}, expected {'0' * 32}", "data_md5")
+    _no_archive_kept(workspace)
+    assert _registered_versions(workspace) == []
+
+
+def test_truncated_archive(workspace: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
+    data = (workspace.http.path / ARCHIVE).read_bytes()
+    url = workspace.serve("truncated.tar.gz", data[: len(data) // 2])
+    outcome = train_cifar(capsys, *_train_args(workspace, "--data-url", url))
+    _assert_failed(outcome, "truncated")
+    assert not (workspace.store / "datasets").exists()
+    assert _registered_versions(workspace) == []
+
+
+def test_tarball_that_is_not_cifar(
+    workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        member = tarfile.TarInfo("photos/readme.txt")
+        member.size = 5
+        tar.addfile(member, io.BytesIO(b"hello"))
+    url = workspace.serve("photos.tar.gz", buffer.getvalue())
+    outcome = train_cifar(capsys, *_train_args(workspace, "--data-url", url))
+    _assert_failed(outcome, "not a CIFAR-10")
+    assert not (workspace.store / "datasets").exists()
+    assert _registered_versions(workspace) == []
+
+
+def test_unreachable_host(workspace: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{free_port()}/cifar-10-python.tar.gz"  # nothing listens there
+    outcome = train_cifar(capsys, *_train_args(workspace, "--data-url", url))
+    _assert_failed(
+        outcome, "Cannot reach 127.0.0.1 (connection refused) after 3 tries", "make run-offline"
+    )
+    _no_archive_kept(workspace)
+
+
+def test_http_404(workspace: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"{workspace.http.url}/no-such-archive.tar.gz"
+    outcome = train_cifar(capsys, *_train_args(workspace, "--data-url", url))
+    _assert_failed(outcome, f"Cannot download {url}: HTTP 404", "Check data_url")
+    _no_archive_kept(workspace)
+
+
+def test_unknown_model_name(workspace: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
+    outcome = train_cifar(capsys, *_train_args(workspace, "--model", "resnet-18"))
+    _assert_failed(outcome, "Unknown model 'resnet-18'", "small_cnn")
+    assert not workspace.store.exists()  # refused before anything was downloaded
+
+
+def test_more_workers_than_the_cluster_has(
+    workspace: Workspace, capsys: pytest.CaptureFixture[str], dask_client: Client
+) -> None:
+    workers = len(dask_client.scheduler_info()["workers"])
+    outcome = train_cifar(
+        capsys,
+        *_train_args(
+            workspace,
+            "--dask-address",
+            dask_client.scheduler.address,
+            "--num-workers",
+            str(workers + 1),
+            "--dask-worker-timeout-s",
+            "2",
+        ),
+    )
+    _assert_failed(
+        outcome,
+        f"needs {workers + 1} Dask workers",
+        f"has {workers} after 2 s",
+        "lower num_workers",
+    )
+    assert not (workspace.store / "datasets").exists()
+    assert len(dask_client.scheduler_info()["workers"]) == workers  # the user's cluster is intact
+
+
+@pytest.fixture
+def read_only_folder(tmp_path: Path) -> Iterator[Path]:
+    """A folder nobody may write in, root included (the immutable attribute where root)."""
+    folder = tmp_path / "read-only"
+    folder.mkdir()
+    folder.chmod(0o555)
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(folder)], check=True)
+    try:
+        yield folder
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(folder)], check=True)
+        folder.chmod(0o755)
+
+
+def test_storage_path_not_writable(
+    workspace: Workspace, capsys: pytest.CaptureFixture[str], read_only_folder: Path
+) -> None:
+    store = read_only_folder / "store"
+    outcome = train_cifar(capsys, *_train_args(workspace, "--storage-path", str(store)))
+    _assert_failed(outcome, f"Cannot write under storage_path {store}", "a folder you can write")
+    assert list(read_only_folder.iterdir()) == []
+
+
+@dataclass(frozen=True)
+class SeaweedS3:
+    endpoint: str
+    key: str
+    secret: str
+
+
+@pytest.fixture(scope="module")
+def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """Real S3 that checks credentials: SeaweedFS's ``weed mini`` with one identity."""
+    root = tmp_path_factory.mktemp("seaweed")
+    key, secret = "pipeline-key", "pipeline-secret-1"
+    identity = {
+        "name": "admin",
+        "credentials": [{"accessKey": key, "secretKey": secret}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }
+    (root / "s3.json").write_text(json.dumps({"identities": [identity]}))
+    base = _free_port_block()
+    weed = Path(sys.executable).parent / "weed"
+    ports = [
+        f"-s3.port={base}",
+        f"-master.port={base + 1}",
+        f"-volume.port={base + 2}",
+        f"-filer.port={base + 3}",
+    ]
+    with open(root / "weed.log", "wb") as log:
+        process = subprocess.Popen(
+            [
+                str(weed),
+                "mini",
+                f"-dir={root / 'data'}",
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                *ports,
+                f"-s3.config={root / 's3.json'}",
+                "-webdav=false",
+                "-admin.ui=false",
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
+                "-bucket=store",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    endpoint = f"http://127.0.0.1:{base}"
+    fs = s3fs.S3FileSystem(key=key, secret=secret, client_kwargs={"endpoint_url": endpoint})
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not _bucket_ready(fs, "store"):  # S3 answers before -bucket= has made it
+            assert process.poll() is None, (root / "weed.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "SeaweedFS did not start"
+            time.sleep(0.1)
+        yield SeaweedS3(endpoint, key, secret)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def _free_port_block() -> int:
+    """A base port B with B..B+3 and their gRPC ports (+10000) free."""
+    for _ in range(50):
+        base = free_port()
+        if base + 10003 < 65536 and all(_port_free(p) for p in _weed_ports(base)):
+            return base
+    raise RuntimeError("no block of free ports for SeaweedFS")
+
+
+def _weed_ports(base: int) -> list[int]:
+    return [base + i for i in range(4)] + [base + 10000 + i for i in range(4)]
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _bucket_ready(fs: s3fs.S3FileSystem, bucket: str) -> bool:
+    fs.invalidate_cache()
+    try:
+        return bool(fs.exists(bucket))
+    except OSError:
+        return False
+
+
+def test_s3_storage_with_wrong_credentials(
+    workspace: Workspace,
+    capsys: pytest.CaptureFixture[str],
+    seaweed_s3: SeaweedS3,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    wrong_secret = "not-the-secret-42"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed_s3.key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong_secret)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", seaweed_s3.endpoint)
+    # fsspec reuses a filesystem made with the same arguments: one made earlier in this process
+    # carries the credentials and endpoint the environment had then (a new process has none).
+    s3fs.S3FileSystem.clear_instance_cache()
+    outcome = train_cifar(capsys, *_train_args(workspace, "--storage-path", "s3://store/cifar"))
+    _assert_failed(outcome, "Cannot write under storage_path s3://store/cifar", "credentials")
+    assert wrong_secret not in outcome.stderr
+    assert wrong_secret not in (workspace.root / "train-cifar.log").read_text()
+    fs = s3fs.S3FileSystem(
+        key=seaweed_s3.key,
+        secret=seaweed_s3.secret,
+        client_kwargs={"endpoint_url": seaweed_s3.endpoint},
+    )
+    assert fs.find("store") == []
+
+
+def test_learning_rate_so_large_the_loss_is_nan(
+    workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outcome = train_cifar(capsys, *_train_args(workspace, "--lr", "1e12"))
+    paragraph = _assert_failed(outcome, "The training loss became", "nothing was registered")
+    assert "at epoch 1, step " in paragraph and "Lower the learning rate" in paragraph
+    assert _registered_versions(workspace) == []
+    client = MlflowClient(workspace.tracking_uri)
+    experiment = client.get_experiment_by_name("train-cifar")
+    assert experiment is not None
+    assert [r.info.status for r in client.search_runs([experiment.experiment_id])] == ["FAILED"]
+    assert list((workspace.store / "runs").glob("*/checkpoint_*")) == []
+
+
+@pytest.fixture
+def champion(workspace: Workspace) -> str:
+    """A registered model version at @champion (untrained: these tests only need one)."""
+    client = MlflowClient(workspace.tracking_uri)
+    experiment_id = client.create_experiment("bad-inputs")
+    run = client.create_run(experiment_id)
+    model = build_model("small_cnn", mean=(0.5, 0.5, 0.5), std=(0.25, 0.25, 0.25))
+    version = register_model(model, run.info.run_id, MODEL, workspace.tracking_uri)
+    client.set_terminated(run.info.run_id)
+    client.set_registered_model_alias(MODEL, CHAMPION, version)
+    return version
+
+
+def _images(folder: Path, count: int) -> Path:
+    folder.mkdir()
+    for i in range(count):
+        pixels = np.random.default_rng(i).integers(0, 256, (32, 32, 3), np.uint8)
+        Image.fromarray(pixels).save(folder / f"img{i}.png")
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("model", "alias"), [("no-such-model", CHAMPION), (MODEL, "no-such-alias")]
+)
+def test_predict_with_a_model_or_alias_that_does_not_exist(
+    workspace: Workspace,
+    capsys: pytest.CaptureFixture[str],
+    champion: str,
+    model: str,
+    alias: str,
+) -> None:
+    images = _images(workspace.root / "images", 2)
+    output = workspace.root / "scored.csv"
+    outcome = predict_cifar(
+        capsys,
+        str(images),
+        "--output",
+        str(output),
+        "--model-name",
+        model,
+        "--alias",
+        alias,
+        "--mlflow-tracking-uri",
+        workspace.tracking_uri,
+    )
+    _assert_failed(outcome, f"Model {model!r} has no version with alias @{alias}", "train one")
+    assert not output.exists()
+
+
+def test_predict_corrupt_image_goes_to_the_errors_file(
+    workspace: Workspace, capsys: pytest.CaptureFixture[str], champion: str
+) -> None:
+    images = _images(workspace.root / "images", 3)
+    (images / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    output = workspace.root / "scored.csv"
+    outcome = predict_cifar(
+        capsys,
+        str(images),
+        "--output",
+        str(output),
+        "--model-name",
+        MODEL,
+        "--mlflow-tracking-uri",
+        workspace.tracking_uri,
+    )
+    assert outcome.status == 0, outcome.stderr
+    summary = json.loads(outcome.stdout)
+    assert (summary["num_scored"], summary["num_errors"]) == (3, 1)
+    assert sorted(Path(f).name for f in pd.read_csv(output)["file"]) == [
+        "img0.png",
+        "img1.png",
+        "img2.png",
+    ]
+    errors = pd.read_csv(summary["errors_uri"])
+    assert [Path(f).name for f in errors["file"]] == ["broken.png"]
+    assert errors["error"].str.len().min() > 0
+
+
+def test_ctrl_c_ends_train_cifar_within_10_s(workspace: Workspace, prefect_server: None) -> None:
+    """SIGINT while the ranks train: exit status 130 within 10 s, one line, no rank left."""
+    from prefect.settings import PREFECT_API_URL
+
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    command = [sys.executable, "-m", "flows.cli", *_train_args(workspace, "--epochs", "50")]
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 3 * WAIT_S
+        while not any(_name(p) == "trainlib-rank" for p in _descendants(process.pid)):
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "no rank started"
+            time.sleep(0.1)
+        started = _descendants(process.pid)  # ranks, spare processes, whatever else it runs
+        interrupted = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=30)
+        elapsed = time.monotonic() - interrupted
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == cli.EXIT_INTERRUPTED, stderr
+    assert elapsed <= 10.0
+    assert "Interrupted (Ctrl-C)" in stderr and "Traceback" not in stderr
+    assert [p.pid for p in started if _alive(p)] == []
+
+
+def _descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return list(psutil.Process(pid).children(recursive=True))
+    except psutil.NoSuchProcess:
+        return []
+
+
+def _name(process: psutil.Process) -> str:
+    try:
+        return str(process.name())
+    except psutil.NoSuchProcess:
+        return ""

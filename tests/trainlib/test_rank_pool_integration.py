@@ -1,0 +1,58 @@
+"""Warm rank processes: the next run on a warm cluster takes a started process, never one that
+ran another rank; none outlives its cluster."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from distributed import Client
+
+import trainlib
+from tests.helpers import trainlib_processes
+from trainlib import RunConfig, ScalingConfig
+from trainlib.torch import TorchTrainer
+
+
+def record_process(config: dict[str, Any]) -> None:
+    """Each rank writes its pid, its process's start time and what an earlier run left."""
+    rank = trainlib.get_context().get_world_rank()
+    left_over = getattr(builtins, "_trainlib_test_marker", None)
+    builtins._trainlib_test_marker = config["run"]  # type: ignore[attr-defined]
+    record = {"pid": os.getpid(), "born": psutil.Process().create_time(), "left": left_over}
+    Path(config["out"], f"{config['run']}-{rank}.json").write_text(json.dumps(record))
+    trainlib.report({"ok": 1})
+
+
+def _fit(client: Client | None, out: Path, run: str) -> None:
+    TorchTrainer(
+        record_process,
+        train_loop_config={"out": str(out), "run": run},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(out / "runs")),
+        client=client,
+    ).fit()
+
+
+def test_pool_next_run_takes_a_started_process_never_a_used_one(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    _fit(dask_client, tmp_path, "first")
+    second_started = time.time()
+    _fit(dask_client, tmp_path, "second")
+    first = [json.loads((tmp_path / f"first-{r}.json").read_text()) for r in range(2)]
+    second = [json.loads((tmp_path / f"second-{r}.json").read_text()) for r in range(2)]
+    assert {r["pid"] for r in first}.isdisjoint({r["pid"] for r in second})
+    assert all(r["born"] < second_started for r in second)  # started before the run: warm
+    assert [r["left"] for r in second] == [None, None]  # nothing of the first run's state
+
+
+def test_pool_leaves_no_process_behind_its_own_cluster(tmp_path: Path) -> None:
+    before = {p.pid for p in trainlib_processes()}  # other clusters' idle processes
+    _fit(None, tmp_path, "own")  # fit() starts and closes a LocalCluster
+    assert {p.pid for p in trainlib_processes()} <= before
