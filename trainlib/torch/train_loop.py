@@ -8,7 +8,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, RandomSampler
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 from torch.utils.data.distributed import DistributedSampler
 
 from trainlib._internal.session import current_session
@@ -60,14 +60,21 @@ def prepare_data_loader(
 
     The loader is rebuilt with a ``DistributedSampler`` (shuffling if the original did) and
     the same other settings. The sampler advances its epoch at every pass over the loader;
-    calling ``loader.sampler.set_epoch(epoch)`` yourself, as in Ray Train, also works.
+    calling ``loader.sampler.set_epoch(epoch)`` yourself, as in Ray Train, also works. A
+    loader that already has a ``DistributedSampler``, or reads an ``IterableDataset``, keeps
+    its sampling, as in Ray Train: shard such data yourself.
 
     Example:
         >>> loader = prepare_data_loader(DataLoader(dataset, batch_size=64, shuffle=True))
         >>> for x, y in loader: ...
     """
     spec = current_session("torch.prepare_data_loader()").spec
-    if add_dist_sampler and spec.world_size > 1:
+    if (
+        add_dist_sampler
+        and spec.world_size > 1
+        and not isinstance(data_loader.sampler, DistributedSampler)
+        and not isinstance(data_loader.dataset, IterableDataset)
+    ):
         data_loader = _with_sampler(data_loader, spec.world_size, spec.world_rank)
     device = get_device()
     if move_to_device and device.type != "cpu":
