@@ -69,8 +69,9 @@ def train_cifar(
     tag_flow_run(run_tags(config, num_workers))
     tracking = prepare_experiment_task.submit(tracking_uri, EXPERIMENT)  # while data is prepared
     archive = download_task(data_url, layout, expected_md5(data_url, data_md5))
-    # One cluster for the Dask steps, with the workers training needs before any work is done.
-    with dask.connect(num_workers=num_workers, wait=True) as client:
+    # One cluster for the Dask steps, with the workers training needs before any work is done;
+    # its rank processes start (import torch) while the data is prepared.
+    with dask.connect(num_workers=num_workers, wait=True, warm_ranks=True) as client:
         cluster = dask.attached_to(client)
         dataset = preprocess_task(
             archive,

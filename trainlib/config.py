@@ -196,7 +196,7 @@ class DaskConfig:
     worker_timeout_s: float = 60.0
 
     def connect(
-        self, num_workers: int = 1, *, wait: bool = False
+        self, num_workers: int = 1, *, wait: bool = False, warm_ranks: bool = False
     ) -> AbstractContextManager[Client]:
         """A client of this cluster, as a context manager; a cluster it starts is closed on exit.
 
@@ -205,6 +205,8 @@ class DaskConfig:
         adapts instead); with ``address``, the existing cluster is used as it is. With
         ``wait``, the client comes once the cluster has ``num_workers`` workers, or
         ``NotEnoughWorkersError`` after ``worker_timeout_s`` (fail before any work is done).
+        With ``warm_ranks``, each worker starts a rank process now (torch imported while the
+        caller prepares), so a ``fit()`` on this cluster that follows starts its ranks at once.
 
         Example:
             >>> with DaskConfig().connect(num_workers=2) as client:
@@ -214,7 +216,7 @@ class DaskConfig:
 
         if num_workers < 1:
             raise ConfigError(f"DaskConfig.connect(num_workers={num_workers}) must be >= 1.")
-        return connect(self, num_workers, wait=wait)
+        return connect(self, num_workers, wait=wait, warm_ranks=warm_ranks)
 
     def attached_to(self, client: Client) -> DaskConfig:
         """This config pointing at the running cluster of ``client`` (by scheduler address):

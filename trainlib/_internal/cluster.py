@@ -12,6 +12,7 @@ import dask
 from distributed import Client, LocalCluster
 from distributed.utils import import_term
 
+from trainlib._internal.rank_pool import RankPoolPlugin
 from trainlib._internal.ranks import WorkerSlot, assign_ranks
 from trainlib.config import DaskConfig, ScalingConfig
 from trainlib.errors import ConfigError, NotEnoughWorkersError
@@ -23,18 +24,25 @@ _WORKER_POLL_S = 0.2
 
 @contextmanager
 def connect(
-    config: DaskConfig, num_workers: int, client: Client | None = None, wait: bool = False
+    config: DaskConfig,
+    num_workers: int,
+    client: Client | None = None,
+    wait: bool = False,
+    warm_ranks: bool = False,
 ) -> Iterator[Client]:
     """Yield a client of the cluster to use; clusters started here are closed afterwards.
 
     A cluster started here gets ``num_workers`` workers: a LocalCluster is made with that
     many, a cluster class is scaled to it (unless ``adapt_kwargs`` makes it adaptive). With
-    ``wait``, the client is yielded once the cluster has ``num_workers`` workers.
+    ``wait``, the client is yielded once the cluster has ``num_workers`` workers. With
+    ``warm_ranks``, every worker starts its idle rank process now (see ``rank_pool``).
 
     Raises:
         NotEnoughWorkersError: With ``wait``: fewer workers after ``config.worker_timeout_s``.
     """
     with _client(config, num_workers, client) as connected:
+        if warm_ranks:
+            connected.register_plugin(RankPoolPlugin())
         if wait:
             select_workers(
                 connected, ScalingConfig(num_workers=num_workers), config.worker_timeout_s

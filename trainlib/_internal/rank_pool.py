@@ -1,10 +1,12 @@
 """Warm rank processes: a started process, torch already imported, waiting for its launch.
 
 Starting a rank costs a Python interpreter and ``import torch`` (about 1.5 s of CPU here).
-Each Dask worker keeps one idle process ready: a rank takes it, and when a rank ends its
-supervisor starts the next one, so the following run on a warm cluster (a Tuner's next trial, a
-second ``fit()``) starts at once. A process is used by one rank only, so nothing of one run's
-state reaches the next. An idle process exits when its worker closes (the pool's worker plugin
+Each Dask worker keeps one idle process ready: the first is started when a run registers the
+pool's plugin (or earlier, by ``DaskConfig.connect(warm_ranks=True)``: the import then overlaps
+what the driver does before ``fit()``), a rank takes it, and when a rank ends its supervisor
+starts the next one, so the following run on a warm cluster (a Tuner's next trial, a second
+``fit()``) starts at once. A process is used by one rank only, so nothing of one run's state
+reaches the next. An idle process exits when its worker closes (the pool's worker plugin
 stops it) or dies (its end of the socket closes).
 """
 
@@ -101,14 +103,18 @@ def stop(rank: RankProcess) -> None:
 
 
 class RankPoolPlugin(WorkerPlugin):
-    """Stops a worker's idle rank process when the worker closes.
+    """Starts a worker's first idle rank process, and stops its idle process when it closes.
 
-    Registered by the driver under ``PLUGIN_NAME``: without it, the idle process of a
-    LocalCluster whose workers are threads would outlive the cluster.
+    Registered by every run under ``PLUGIN_NAME`` (and by ``connect(warm_ranks=True)``).
+    Without it, the idle process of a LocalCluster whose workers are threads would outlive
+    the cluster.
     """
 
     name = PLUGIN_NAME
     idempotent = True  # registered again by every run: keep the first, never tear it down
+
+    def setup(self, worker: Any) -> None:
+        refill(worker.address, process_environment(dict(os.environ)))
 
     def teardown(self, worker: Any) -> None:
         close(worker.address)

@@ -1,0 +1,121 @@
+"""A user's first `train-cifar --synthetic --epochs 2`: wall time, training time, and where the
+rest goes.
+
+Each run starts in a fresh folder with a fresh PREFECT_HOME and MLflow store, no PREFECT_API_URL
+(Prefect's local mode, as `make run-offline`), and the default LocalCluster. The phases come
+from the run's own log file (`train-cifar.log`, millisecond timestamps) and the command's start
+and end, measured here:
+
+    start-up           command start -> first log line (imports, synthetic archive)
+    prefect server     -> the flow run begins (waiting for Prefect's temporary server)
+    download+preprocess  -> the dataset is written
+    mlflow+cluster     -> the training run starts (MLflow store, cluster, workers)
+    rank start         -> the first epoch begins (its end minus its duration)
+    training           the epochs (their own durations)
+    teardown           last epoch's end -> the training run has finished
+    post-training      -> the flow run is Completed (register, evaluate, promote, summary)
+    exit               -> the command has exited (Prefect server stop)
+
+Run: python benchmarks/cold_start.py [--runs 5] [--epochs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+PHASES = (
+    "start-up",
+    "prefect server",
+    "download+preprocess",
+    "mlflow+cluster",
+    "rank start",
+    "training",
+    "teardown",
+    "post-training",
+    "exit",
+)
+_EPOCH = re.compile(r"epoch (\d+)/\d+: .*, ([\d.]+) s$")
+
+
+def _stamp(line: str) -> float:
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+def _first(lines: list[str], needle: str) -> str:
+    return next(line for line in lines if needle in line)
+
+
+def phases(log: Path, started: float, ended: float) -> dict[str, float]:
+    """The phases of one run from its log file and the command's start and end."""
+    lines = [line for line in log.read_text().splitlines() if line[:4].isdigit()]
+    epochs = [(_stamp(line), float(m.group(2))) for line in lines if (m := _EPOCH.search(line))]
+    first_log = _stamp(lines[0])
+    flow_begins = _stamp(_first(lines, "Beginning flow run"))
+    dataset = _stamp(_first(lines, "tasks.preprocess: Wrote"))
+    training_starts = _stamp(_first(lines, "controller: Run train-cifar-"))
+    first_epoch_begins = epochs[0][0] - epochs[0][1]
+    finished = _stamp(_first(lines, " finished"))
+    completed = _stamp(_first(lines, "prefect.flow_runs: Finished in state Completed"))
+    training = sum(seconds for _, seconds in epochs)
+    last_epoch_ends = epochs[-1][0]
+    return {
+        "start-up": first_log - started,
+        "prefect server": flow_begins - first_log,
+        "download+preprocess": dataset - flow_begins,
+        "mlflow+cluster": training_starts - dataset,
+        "rank start": first_epoch_begins - training_starts,
+        "training": training,
+        "teardown": finished - last_epoch_ends,
+        "post-training": completed - finished,
+        "exit": ended - completed,
+        "wall": ended - started,
+        # between epochs: validation and checkpoints, part of neither training nor overhead
+        "between epochs": (last_epoch_ends - first_epoch_begins) - training,
+    }
+
+
+def cold_run(epochs: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as folder:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
+        env["PREFECT_HOME"] = os.path.join(folder, "prefect-home")
+        command = [sys.executable, "-m", "flows.cli", "--synthetic", "--epochs", str(epochs)]
+        started = time.time()
+        done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
+        ended = time.time()
+        if done.returncode != 0:
+            raise RuntimeError(f"train-cifar failed:\n{done.stderr[-3000:]}")
+        return phases(Path(folder, "train-cifar.log"), started, ended)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=2)
+    args = parser.parse_args()
+    runs = []
+    for index in range(args.runs):
+        runs.append(cold_run(args.epochs))
+        run = runs[-1]
+        print(
+            f"run {index + 1}: wall {run['wall']:.1f} s, training {run['training']:.1f} s, "
+            f"overhead {run['wall'] - run['training']:.1f} s",
+            flush=True,
+        )
+    print(f"\nmedians over {args.runs} runs:\n\n| phase | s |\n|---|---|")
+    for name in (*PHASES, "between epochs", "wall"):
+        print(f"| {name} | {statistics.median(r[name] for r in runs):.1f} |")
+    overhead = statistics.median(r["wall"] - r["training"] for r in runs)
+    print(f"| **overhead** (wall - training) | **{overhead:.1f}** |")
+
+
+if __name__ == "__main__":
+    main()
