@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from dask.base import optimize
 from dask.delayed import Delayed, delayed
 
 from trainlib.data.config import DataConfig
@@ -78,14 +79,23 @@ def _array_source(name: str, arrays: dict[str, Any], split: bool) -> DatasetSour
     for array in arrays.values():
         # one chunk across every axis but the first, and the first array's row chunks
         chunks = {0: rows, **{axis: -1 for axis in range(1, array.ndim)}}
-        per_array.append(array.rechunk(chunks).to_delayed().ravel())
+        # Not optimized array by array: that renames the tasks the arrays share (the read of a
+        # file holding both images and labels) apart, and each was computed once per array.
+        per_array.append(array.rechunk(chunks).to_delayed(optimize_graph=False).ravel())
     names = tuple(arrays)
     blocks = tuple(
-        delayed(arrays_to_block, pure=True)(names, *(chunks[i] for chunks in per_array))
+        _culled(delayed(arrays_to_block, pure=True)(names, *(chunks[i] for chunks in per_array)))
         for i in range(len(rows))
     )
     known = None if any(np.isnan(n) for n in rows) else tuple(int(n) for n in rows)
     return DatasetSource(name, blocks, split, known)
+
+
+def _culled(block: Delayed) -> Delayed:
+    """The block with only the tasks it needs: computing one then submits a few tasks, not the
+    graph of every partition."""
+    (culled,) = optimize(block)
+    return culled
 
 
 def _frame_lengths(frame: Any) -> tuple[int, ...] | None:

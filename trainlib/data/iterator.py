@@ -149,7 +149,7 @@ class DataIterator:
             if isinstance(block, Exception):
                 raise block
             session.send("data_next", (self._name, pass_id))
-            yield block
+            yield _writable(block)
 
 
 class _Passes(Iterable[T]):
@@ -255,6 +255,12 @@ def _concat(blocks: list[Block]) -> Block:
     if len(blocks) == 1:
         return blocks[0]
     return {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]}
+
+
+def _writable(block: Block) -> Block:
+    """The block with every array writable, as tensors need: an array that was read-only where
+    the block was computed (``np.frombuffer``) arrives sharing the message's immutable bytes."""
+    return {k: v if v.flags.writeable else v.copy() for k, v in block.items()}
 
 
 def _num_rows(block: Block) -> int:
