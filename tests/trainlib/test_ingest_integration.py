@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import dask
 import dask.array as da
 import dask.dataframe as dd
 import numpy as np
@@ -119,6 +120,33 @@ def test_ingest_fewer_rows_than_ranks_fails_before_any_rank_starts(
     with pytest.raises(DatasetError, match=r"datasets\['train'\] has 1 rows for 2 ranks"):
         trainer.fit()
     assert not list(tmp_path.glob("rank*.json"))
+
+
+def read_one_pass(config: dict[str, Any]) -> None:
+    for _ in trainlib.get_dataset_shard("train").iter_batches(batch_size=4):
+        pass
+
+
+def test_ingest_partition_smaller_than_its_metadata_says_names_it(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    """Rows are planned from Dask's metadata; a partition that holds fewer fails the run with a
+    message naming it (not a silent uneven split that could hang DDP)."""
+    short = dask.delayed(np.arange)(5)  # declared below as 10 rows
+    x = da.concatenate(
+        [da.arange(10, chunks=10), da.from_delayed(short, shape=(10,), dtype=np.int64)]
+    )
+    trainer = TorchTrainer(
+        read_one_pass,
+        datasets={"train": {"x": x}},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(tmp_path / "runs")),
+        client=dask_client,
+    )
+    with pytest.raises(
+        trainlib.WorkerGroupError, match=r"Partition 1 of datasets\['train'\] has 5"
+    ):
+        trainer.fit()
 
 
 def pass_with_faults(config: dict[str, Any]) -> None:
