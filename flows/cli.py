@@ -129,7 +129,7 @@ def make_synthetic_archive(storage_path: str) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Run train-cifar; returns the exit status (0, or 1 after an error, 130 after Ctrl-C)."""
     _set_environment()
-    server = _LocalPrefectServer.start()  # seconds of start-up that the imports below overlap
+    server = _LocalPrefectServer.start(argv)  # seconds of start-up the imports below overlap
     from flows.train_cifar import train_cifar
 
     defaults = {name: p.default for name, p in inspect.signature(train_cifar.fn).parameters.items()}
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
 def predict_main(argv: list[str] | None = None) -> int:
     """Run predict-cifar (the flow, locally); returns the exit status as ``main`` does."""
     _set_environment()
-    server = _LocalPrefectServer.start()
+    server = _LocalPrefectServer.start(argv)
     from flows.predict_cifar import predict_cifar
     from tasks.registry import CHAMPION
 
@@ -197,9 +197,11 @@ class _LocalPrefectServer:
         self._error: BaseException | None = None
 
     @classmethod
-    def start(cls) -> _LocalPrefectServer:
+    def start(cls, argv: list[str] | None) -> _LocalPrefectServer:
         from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
 
+        if {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
+            return cls(None)  # only the usage is printed: no flow runs
         if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
             return cls(None)  # a server of the user's, or none allowed: Prefect decides
         server = cls(None)
