@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
+import pytest
 from distributed import Client, LocalCluster
 
 WAIT_S = 60.0
@@ -62,3 +63,20 @@ def wait_for_path(path: Path, timeout_s: float = WAIT_S) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{path} did not appear within {timeout_s} s")
         time.sleep(0.05)
+
+
+def set_single_rank_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This process's environment as a supervisor sets it for rank 0 of a group of one."""
+    from trainlib._internal.backend import find_free_port, rank_environment
+
+    environment = rank_environment(
+        world_rank=0,
+        local_rank=0,
+        node_rank=0,
+        world_size=1,
+        local_world_size=1,
+        master_addr="127.0.0.1",
+        master_port=find_free_port(),
+    )
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)

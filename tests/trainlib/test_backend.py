@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from tests.helpers import set_single_rank_environment
 from trainlib import TorchConfig
 from trainlib._internal.backend import (
     choose_backend,
@@ -23,17 +24,7 @@ from trainlib._internal.backend import (
 @pytest.fixture
 def one_rank_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The environment of rank 0 of a group of one, as its supervisor sets it."""
-    environment = rank_environment(
-        world_rank=0,
-        local_rank=0,
-        node_rank=0,
-        world_size=1,
-        local_world_size=1,
-        master_addr="127.0.0.1",
-        master_port=find_free_port(),
-    )
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
+    set_single_rank_environment(monkeypatch)
     yield
     if dist.is_initialized():  # a failed test must not leave the group to the next one
         dist.destroy_process_group()

@@ -15,8 +15,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, SequentialSampler
 from torch.utils.data.distributed import DistributedSampler
 
+from tests.helpers import set_single_rank_environment
 from trainlib._internal import session
-from trainlib._internal.backend import find_free_port, rank_environment
 from trainlib._internal.messages import RankSpec
 from trainlib._internal.storage import RunStorage
 from trainlib.torch import get_device, prepare_data_loader, prepare_model
@@ -55,17 +55,7 @@ def start_rank(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> StartRank:
 @pytest.fixture
 def process_group(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """A real gloo process group of one rank (what DistributedDataParallel needs)."""
-    environment = rank_environment(
-        world_rank=0,
-        local_rank=0,
-        node_rank=0,
-        world_size=1,
-        local_world_size=1,
-        master_addr="127.0.0.1",
-        master_port=find_free_port(),
-    )
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
+    set_single_rank_environment(monkeypatch)
     dist.init_process_group("gloo")
     try:
         yield
