@@ -1,5 +1,6 @@
-"""A driver process dies right after a checkpoint's commit marker, before or after its MLflow
-call; run again, it logs every epoch exactly once."""
+"""A driver process dies right after a checkpoint's commit marker, before its MLflow call; run
+again, it logs every epoch exactly once. (Every other instant, down to an MLflow call cut off
+part-way, is covered without processes in test_tracking.py.)"""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ TRACKING_URI, STORAGE, DIE, EPOCHS = sys.argv[1], sys.argv[2], sys.argv[3], int(
 
 class DieAt(trainlib.Callback):
     # Kills the driver at a report: listed before the MLflow callback, the commit marker is
-    # written and MLflow has not been told; listed after it, both have happened.
+    # written and MLflow has not been told.
     def __init__(self, index):
         self.index = index
 
@@ -50,19 +51,18 @@ def train_func(config):
 
 run_id = start_run(TRACKING_URI, "race", "run", {}, {})
 mlflow = MLflowCallback(TRACKING_URI, run_id)
-when, _, index = DIE.partition("-")
-callbacks = {"before": [DieAt(int(index or 0)), mlflow], "after": [mlflow, DieAt(int(index or 0))]}
+callbacks = [DieAt(int(DIE)), mlflow] if DIE else [mlflow]
 TorchTrainer(
     train_func,
     train_loop_config={"epochs": EPOCHS},
     scaling_config=trainlib.ScalingConfig(num_workers=2),
     run_config=trainlib.RunConfig(name="run", storage_path=STORAGE,
-                                  callbacks=callbacks.get(when, [mlflow])),
+                                  callbacks=callbacks),
 ).fit()
 """
 
 
-def test_tracking_driver_killed_around_the_mlflow_call_logs_each_epoch_once(
+def test_tracking_driver_killed_before_the_mlflow_call_logs_each_epoch_once(
     tmp_path: Path,
 ) -> None:
     script = tmp_path / "driver.py"
@@ -70,7 +70,7 @@ def test_tracking_driver_killed_around_the_mlflow_call_logs_each_epoch_once(
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     repo = Path(__file__).resolve().parents[2]
     codes = []
-    for die in ("before-1", "after-2", "none"):
+    for die in ("1", ""):
         done = subprocess.run(
             [sys.executable, str(script), uri, str(tmp_path / "runs"), die, str(EPOCHS)],
             cwd=repo,
@@ -80,7 +80,7 @@ def test_tracking_driver_killed_around_the_mlflow_call_logs_each_epoch_once(
         )
         codes.append(done.returncode)
         assert not rank_processes()
-    assert codes == [9, 9, 0], done.stderr.decode()[-3000:]
+    assert codes == [9, 0], done.stderr.decode()[-3000:]
     client = MlflowClient(uri)
     runs = client.search_runs([client.get_experiment_by_name("race").experiment_id])
     assert [r.data.tags[TRAINING_RUN_TAG] for r in runs] == ["run"]
