@@ -40,7 +40,9 @@ def _summary(name: str, values: list[float]) -> None:
 
 
 def _sbatch_to_running(slurm: SlurmCluster) -> float:
-    job = slurm.command("sbatch", "--parsable", "-c", "1", "--mem=100", "--wrap", "sleep 60")
+    job = slurm.command(
+        "sbatch", "--parsable", "--output=/dev/null", "-c", "1", "--mem=100", "--wrap", "sleep 60"
+    )
     job = job.strip()
     began = time.monotonic()
     _until(lambda: any(j == job and s == "RUNNING" for j, s, _ in slurm.jobs()))

@@ -154,7 +154,9 @@ def test_cancelled_worker_job_is_replaced_and_training_resumes(
 def test_pending_jobs_and_slurms_reason_are_named_when_workers_never_come(
     slurm: SlurmCluster, tmp_path: Path
 ) -> None:
-    blocker = slurm.command("sbatch", "--parsable", "-c", "2", "--mem=100", "--wrap", "sleep 300")
+    blocker = slurm.command(
+        "sbatch", "--parsable", "--output=/dev/null", "-c", "2", "--mem=100", "--wrap", "sleep 300"
+    )
     blocker = blocker.strip()
     try:
         deadline = time.monotonic() + 30
