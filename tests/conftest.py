@@ -1,8 +1,9 @@
-"""Shared fixtures: a Dask LocalCluster, a Prefect server, an S3 endpoint (moto's server) and an
-HTTP file server."""
+"""Shared fixtures: a Dask LocalCluster, a Prefect server, an S3 endpoint (moto's server), an
+HTTP file server and a SLURM cluster."""
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from moto.server import ThreadedMotoServer
 
 from tests.helpers import free_port, local_cluster
 from tests.prefect_stack import prefect_stack
+from tests.slurm_rig import SlurmCluster, slurm_cluster
 
 S3_BUCKET = "trainlib-test"
 
@@ -42,6 +44,22 @@ def prefect_server(prefect_env: dict[str, str]) -> Iterator[None]:
 
     with temporary_settings({PREFECT_API_URL: prefect_env["PREFECT_API_URL"]}):
         yield
+
+
+@pytest.fixture(scope="session")
+def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
+    """A real SLURM controller and node (2 cores), with ``SLURM_CONF`` pointing at it while
+    the session lasts: dask-jobqueue's ``sbatch``/``squeue``/``scancel`` reach it."""
+    with slurm_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
+        saved = os.environ.get("SLURM_CONF")
+        os.environ.update(cluster.env)
+        try:
+            yield cluster
+        finally:
+            if saved is None:
+                del os.environ["SLURM_CONF"]
+            else:
+                os.environ["SLURM_CONF"] = saved
 
 
 @pytest.fixture(scope="session")

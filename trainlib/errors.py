@@ -49,14 +49,18 @@ class NotEnoughWorkersError(ClusterError):
         timeout_s: float,
         resources: str = "",
         num_workers: str = "",
+        waiting_for: str = "",
     ) -> None:
-        super().__init__(requested, available, address, timeout_s, resources, num_workers)
+        super().__init__(
+            requested, available, address, timeout_s, resources, num_workers, waiting_for
+        )
         self.num_workers = num_workers or str(requested)
         self.requested = requested
         self.available = available
         self.address = address
         self.timeout_s = timeout_s
         self.resources = resources
+        self.waiting_for = waiting_for  # e.g. the batch jobs not running yet, and why
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         return (partial(NotEnoughWorkersError, **self.__dict__), ())
@@ -66,7 +70,8 @@ class NotEnoughWorkersError(ClusterError):
         return (
             f"ScalingConfig(num_workers={self.num_workers}) needs {self.requested} {kind} but "
             f"{self.address} has {self.available} after {self.timeout_s:g} s; "
-            "lower num_workers or add workers to the cluster."
+            + (f"still waiting for {self.waiting_for}; " if self.waiting_for else "")
+            + "lower num_workers or add workers to the cluster."
         )
 
 

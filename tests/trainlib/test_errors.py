@@ -57,3 +57,20 @@ def test_not_enough_workers_error_names_counts_address_and_fix() -> None:
     )
     assert str(error) == expected
     assert str(pickle.loads(pickle.dumps(error))) == expected
+
+
+def test_not_enough_workers_error_names_what_it_still_waits_for() -> None:
+    error = NotEnoughWorkersError(
+        requested=2,
+        available=1,
+        address="tcp://10.0.0.5:8786",
+        timeout_s=60,
+        waiting_for="SLURM job 12 PENDING (Resources)",
+    )
+    expected = (
+        "ScalingConfig(num_workers=2) needs 2 Dask workers but tcp://10.0.0.5:8786 has 1 "
+        "after 60 s; still waiting for SLURM job 12 PENDING (Resources); lower num_workers "
+        "or add workers to the cluster."
+    )
+    assert str(error) == expected
+    assert str(pickle.loads(pickle.dumps(error))) == expected

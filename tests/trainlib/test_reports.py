@@ -9,7 +9,7 @@ import pytest
 
 from trainlib import Callback, Checkpoint, CheckpointConfig, TrainingFailedError
 from trainlib._internal.checkpoint_manager import CheckpointManager
-from trainlib._internal.messages import ReportMessage
+from trainlib._internal.messages import RankStarted, ReportMessage
 from trainlib._internal.ranks import assign_ranks
 from trainlib._internal.reports import ReportCollector
 from trainlib._internal.storage import FileEntry, RunStorage
@@ -138,19 +138,34 @@ def test_reports_new_attempt_forgets_reports_after_its_checkpoint(tmp_path: Path
 def test_reports_started_messages_start_the_hang_clock(tmp_path: Path) -> None:
     collector, _, _, watchdog, clock = _collector(tmp_path, hang_timeout_s=5.0)
     clock.now += 10.0
-    collector.handle("started", 0)
+    collector.handle("started", RankStarted(0, "127.0.0.1", 1))
     assert watchdog.check() == {}  # rank 1 is still starting
-    collector.handle("started", 1)
+    collector.handle("started", RankStarted(1, "127.0.0.1", 2))
     clock.now += 4.0
     assert watchdog.check() == {}
     clock.now += 2.0
     assert sorted(watchdog.check()) == [0, 1]
 
 
+def test_reports_log_where_each_rank_started_with_its_batch_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    collector, *_ = _collector(tmp_path, hang_timeout_s=5.0)
+    monkeypatch.setenv("SLURM_JOB_ID", "12")
+    in_job = RankStarted.here(1, "10.0.0.5")
+    monkeypatch.delenv("SLURM_JOB_ID")
+    outside = RankStarted.here(0, "10.0.0.4")
+    with caplog.at_level(logging.INFO, logger="trainlib"):
+        collector.handle("started", in_job)
+        collector.handle("started", outside)
+    assert f"rank 1 on 10.0.0.5 (pid {in_job.pid}, SLURM job 12)" in caplog.text
+    assert f"rank 0 on 10.0.0.4 (pid {outside.pid})" in caplog.text
+
+
 def test_reports_tell_the_watchdog_who_fell_behind(tmp_path: Path) -> None:
     collector, _, _, watchdog, clock = _collector(tmp_path, hang_timeout_s=5.0)
     for rank in (0, 1):
-        collector.handle("started", rank)
+        collector.handle("started", RankStarted(rank, "127.0.0.1", rank))
     clock.now += 4.0
     _report(collector, 0, 0, {"step": 0})
     _report(collector, 1, 0)  # complete: progress, the clock restarts

@@ -1,17 +1,26 @@
-"""The Dask cluster: start a LocalCluster or a cluster class, or connect to one; pick workers."""
+"""The Dask cluster: start a LocalCluster or a cluster class, or connect to one; pick workers.
+
+A cluster class started here (e.g. dask-jobqueue's SLURMCluster) is remembered by its scheduler
+address while it runs, so that any wait for workers on it, also through a ``DaskConfig`` that
+only has the address (``attached_to``), can replace workers whose jobs ended (a cancelled or
+timed-out batch job) and, when it times out, name the jobs still queued and why.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import dask
 from distributed import Client, LocalCluster
 from distributed.utils import import_term
 
+from trainlib._internal.batch_jobs import waiting_jobs
 from trainlib._internal.rank_pool import RankPoolPlugin
 from trainlib._internal.ranks import WorkerSlot, assign_ranks
 from trainlib.config import DaskConfig, ScalingConfig
@@ -20,6 +29,36 @@ from trainlib.errors import ConfigError, NotEnoughWorkersError
 logger = logging.getLogger(__name__)
 
 _WORKER_POLL_S = 0.2
+_RESCALE_EVERY_S = 1.0
+
+
+@dataclass(frozen=True)
+class _StartedCluster:
+    """A cluster class instance started by ``connect``, and the workers it was asked for."""
+
+    cluster: Any
+    num_workers: int
+    adaptive: bool
+
+    def replace_lost_workers(self) -> None:
+        """Ask the cluster to start again the workers of its plan that are gone.
+
+        A SpecCluster (dask-jobqueue's clusters are ones) forgets a worker whose job ended
+        ``distributed.deploy.lost-worker-timeout`` (15 s) after it left; ``scale`` then submits
+        a new job for it. Adaptive clusters keep their own size; this re-opens their plan.
+        """
+        target = len(getattr(self.cluster, "plan", ())) if self.adaptive else self.num_workers
+        if target > 0:
+            self.cluster.scale(target)
+
+
+_started_lock = threading.Lock()
+_started: dict[str, _StartedCluster] = {}  # scheduler address -> a cluster started here
+
+
+def _started_cluster(client: Client) -> _StartedCluster | None:
+    with _started_lock:
+        return _started.get(_scheduler(client).address)
 
 
 @contextmanager
@@ -106,7 +145,16 @@ def _start_cluster(config: DaskConfig, num_workers: int) -> Iterator[Any]:
             cluster.adapt(**config.adapt_kwargs)
         else:
             cluster.scale(num_workers)
-        yield cluster
+        address = cluster.scheduler_address
+        with _started_lock:
+            _started[address] = _StartedCluster(
+                cluster, num_workers, adaptive=config.adapt_kwargs is not None
+            )
+        try:
+            yield cluster
+        finally:
+            with _started_lock:
+                _started.pop(address, None)
 
 
 def _import_class(path: str) -> Any:
@@ -129,12 +177,16 @@ def select_workers(
     """Wait for enough eligible workers and assign ranks: sorted by host, then address.
 
     Workers in ``exclude`` (unresponsive in an earlier attempt) are not eligible. ``poll`` is
-    called while waiting; it may raise to stop the wait (Ctrl-C).
+    called while waiting; it may raise to stop the wait (Ctrl-C). On a cluster class that
+    ``connect`` started, lost workers are replaced while waiting (once a second).
 
     Raises:
-        NotEnoughWorkersError: Fewer eligible workers than ``num_workers`` after ``timeout_s``.
+        NotEnoughWorkersError: Fewer eligible workers than ``num_workers`` after ``timeout_s``;
+            on a job-queue cluster it names the jobs still waiting and, for SLURM, why.
     """
+    started = _started_cluster(client)
     deadline = time.monotonic() + timeout_s
+    next_rescale = time.monotonic()
     while True:
         eligible = [
             (host, address)
@@ -145,6 +197,10 @@ def select_workers(
         if len(eligible) >= low:
             return assign_ranks(eligible[:high])
         if time.monotonic() >= deadline:
+            waiting = ""
+            if started is not None:
+                names = [info.get("name", "") for info in _workers(client).values()]
+                waiting = waiting_jobs(started.cluster, names)
             raise NotEnoughWorkersError(
                 requested=low,
                 num_workers=str(scaling.num_workers),
@@ -154,7 +210,11 @@ def select_workers(
                 resources=str(dict(scaling.resources_per_worker))
                 if scaling.resources_per_worker
                 else "",
+                waiting_for=waiting,
             )
+        if started is not None and time.monotonic() >= next_rescale:
+            started.replace_lost_workers()
+            next_rescale = time.monotonic() + _RESCALE_EVERY_S
         poll()
         time.sleep(_WORKER_POLL_S)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -61,3 +62,40 @@ class ReportMessage:
     index: int
     metrics: dict[str, Any] | None
     files: dict[str, FileEntry] | None
+
+
+# Variables a batch system sets in a job's processes (a Dask worker started by dask-jobqueue,
+# and so its ranks), and how to name the job.
+_BATCH_JOB_VARIABLES = (
+    ("SLURM_JOB_ID", "SLURM job"),
+    ("PBS_JOBID", "PBS job"),
+    ("LSB_JOBID", "LSF job"),
+)
+
+
+@dataclass(frozen=True)
+class RankStarted:
+    """A rank joined the process group; where it runs, for the driver's log."""
+
+    world_rank: int
+    host: str
+    pid: int
+    batch_job: str = ""  # e.g. "SLURM job 12"; empty outside a batch system
+
+    @classmethod
+    def here(cls, world_rank: int, host: str) -> RankStarted:
+        """This process, as rank ``world_rank`` on ``host``."""
+        job = next(
+            (
+                f"{name} {os.environ[key]}"
+                for key, name in _BATCH_JOB_VARIABLES
+                if os.environ.get(key)
+            ),
+            "",
+        )
+        return cls(world_rank, host, os.getpid(), job)
+
+    def describe(self) -> str:
+        """``"rank 1 on 10.0.0.5 (pid 4242, SLURM job 12)"``."""
+        job = f", {self.batch_job}" if self.batch_job else ""
+        return f"rank {self.world_rank} on {self.host} (pid {self.pid}{job})"

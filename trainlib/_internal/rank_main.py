@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import cloudpickle
 
 from trainlib._internal import backend
-from trainlib._internal.messages import RankSpec
+from trainlib._internal.messages import RankSpec, RankStarted
 from trainlib._internal.session import Session, start_session
 from trainlib.errors import RankFailure
 
@@ -82,7 +82,7 @@ def _run(spec: RankSpec, session: Session) -> None:
     if spec.world_rank == 0:
         _forward_logs(session)
     backend.init_process_group(spec.backend, spec.timeout_s, spec.use_gpu)
-    session.send("started", spec.world_rank)
+    session.send("started", RankStarted.here(spec.world_rank, spec.host))
     train_func()
     backend.destroy_process_group()  # on failure the process just exits
 

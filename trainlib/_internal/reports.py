@@ -8,11 +8,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from trainlib._internal.checkpoint_manager import CheckpointManager
-from trainlib._internal.messages import ReportMessage
+from trainlib._internal.messages import RankStarted, ReportMessage
 from trainlib._internal.storage import FileEntry, RunStorage
 from trainlib._internal.watchdog import ProgressWatchdog
 from trainlib.callbacks import Callback, Report
 from trainlib.errors import TrainingFailedError
+
+logger = logging.getLogger(__name__)
 
 
 class ReportCollector:
@@ -44,8 +46,10 @@ class ReportCollector:
     def handle(self, kind: str, payload: Any) -> None:
         """Handle one message relayed from a rank: started, a report, or a rank-0 log record."""
         if kind == "started":
+            started: RankStarted = payload
+            logger.info("Joined the group: %s", started.describe())
             if self._watchdog is not None:
-                self._watchdog.on_started(payload)
+                self._watchdog.on_started(started.world_rank)
             return
         if kind == "log":
             record: logging.LogRecord = payload

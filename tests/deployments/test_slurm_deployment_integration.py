@@ -1,0 +1,85 @@
+"""The train-cifar/manual deployment, run by a real Prefect process worker, on a real SLURM
+cluster (tests/slurm_rig.py) through dask-jobqueue."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Any
+
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.deployments import run_deployment
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from tasks.cifar import write_synthetic_archive
+from tests.prefect_stack import deploy_all
+from tests.slurm_rig import SlurmCluster
+
+RUN_TIMEOUT_S = 300
+
+
+async def _messages(flow_run_id: Any) -> list[str]:
+    """Every log message of the flow run (the API returns at most 200 a call)."""
+    found: list[str] = []
+    async with get_client() as client:
+        while True:
+            logs = await client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
+                limit=200,
+                offset=len(found),
+            )
+            if not logs:
+                return found
+            found += [log.message for log in logs]
+
+
+def test_deployment_run_by_a_worker_trains_in_slurm_jobs(
+    slurm: SlurmCluster, prefect_env: dict[str, str], tmp_path: Path
+) -> None:
+    deploy_all(prefect_env)
+    archive = tmp_path / "cifar-10-python.tar.gz"
+    md5 = write_synthetic_archive(str(archive), images_per_batch=200)
+    cluster_kwargs = {
+        "cores": 1,
+        "processes": 1,
+        "memory": "1GB",
+        "walltime": "00:10:00",
+        "interface": "lo",
+        "local_directory": str(tmp_path / "dask"),
+        "log_directory": str(tmp_path / "jobs"),
+    }
+    with temporary_settings({PREFECT_API_URL: prefect_env["PREFECT_API_URL"]}):
+        run = run_deployment(
+            name="train-cifar/manual",
+            parameters={
+                "data_url": archive.as_uri(),
+                "data_md5": md5,
+                "epochs": 1,
+                "batch_size": 64,
+                "shard_size": 250,
+                "storage_path": str(tmp_path / "store"),
+                "mlflow_tracking_uri": f"sqlite:///{tmp_path}/mlflow.db",
+                "registered_model_name": "slurm-deployed",
+                "dask_cluster_class": "dask_jobqueue.SLURMCluster",
+                "dask_cluster_kwargs": cluster_kwargs,
+            },
+            # How a site points the pool's flow runs at its SLURM cluster (a run's env
+            # replaces the deployment's: keep its logging setting).
+            job_variables={"env": {**slurm.env, "PREFECT_LOGGING_EXTRA_LOGGERS": "trainlib,tasks"}},
+            timeout=RUN_TIMEOUT_S,
+            poll_interval=1,
+        )
+        assert run.state.is_completed(), run.state
+        messages = asyncio.run(_messages(run.id))
+    placed = dict(
+        m.groups()
+        for m in map(re.compile(r"rank (\d) on \S+ \(pid \d+, SLURM job (\d+)\)").search, messages)
+        if m
+    )
+    assert sorted(placed) == ["0", "1"], messages[-20:]
+    assert {f.name.rsplit("-", 1)[-1] for f in (tmp_path / "jobs").glob("*.err")} >= {
+        f"{job}.err" for job in placed.values()
+    }
+    slurm.wait_until_drained()
