@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-offline test check clean
+.PHONY: run run-offline test check clean slurm
 
 run: $(STAMP)
 	$(VENV)/bin/train-cifar $(ARGS)
@@ -14,8 +14,13 @@ run: $(STAMP)
 run-offline: $(STAMP)
 	$(VENV)/bin/train-cifar --synthetic $(ARGS)
 
-test: $(STAMP)
+test: $(STAMP) slurm
 	$(VENV)/bin/python -m pytest
+
+# The SLURM tests start a real SLURM cluster (tests/slurm_rig.py): Debian's slurm-wlm and munge.
+slurm:
+	@command -v slurmctld >/dev/null && command -v munged >/dev/null || \
+		(apt-get update -qq && apt-get install -y -qq slurm-wlm munge)
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
