@@ -81,6 +81,8 @@ class _Run:
         self.collector = ReportCollector(self.storage, self.manager, config.callbacks)
         self.failures: list[RankFailure] = []
         self.started = False
+        setup = plan.scaling.worker_setup
+        self.setup_payload = cloudpickle.dumps(setup) if setup is not None else None
 
     def execute(self, client: Client | None) -> Result:
         from trainlib._internal import cluster  # imported on use: rank processes never need Dask
@@ -222,6 +224,7 @@ class _Run:
             latest_checkpoint=resume_from,
             train_func_payload=plan.train_func_payload,
             dataset_names=tuple(source.name for source in plan.datasets),
+            setup_payload=self.setup_payload,
         )
         environment = backend.rank_environment(
             world_rank=slot.world_rank,

@@ -31,6 +31,7 @@ class RankSpec:
     latest_checkpoint: Checkpoint | None
     train_func_payload: bytes
     dataset_names: tuple[str, ...] = ()
+    setup_payload: bytes | None = None  # ScalingConfig.worker_setup, pickled
 
 
 @dataclass(frozen=True)
