@@ -4,6 +4,7 @@ import trainlib
 import trainlib.air
 import trainlib.air.session
 import trainlib.data
+import trainlib.sgd
 import trainlib.torch
 
 DOCUMENTED_TRAINLIB = {
@@ -55,6 +56,14 @@ DOCUMENTED_AIR_SESSION = {
     "get_world_size",
     "report",
 }
+DOCUMENTED_SGD = {
+    "MixedPrecision",
+    "PyTorchTrainable",
+    "PyTorchTrainer",
+    "get_mixed_precision",
+    "train_epoch",
+    "validate_epoch",
+}
 DOCUMENTED_TORCH = {
     "TorchConfig",
     "TorchTrainer",
@@ -71,6 +80,7 @@ def test_public_api_matches_documented_names() -> None:
         (trainlib.torch, DOCUMENTED_TORCH),
         (trainlib.air, DOCUMENTED_AIR),
         (trainlib.air.session, DOCUMENTED_AIR_SESSION),
+        (trainlib.sgd, DOCUMENTED_SGD),
     ):
         assert set(package.__all__) == documented
         for name in package.__all__:
@@ -83,7 +93,7 @@ def test_public_api_import_does_not_load_dask() -> None:
     import sys
 
     code = (
-        "import sys, trainlib, trainlib.torch, trainlib.data, trainlib.air; "
+        "import sys, trainlib, trainlib.torch, trainlib.data, trainlib.air, trainlib.sgd; "
         "print('distributed' in sys.modules or 'dask' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

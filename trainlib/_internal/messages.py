@@ -62,3 +62,18 @@ class ReportMessage:
     index: int
     metrics: dict[str, Any] | None
     files: dict[str, FileEntry] | None
+
+
+SHUTDOWN = "shutdown"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A call on a live group, sent to every rank: ``kind`` names it, ``payload`` is plain data.
+
+    Every rank answers a command, except ``SHUTDOWN``, with exactly one ``report()``; on
+    ``SHUTDOWN`` its loop returns and the rank ends as a finished training function does.
+    """
+
+    kind: str
+    payload: Any = None
