@@ -6,7 +6,7 @@ ours and says which Dask cluster runs the ranks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,11 +36,16 @@ class ScalingConfig:
         use_gpu: Give each rank one CUDA device and use NCCL.
         resources_per_worker: Dask worker resources each rank needs (e.g. ``{"GPU": 1}``);
             only workers that declare them (``dask worker --resources GPU=1``) are used.
+        worker_setup: A function of no arguments run once in every rank process, before it
+            joins the process group and before ``train_loop_per_worker``: set environment
+            variables (``NCCL_SOCKET_IFNAME``), fetch files. ``get_context()`` works in it.
+            An exception fails the rank as one raised by the training function would.
     """
 
     num_workers: int | tuple[int, int] = 1
     use_gpu: bool = False
     resources_per_worker: Mapping[str, float] | None = None
+    worker_setup: Callable[[], None] | None = None
 
     @property
     def worker_range(self) -> tuple[int, int]:
@@ -61,6 +66,11 @@ class ScalingConfig:
                 raise ConfigError(
                     f"ScalingConfig(resources_per_worker={{{name!r}: {amount}}}) must be > 0."
                 )
+        if self.worker_setup is not None and not callable(self.worker_setup):
+            raise ConfigError(
+                f"ScalingConfig(worker_setup={self.worker_setup!r}) must be a function of no "
+                "arguments (or None)."
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -67,3 +67,8 @@ def test_scaling_config_elastic_range() -> None:
     assert ScalingConfig(num_workers=2).worker_range == (2, 2)
     with pytest.raises(ConfigError, match=r"1 <= min <= max"):
         ScalingConfig(num_workers=(3, 2))
+
+
+def test_scaling_config_rejects_a_worker_setup_that_is_not_a_function() -> None:
+    with pytest.raises(ConfigError, match="worker_setup"):
+        ScalingConfig(worker_setup="export NCCL_DEBUG=INFO")  # type: ignore[arg-type]

@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import trainlib
+import trainlib.air
+import trainlib.air.session
 import trainlib.data
+import trainlib.sgd
 import trainlib.torch
 
 DOCUMENTED_TRAINLIB = {
@@ -33,6 +36,34 @@ DOCUMENTED_TRAINLIB = {
     "report",
 }
 DOCUMENTED_DATA = {"DataConfig", "DataIterator", "get_dataset_shard"}
+DOCUMENTED_AIR = {
+    "Checkpoint",
+    "CheckpointConfig",
+    "FailureConfig",
+    "Result",
+    "RunConfig",
+    "ScalingConfig",
+    "session",
+}
+DOCUMENTED_AIR_SESSION = {
+    "get_checkpoint",
+    "get_dataset_shard",
+    "get_experiment_name",
+    "get_local_rank",
+    "get_local_world_size",
+    "get_node_rank",
+    "get_world_rank",
+    "get_world_size",
+    "report",
+}
+DOCUMENTED_SGD = {
+    "MixedPrecision",
+    "PyTorchTrainable",
+    "PyTorchTrainer",
+    "get_mixed_precision",
+    "train_epoch",
+    "validate_epoch",
+}
 DOCUMENTED_TORCH = {
     "TorchConfig",
     "TorchTrainer",
@@ -47,6 +78,9 @@ def test_public_api_matches_documented_names() -> None:
         (trainlib, DOCUMENTED_TRAINLIB),
         (trainlib.data, DOCUMENTED_DATA),
         (trainlib.torch, DOCUMENTED_TORCH),
+        (trainlib.air, DOCUMENTED_AIR),
+        (trainlib.air.session, DOCUMENTED_AIR_SESSION),
+        (trainlib.sgd, DOCUMENTED_SGD),
     ):
         assert set(package.__all__) == documented
         for name in package.__all__:
@@ -59,7 +93,7 @@ def test_public_api_import_does_not_load_dask() -> None:
     import sys
 
     code = (
-        "import sys, trainlib, trainlib.torch, trainlib.data; "
+        "import sys, trainlib, trainlib.torch, trainlib.data, trainlib.air, trainlib.sgd; "
         "print('distributed' in sys.modules or 'dask' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

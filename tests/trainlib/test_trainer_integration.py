@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -40,6 +41,15 @@ def _dataset() -> TensorDataset:
 def _model() -> torch.nn.Module:
     torch.manual_seed(0)
     return torch.nn.Linear(5, 1)
+
+
+def _record_setup(out_dir: str) -> None:
+    """ScalingConfig.worker_setup: says, per rank, in which process it ran and when."""
+    rank = trainlib.get_context().get_world_rank()
+    seen = {"pid": os.getpid(), "group_formed": torch.distributed.is_initialized()}
+    with open(os.path.join(out_dir, f"setup-rank{rank}-{os.getpid()}.json"), "x") as file:
+        json.dump(seen, file)
+    os.environ["TRAINLIB_TEST_SETUP_RAN"] = "yes"
 
 
 def train_sgd(config: dict[str, Any]) -> None:
@@ -88,8 +98,10 @@ def train_sgd(config: dict[str, Any]) -> None:
                 "MASTER_ADDR",
                 "RANK",
                 "WORLD_SIZE",
+                "TRAINLIB_TEST_SETUP_RAN",
             )
         },
+        "pid": os.getpid(),
         "ddp": isinstance(model, DistributedDataParallel),
     }
     Path(config["out_dir"], f"rank{context.get_world_rank()}.json").write_text(json.dumps(record))
@@ -129,6 +141,7 @@ class Run:
     ranks: list[dict[str, Any]]
     recorder: _Recorder
     logs: list[logging.LogRecord]
+    out_dir: Path
 
 
 def _fit(client: Client, out_dir: Path, num_workers: int) -> Run:
@@ -141,7 +154,10 @@ def _fit(client: Client, out_dir: Path, num_workers: int) -> Run:
         result = TorchTrainer(
             train_sgd,
             train_loop_config={"out_dir": str(out_dir)},
-            scaling_config=trainlib.ScalingConfig(num_workers=num_workers),
+            scaling_config=trainlib.ScalingConfig(
+                num_workers=num_workers,
+                worker_setup=functools.partial(_record_setup, str(out_dir)),
+            ),
             run_config=RunConfig(
                 name="sgd",
                 storage_path=str(out_dir / "results"),
@@ -153,7 +169,7 @@ def _fit(client: Client, out_dir: Path, num_workers: int) -> Run:
     finally:
         logger.removeHandler(handler)
     ranks = [json.loads(Path(out_dir, f"rank{r}.json").read_text()) for r in range(num_workers)]
-    return Run(result, ranks, recorder, handler.records)
+    return Run(result, ranks, recorder, handler.records, out_dir)
 
 
 @pytest.fixture(scope="module")
@@ -202,6 +218,15 @@ def test_trainer_context_and_rank_environment(two_ranks: Run) -> None:
         assert env["MALLOC_TRIM_THRESHOLD_"] is None  # not inherited from Dask's nanny
         assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"]) == (str(rank), "2", "127.0.0.1")
         assert int(env["OMP_NUM_THREADS"]) >= 1
+
+
+def test_trainer_worker_setup_runs_once_per_rank_before_the_group_forms(two_ranks: Run) -> None:
+    for rank, record in enumerate(two_ranks.ranks):
+        setups = list(two_ranks.out_dir.glob(f"setup-rank{rank}-*.json"))
+        assert len(setups) == 1
+        seen = json.loads(setups[0].read_text())
+        assert seen == {"pid": record["pid"], "group_formed": False}
+        assert record["env"]["TRAINLIB_TEST_SETUP_RAN"] == "yes"
 
 
 def test_trainer_result_holds_metrics_history_and_kept_checkpoints(two_ranks: Run) -> None:

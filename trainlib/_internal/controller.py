@@ -11,6 +11,8 @@ import functools
 import logging
 import math
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
@@ -37,6 +39,7 @@ if TYPE_CHECKING:
     from trainlib._internal.datasets import DatasetSource
     from trainlib._internal.feeder import FeedPlan
     from trainlib._internal.ranks import WorkerSlot
+    from trainlib._internal.worker_group import WorkerGroup
 
 logger = logging.getLogger(__name__)
 
@@ -66,10 +69,12 @@ def run_training(plan: RunPlan, client: Client | None = None) -> Result:
         NotEnoughWorkersError: The cluster cannot provide ``num_workers`` workers.
     """
     with InterruptWatch():
-        return _Run(plan).execute(client)
+        return Run(plan).execute(client)
 
 
-class _Run:
+class Run:
+    """One run's storage, checkpoints, reports and failures, across its attempts."""
+
     def __init__(self, plan: RunPlan) -> None:
         config = plan.run_config
         self.plan = plan
@@ -80,7 +85,10 @@ class _Run:
         self.manager = CheckpointManager.from_storage(config.checkpoint_config, self.storage)
         self.collector = ReportCollector(self.storage, self.manager, config.callbacks)
         self.failures: list[RankFailure] = []
+        self.unresponsive: set[str] = set()
         self.started = False
+        setup = plan.scaling.worker_setup
+        self.setup_payload = cloudpickle.dumps(setup) if setup is not None else None
 
     def execute(self, client: Client | None) -> Result:
         from trainlib._internal import cluster  # imported on use: rank processes never need Dask
@@ -92,7 +100,7 @@ class _Run:
                 self._attempts(connected)
         except BaseException as exc:
             error = exc
-        result = self._result(error)
+        result = self.result(error)
         for callback in self.plan.run_config.callbacks:
             callback.on_end(result)
         if error is not None:
@@ -103,41 +111,19 @@ class _Run:
 
     def _attempts(self, client: Client) -> None:
         """Attempts until one succeeds or ``max_failures`` is used up."""
-        from trainlib._internal import cluster
         from trainlib._internal.rank_pool import RankPoolPlugin
-        from trainlib._internal.worker_group import WorkerGroup
 
         client.register_plugin(RankPoolPlugin())
         failure_config = self.plan.run_config.failure_config
-        unresponsive: set[str] = set()
         while True:
-            self.storage.remove_uncommitted()
-            latest = self.manager.latest_intact()
-            start_index = latest.index + 1 if latest else 0
-            resume_from = latest.checkpoint if latest else self.plan.resume_from
-            slots = cluster.select_workers(
-                client,
-                self.plan.scaling,
-                self.plan.dask_config.worker_timeout_s,
-                frozenset(unresponsive),
-                poll=InterruptWatch.check,
-            )
-            self._check_datasets(client, len(slots))
-            self._announce(slots, resume_from)
-            watchdog = ProgressWatchdog(failure_config.hang_timeout_s, slots)
-            self.collector.start_attempt(len(slots), start_index, watchdog)
-            build = functools.partial(self._rank_launch, start_index, resume_from, slots)
-            resources = dict(self.plan.scaling.resources_per_worker or {}) or None
-            with WorkerGroup.start(client, slots, build, resources) as group:
+            with self.attempt(client) as (group, watchdog):
                 attempt_failures = group.run(
                     self.collector.handle, watchdog.check, poll=InterruptWatch.check
                 )
-            unresponsive |= group.unresponsive_workers
             if not attempt_failures:
                 self.collector.check_all_complete()
                 return
-            error = WorkerGroupError(attempt_failures, num_restarts=len(self.failures))
-            self.failures.append(error.root_cause)
+            error = self.record_failure(attempt_failures)
             if (
                 failure_config.max_failures != -1
                 and len(self.failures) > failure_config.max_failures
@@ -149,6 +135,44 @@ class _Run:
                 len(self.failures),
                 error.root_cause.one_line(),
             )
+
+    @contextmanager
+    def attempt(self, client: Client) -> Iterator[tuple[WorkerGroup, ProgressWatchdog]]:
+        """Form the next group, resuming from the latest intact checkpoint (or the plan's);
+        on leaving, its ranks are stopped. Workers unresponsive before are avoided."""
+        from trainlib._internal import cluster
+        from trainlib._internal.worker_group import WorkerGroup
+
+        self.storage.remove_uncommitted()
+        latest = self.manager.latest_intact()
+        start_index = latest.index + 1 if latest else 0
+        resume_from = latest.checkpoint if latest else self.plan.resume_from
+        slots = cluster.select_workers(
+            client,
+            self.plan.scaling,
+            self.plan.dask_config.worker_timeout_s,
+            frozenset(self.unresponsive),
+            poll=InterruptWatch.check,
+        )
+        self._check_datasets(client, len(slots))
+        self._announce(slots, resume_from)
+        watchdog = ProgressWatchdog(self.plan.run_config.failure_config.hang_timeout_s, slots)
+        self.collector.start_attempt(len(slots), start_index, watchdog)
+        build = functools.partial(self._rank_launch, start_index, resume_from, slots)
+        resources = dict(self.plan.scaling.resources_per_worker or {}) or None
+        group: WorkerGroup | None = None
+        try:
+            with WorkerGroup.start(client, slots, build, resources) as group:
+                yield group, watchdog
+        finally:
+            if group is not None:  # known once the group was stopped
+                self.unresponsive |= group.unresponsive_workers
+
+    def record_failure(self, failures: dict[int, RankFailure]) -> WorkerGroupError:
+        """Count a failed attempt; the error to raise if no restart follows."""
+        error = WorkerGroupError(failures, num_restarts=len(self.failures))
+        self.failures.append(error.root_cause)
+        return error
 
     def _check_datasets(self, client: Client, world_size: int) -> None:
         """Fail before any rank starts if a split dataset has fewer rows than ranks."""
@@ -174,7 +198,8 @@ class _Run:
             resume_from or "scratch",
         )
 
-    def _result(self, error: BaseException | None) -> Result:
+    def result(self, error: BaseException | None) -> Result:
+        """The run's Result so far (``error`` is what ended it, if anything)."""
         latest = self.manager.latest
         history = self.collector.history
         return Result(
@@ -222,6 +247,7 @@ class _Run:
             latest_checkpoint=resume_from,
             train_func_payload=plan.train_func_payload,
             dataset_names=tuple(source.name for source in plan.datasets),
+            setup_payload=self.setup_payload,
         )
         environment = backend.rank_environment(
             world_rank=slot.world_rank,

@@ -32,6 +32,7 @@ class RankSpec:
     latest_checkpoint: Checkpoint | None
     train_func_payload: bytes
     dataset_names: tuple[str, ...] = ()
+    setup_payload: bytes | None = None  # ScalingConfig.worker_setup, pickled
 
 
 @dataclass(frozen=True)
@@ -99,3 +100,18 @@ class RankStarted:
         """``"rank 1 on 10.0.0.5 (pid 4242, SLURM job 12)"``."""
         job = f", {self.batch_job}" if self.batch_job else ""
         return f"rank {self.world_rank} on {self.host} (pid {self.pid}{job})"
+
+
+SHUTDOWN = "shutdown"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A call on a live group, sent to every rank: ``kind`` names it, ``payload`` is plain data.
+
+    Every rank answers a command, except ``SHUTDOWN``, with exactly one ``report()``; on
+    ``SHUTDOWN`` its loop returns and the rank ends as a finished training function does.
+    """
+
+    kind: str
+    payload: Any = None

@@ -81,6 +81,8 @@ def _run(spec: RankSpec, session: Session) -> None:
     train_func = cloudpickle.loads(spec.train_func_payload)
     if spec.world_rank == 0:
         _forward_logs(session)
+    if spec.setup_payload is not None:
+        cloudpickle.loads(spec.setup_payload)()  # before the group: it may set NCCL's variables
     backend.init_process_group(spec.backend, spec.timeout_s, spec.use_gpu)
     session.send("started", RankStarted.here(spec.world_rank, spec.host))
     train_func()

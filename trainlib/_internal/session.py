@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from trainlib._internal.messages import RankSpec
+from trainlib._internal.messages import Command, RankSpec
 
 _current: Session | None = None
 
@@ -21,6 +21,7 @@ class Session:
         self._send = send
         self._lock = threading.Lock()
         self._inboxes: defaultdict[str, queue.Queue[Any]] = defaultdict(queue.Queue)
+        self.commands: queue.Queue[Command] = queue.Queue()  # a live group's, in order
         self.next_index = spec.start_index
 
     def send(self, kind: str, payload: Any) -> None:
@@ -33,10 +34,13 @@ class Session:
             self._send(message)
 
     def deliver(self, kind: str, payload: Any) -> None:
-        """File a message from the supervisor (a block of a dataset) for whoever waits on it."""
+        """File a message from the supervisor (a block of a dataset, a command) for whoever
+        waits on it."""
         if kind == "data":
             name, *rest = payload
             self._inboxes[name].put(tuple(rest))
+        elif kind == "command":
+            self.commands.put(payload)
 
     def inbox(self, name: str) -> queue.Queue[Any]:
         """The messages filed for dataset ``name``."""
@@ -47,6 +51,11 @@ def start_session(session: Session) -> None:
     """Make ``session`` the current one (once per rank process)."""
     global _current
     _current = session
+
+
+def next_command() -> Command:
+    """Block until the driver sends this rank its next command (a live group's rank loop)."""
+    return current_session("next_command()").commands.get()
 
 
 def current_session(caller: str) -> Session:

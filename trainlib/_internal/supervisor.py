@@ -21,7 +21,7 @@ from typing import Any
 from distributed import Event, Queue, get_client, get_worker, secede
 from distributed.core import Status
 
-from trainlib._internal import rank_pool
+from trainlib._internal import command_relay, rank_pool
 from trainlib._internal.feeder import Feeder
 from trainlib._internal.messages import RankLaunch
 from trainlib.errors import RankFailure
@@ -54,6 +54,7 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
     rank = rank_pool.take(worker, environment)
     send = _locked(rank.connection.send)
     feeder = Feeder(launch.feed, get_client(), send) if launch.feed is not None else None
+    command_relay.register(queue_name, worker, send)  # a live group's commands (see there)
     try:
         send(
             (
@@ -67,6 +68,7 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
         )
         outcome = _relay(launch, rank.process, rank.connection, queue, stop, feeder)
     finally:
+        command_relay.unregister(queue_name, worker)
         if feeder is not None:
             feeder.close()
         _kill_session(rank.process)

@@ -28,6 +28,10 @@ class Completions:
         """Also wake for ``future``."""
         future.add_done_callback(lambda _: self._event.set())
 
+    def wake(self) -> None:
+        """Wake the waiter now (something other than a future happened)."""
+        self._event.set()
+
     def wait(self, timeout_s: float) -> bool:
         """Block until a watched future finished since the last wait, or ``timeout_s``."""
         woke = self._event.wait(timeout_s)

@@ -49,6 +49,11 @@ class ProgressWatchdog:
         if len(self._started) == len(self._slots):
             self._last_progress = self._clock()
 
+    def resume(self) -> None:
+        """The run is asked for progress again after an idle spell (a live group's next
+        call): the clock restarts now, and the idle time counts as no interval."""
+        self._last_progress = self._clock()
+
     def on_report(self, world_rank: int, index: int) -> None:
         """A rank made report ``index``."""
         self._last_index[world_rank] = index
