@@ -3,6 +3,7 @@ from __future__ import annotations
 import trainlib
 import trainlib.data
 import trainlib.torch
+import trainlib.tune
 
 DOCUMENTED_TRAINLIB = {
     "Callback",
@@ -40,6 +41,30 @@ DOCUMENTED_TORCH = {
     "prepare_data_loader",
     "prepare_model",
 }
+DOCUMENTED_TUNE = {
+    "ASHAScheduler",
+    "BasicVariantGenerator",
+    "Callback",
+    "FIFOScheduler",
+    "HyperBandScheduler",
+    "MedianStoppingRule",
+    "OptunaSearch",
+    "ResultGrid",
+    "Searcher",
+    "Trial",
+    "TrialScheduler",
+    "TuneConfig",
+    "Tuner",
+    "choice",
+    "get_checkpoint",
+    "grid_search",
+    "loguniform",
+    "quniform",
+    "randint",
+    "report",
+    "run",
+    "uniform",
+}
 
 
 def test_public_api_matches_documented_names() -> None:
@@ -47,6 +72,7 @@ def test_public_api_matches_documented_names() -> None:
         (trainlib, DOCUMENTED_TRAINLIB),
         (trainlib.data, DOCUMENTED_DATA),
         (trainlib.torch, DOCUMENTED_TORCH),
+        (trainlib.tune, DOCUMENTED_TUNE),
     ):
         assert set(package.__all__) == documented
         for name in package.__all__:
@@ -59,8 +85,8 @@ def test_public_api_import_does_not_load_dask() -> None:
     import sys
 
     code = (
-        "import sys, trainlib, trainlib.torch, trainlib.data; "
-        "print('distributed' in sys.modules or 'dask' in sys.modules)"
+        "import sys, trainlib, trainlib.torch, trainlib.data, trainlib.tune; "
+        "print('distributed' in sys.modules or 'dask' in sys.modules or 'optuna' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

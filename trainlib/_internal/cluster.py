@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -125,11 +125,14 @@ def select_workers(
     timeout_s: float,
     exclude: frozenset[str] = frozenset(),
     poll: Callable[[], None] = lambda: None,
+    allowed: Callable[[list[str]], Collection[str]] | None = None,
 ) -> list[WorkerSlot]:
     """Wait for enough eligible workers and assign ranks: sorted by host, then address.
 
-    Workers in ``exclude`` (unresponsive in an earlier attempt) are not eligible. ``poll`` is
-    called while waiting; it may raise to stop the wait (Ctrl-C).
+    Workers in ``exclude`` (unresponsive in an earlier attempt) are not eligible. ``allowed``,
+    if given, narrows the eligible addresses each time they are looked at (a Tuner trial's
+    ``WorkerLease``: only the workers it holds). ``poll`` is called while waiting; it may
+    raise to stop the wait (Ctrl-C).
 
     Raises:
         NotEnoughWorkersError: Fewer eligible workers than ``num_workers`` after ``timeout_s``.
@@ -141,6 +144,9 @@ def select_workers(
             for host, address in _eligible_workers(client, scaling.resources_per_worker)
             if address not in exclude
         ]
+        if allowed is not None:
+            permitted = allowed([address for _, address in eligible])
+            eligible = [(host, address) for host, address in eligible if address in permitted]
         low, high = scaling.worker_range
         if len(eligible) >= low:
             return assign_ranks(eligible[:high])
@@ -157,6 +163,11 @@ def select_workers(
             )
         poll()
         time.sleep(_WORKER_POLL_S)
+
+
+def eligible_workers(client: Client, resources: Mapping[str, float] | None) -> list[str]:
+    """Addresses of the workers that have ``resources`` now."""
+    return [address for _, address in _eligible_workers(client, resources)]
 
 
 def live_workers(client: Client) -> set[str]:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from trainlib._internal.datasets import DatasetSource
     from trainlib._internal.feeder import FeedPlan
+    from trainlib._internal.leases import WorkerLease
     from trainlib._internal.ranks import WorkerSlot
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ class RunPlan:
     datasets: tuple[DatasetSource, ...] = ()
     data_config: DataConfig = field(default_factory=DataConfig)
     default_name_prefix: str = "TorchTrainer"
+    lease: WorkerLease | None = None  # a Tuner trial: select ranks only among its workers
 
 
 def run_training(plan: RunPlan, client: Client | None = None) -> Result:
@@ -121,6 +123,7 @@ class _Run:
                 self.plan.dask_config.worker_timeout_s,
                 frozenset(unresponsive),
                 poll=InterruptWatch.check,
+                allowed=self.plan.lease.allowed if self.plan.lease else None,
             )
             self._check_datasets(client, len(slots))
             self._announce(slots, resume_from)
