@@ -3,42 +3,27 @@ failed trials are recorded, a search resumes, and each trial's ranks are fresh p
 
 from __future__ import annotations
 
-import builtins
 import json
 import os
-import signal
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from distributed import Client
 
-import trainlib
-from tests.helpers import rank_processes, wait_for_path
+from tests.helpers import rank_processes
+from tests.trainlib.tune.trainables import (
+    fail_when_told,
+    interrupted_once,
+    record_and_sleep,
+    report_until_pruned,
+)
 from trainlib import FailureConfig, RunConfig, ScalingConfig, tune
 from trainlib.torch import TorchTrainer
 
 
-def _log(config: dict[str, Any], event: str, **fields: Any) -> None:
-    """Append one event of this trial to the test's log (one JSON line per event)."""
-    line = {"x": config["x"], "event": event, "time": time.time(), "pid": os.getpid(), **fields}
-    with open(Path(config["out"]) / "events.jsonl", "a") as f:
-        f.write(json.dumps(line) + "\n")
-
-
 def _events(out: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
-
-
-def record_and_sleep(config: dict[str, Any]) -> None:
-    """Records its interval, its pid and what an earlier trial left in this process."""
-    left_over = getattr(builtins, "_trainlib_tune_marker", None)
-    builtins._trainlib_tune_marker = config["x"]  # type: ignore[attr-defined]
-    _log(config, "start", left=left_over)
-    time.sleep(0.5)  # the work: long enough for concurrent trials to overlap
-    trainlib.report({"score": config["x"]})
-    _log(config, "end")
 
 
 def test_tuner_runs_as_many_trials_at_once_as_free_workers(
@@ -63,15 +48,6 @@ def test_tuner_runs_as_many_trials_at_once_as_free_workers(
     assert len({e["pid"] for e in events}) == 4  # every trial's rank is a fresh process
     assert [e["left"] for e in events if e["event"] == "start"] == [None] * 4
     assert rank_processes() == []
-
-
-def report_until_pruned(config: dict[str, Any]) -> None:
-    """Reports ``x`` at every step; x == 0 would run for 100 steps unless stopped."""
-    steps = 100 if config["x"] == 0 else 2
-    for step in range(steps):
-        _log(config, "report", step=step)
-        trainlib.report({"score": config["x"]})
-        time.sleep(0.1)
 
 
 def test_tuner_pruned_trial_stops_its_ranks_and_frees_its_workers(
@@ -102,16 +78,6 @@ def test_tuner_pruned_trial_stops_its_ranks_and_frees_its_workers(
     first_next_report = min(e["time"] for e in events if e["x"] == 2.0)
     assert first_next_report > last_pruned_report  # the next trial waited for the workers
     assert rank_processes() == []
-
-
-def fail_when_told(config: dict[str, Any]) -> None:
-    """``bad`` always raises; ``flaky`` raises on its first attempt only."""
-    marker = Path(config["out"]) / f"{config['x']}.attempted"
-    first_attempt = not marker.exists()
-    marker.touch()
-    if config["x"] == "bad" or (config["x"] == "flaky" and first_attempt):
-        raise ValueError(f"trial {config['x']} broke")
-    trainlib.report({"score": 1.0})
 
 
 class TrialLog(tune.Callback):
@@ -156,31 +122,6 @@ def test_tuner_failed_trial_is_recorded_and_the_search_goes_on(
         (2, "complete"),
     ]
     assert rank_processes() == []
-
-
-def interrupted_once(config: dict[str, Any]) -> None:
-    """Two epochs with a checkpoint each; x == 2 presses Ctrl-C in the driver after its
-    first epoch unless it resumed from a checkpoint."""
-    checkpoint = trainlib.get_checkpoint()
-    start = 0
-    if checkpoint is not None:
-        with checkpoint.as_directory() as directory:
-            start = json.loads(Path(directory, "state.json").read_text())["epoch"] + 1
-    _log(config, "start", epoch=start)
-    for epoch in range(start, 2):
-        directory = Path(config["out"]) / f"ckpt-{config['x']}-{epoch}"
-        directory.mkdir()
-        (directory / "state.json").write_text(json.dumps({"epoch": epoch}))
-        trainlib.report(
-            {"score": config["x"]}, checkpoint=trainlib.Checkpoint.from_directory(str(directory))
-        )
-        if config["x"] == 2 and checkpoint is None:
-            run_dir = Path(
-                config["out"], "runs", "resumable", trainlib.get_context().get_experiment_name()
-            )
-            wait_for_path(run_dir / "checkpoint_000000" / ".trainlib-commit.json")
-            os.kill(config["driver_pid"], signal.SIGINT)
-            time.sleep(60)  # stopped by the driver long before this ends
 
 
 def _resumable_tuner(client: Client, out: Path) -> tune.Tuner:
