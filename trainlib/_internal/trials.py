@@ -184,7 +184,7 @@ class TrialRunner:
                 error = exc
         if error is not None:
             state = TrialState.FAIL
-            logger.warning("Trial %d failed: %s", trial.number, error)
+            logger.warning("Trial %s failed: %r", run_name, error)
         result = replace(result, error=error)
         self._study.finish(trial, state, value, result.metrics, error)
         ended = Trial(trial.number, run_name, config, _STATE_NAMES[state], result)
