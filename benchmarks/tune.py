@@ -65,7 +65,7 @@ def train_cnn(config: dict[str, Any]) -> None:
     train_x, train_y = split(TRAIN_IMAGES)
     val_x, val_y = split(VAL_IMAGES)
     torch.manual_seed(0)
-    model = build_model("small_cnn", mean=(127.5,) * 3, std=(64.0,) * 3)
+    model = build_model("small_cnn", mean=(0.5,) * 3, std=(0.25,) * 3)  # of pixels / 255
     optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"], momentum=0.9)
     batch = config["batch_size"]
     for _ in range(config["epochs"]):
