@@ -121,14 +121,15 @@ def _relay(
         if message == _CLOSED:  # every copy of the rank's end is closed: it is exiting
             code = _wait(process)
             break
-        if state.take(message, queue):
-            continue
-        exit_code = process.poll()
-        if exit_code is not None:
-            while state.take(_receive(connection, 0), queue):
-                pass  # messages sent just before the exit
-            code = exit_code
-            break
+        if not state.take(message, queue):
+            exit_code = process.poll()
+            if exit_code is not None:
+                while state.take(_receive(connection, 0), queue):
+                    pass  # messages sent just before the exit
+                code = exit_code
+                break
+        # Checked whether or not a message came: a rank that reports more often than
+        # _POLL_S must still be stopped (a pruned trial's rank reports at every step).
         if time.monotonic() >= next_stop_check:
             next_stop_check = time.monotonic() + _STOP_CHECK_S
             if stop.is_set() or _task_cancelled():

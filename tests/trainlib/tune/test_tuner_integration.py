@@ -74,6 +74,9 @@ def test_tuner_pruned_trial_stops_its_ranks_and_frees_its_workers(
     pruned = grid[1]
     assert pruned.error is None and len(pruned.metrics_history) < 10
     events = _events(tmp_path)
+    # Its ranks were stopped mid-loop (a rank reporting every 0.1 s once outran the stop
+    # check and ran all 100 steps, until the driver gave up waiting and freed its workers).
+    assert max(e["step"] for e in events if e["x"] == 0.0) < 99
     last_pruned_report = max(e["time"] for e in events if e["x"] == 0.0)
     first_next_report = min(e["time"] for e in events if e["x"] == 2.0)
     assert first_next_report > last_pruned_report  # the next trial waited for the workers
