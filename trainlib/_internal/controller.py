@@ -131,10 +131,15 @@ class _Run:
             self.collector.start_attempt(len(slots), start_index, watchdog)
             build = functools.partial(self._rank_launch, start_index, resume_from, slots)
             resources = dict(self.plan.scaling.resources_per_worker or {}) or None
-            with WorkerGroup.start(client, slots, build, resources) as group:
-                attempt_failures = group.run(
-                    self.collector.handle, watchdog.check, poll=InterruptWatch.check
-                )
+            group: WorkerGroup | None = None
+            try:
+                with WorkerGroup.start(client, slots, build, resources) as group:
+                    attempt_failures = group.run(
+                        self.collector.handle, watchdog.check, poll=InterruptWatch.check
+                    )
+            finally:  # also when the run stops by raising (a pruned trial, Ctrl-C)
+                if group is not None and self.plan.lease is not None:
+                    self.plan.lease.withhold(group.unresponsive_workers)
             unresponsive |= group.unresponsive_workers
             if not attempt_failures:
                 self.collector.check_all_complete()

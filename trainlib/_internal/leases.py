@@ -4,13 +4,17 @@ A Tuner runs its trials as concurrent runs on one Dask client. Each trial holds 
 exclusively while it runs: the Tuner reserves them in a ``WorkerBook`` before the trial
 starts, the trial's run selects its ranks only among them (``cluster.select_workers(allowed=...)``),
 and the Tuner releases them when the trial has ended (its ranks stopped). If a held worker
-leaves the cluster, the run's next attempt takes a free one in its place.
+leaves the cluster, the run's next attempt takes a free one in its place. A worker whose
+rank did not stop when asked (its run gave up waiting) is withheld for good: its rank may
+still be running, so no later trial is given it.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Collection
+
+_WITHHELD = "<withheld: its rank did not stop>"
 
 
 class WorkerBook:
@@ -55,6 +59,12 @@ class WorkerBook:
                 self._released_at[address] = self._releases
                 self._releases += 1
 
+    def withhold(self, addresses: Collection[str]) -> None:
+        """Never lend these workers again (a rank on them did not stop when asked)."""
+        with self._lock:
+            for address in addresses:
+                self._holder[address] = _WITHHELD
+
     def top_up(self, owner: str, count: int, eligible: Collection[str]) -> set[str]:
         """``owner``'s eligible held workers, topped up from free eligible ones to ``count``.
 
@@ -84,3 +94,7 @@ class WorkerLease:
     def allowed(self, eligible: Collection[str]) -> set[str]:
         """Of the eligible workers, those this run may use now."""
         return self._book.top_up(self.owner, self.count, eligible)
+
+    def withhold(self, addresses: Collection[str]) -> None:
+        """Give up these workers for the rest of the search: a rank on them did not stop."""
+        self._book.withhold(addresses)
