@@ -1,5 +1,5 @@
-"""The ``train-cifar`` and ``predict-cifar`` commands: run the flows locally with embedded
-defaults.
+"""The ``train-cifar``, ``tune-cifar`` and ``predict-cifar`` commands: run the flows locally
+with embedded defaults.
 
 Prefect runs in its local (ephemeral) mode unless PREFECT_API_URL is set, the Dask cluster is
 a LocalCluster, MLflow is a sqlite file in the current directory, storage is a local folder.
@@ -148,6 +148,55 @@ def main(argv: list[str] | None = None) -> int:
         return train_cifar(**params)
 
     return _run_command("train-cifar", run, debug=args.debug)
+
+
+def tune_main(argv: list[str] | None = None) -> int:
+    """Run tune-cifar (the flow, locally); returns the exit status as ``main`` does."""
+    _set_environment()
+    server = _LocalPrefectServer.start(argv)
+    from flows.tune_cifar import tune_cifar
+
+    defaults = {name: p.default for name, p in inspect.signature(tune_cifar.fn).parameters.items()}
+    parser = argparse.ArgumentParser(
+        prog="tune-cifar",
+        description="Search hyperparameters of a CIFAR-10 classifier, then register, evaluate "
+        "and promote the best trial (the Prefect flow tune-cifar, run locally).",
+    )
+    add = parser.add_argument
+    add("--data-url", default=defaults["data_url"], help="archive URL: https://, s3://, file://")
+    add("--data-md5", default=None, help="expected md5 (default: the official one, if official)")
+    add("--synthetic", action="store_true", help="train on a synthetic CIFAR-10-format archive")
+    add("--storage-path", default=defaults["storage_path"], help="local folder or s3:// URL")
+    add(
+        "--search-space",
+        type=json.loads,
+        default=None,
+        help='JSON, e.g. \'{"lr": ["loguniform", 0.01, 0.3], "batch_size": ["choice", [128]]}\'',
+    )
+    add("--num-samples", type=int, default=defaults["num_samples"], help="trials")
+    add("--max-concurrent-trials", type=int, default=defaults["max_concurrent_trials"])
+    add("--epochs", type=int, default=defaults["epochs"], help="epochs of a full trial")
+    add("--num-workers", type=int, default=defaults["num_workers"], help="ranks per trial")
+    add("--dask-address", default=None, help="scheduler of an existing Dask cluster")
+    add("--mlflow-tracking-uri", default=None, help="MLflow server or store")
+    add("--registered-model-name", default=defaults["registered_model_name"])
+    add("--promote-margin", type=float, default=defaults["promote_margin"])
+    add("--name", default=None, help="name of the search; the same name and storage resume it")
+    add("--debug", action="store_true", help="print full tracebacks of errors")
+    args = parser.parse_args(argv)
+    params = {k: v for k, v in vars(args).items() if k not in ("synthetic", "debug")}
+
+    def run() -> dict[str, Any]:
+        if args.synthetic:
+            params["data_url"], params["data_md5"] = make_synthetic_archive(args.storage_path)
+            logging.getLogger("tune-cifar").warning(
+                "SYNTHETIC DATA: searching on a generated archive in the CIFAR-10 format (%s).",
+                params["data_url"],
+            )
+        server.wait()
+        return tune_cifar(**params)
+
+    return _run_command("tune-cifar", run, debug=args.debug)
 
 
 def predict_main(argv: list[str] | None = None) -> int:

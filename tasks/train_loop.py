@@ -59,7 +59,8 @@ def loop_config(config: TrainConfig, spec: ModelSpec, train_rows: int) -> dict[s
 def cifar_train_func(loop: dict[str, Any]) -> None:
     """Trains on this rank's share of ``train``, evaluates on ``val``, reports every epoch."""
     config = TrainConfig(**loop["hyperparameters"])
-    spec = ModelSpec(**loop["model_spec"])
+    # The model named by the hyperparameters (a search may choose it), normalised as the dataset.
+    spec = ModelSpec(**{**loop["model_spec"], "name": config.model})
     world_size = trainlib.get_context().get_world_size()
     per_rank_batch = max(1, config.batch_size // world_size)
     steps = (loop["train_rows"] // world_size) // per_rank_batch

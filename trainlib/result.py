@@ -27,6 +27,8 @@ class Result:
         error: The error that ended the run, or None. ``fit()`` raises it; callbacks see it here.
         metrics_history: Every report of rank 0, oldest first (``metrics_dataframe`` as dicts).
         failures: The root cause of each failed attempt, oldest first.
+        config: The configuration the run was given: a Tuner trial's sampled config (as in
+            Ray's ``Result.config``); ``{}`` for a run started by ``fit()``.
     """
 
     metrics: dict[str, Any]
@@ -37,6 +39,7 @@ class Result:
     error: BaseException | None = None
     metrics_history: list[dict[str, Any]] = field(default_factory=list)
     failures: list[RankFailure] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def num_restarts(self) -> int:

@@ -135,6 +135,17 @@ def test_deployment_nightly_has_cron_and_scheduled_runs(deployed: dict[str, str]
     assert count >= 1
 
 
+def test_deployment_tune_weekly_has_cron(deployed: dict[str, str]) -> None:
+    async def read() -> tuple[str, str]:
+        async with get_client() as client:
+            deployment = await client.read_deployment_by_name("tune-cifar/weekly")
+        return deployment.schedules[0].schedule.cron, deployment.entrypoint
+
+    cron, entrypoint = asyncio.run(read())
+    assert cron == "0 4 * * 0"
+    assert entrypoint == "flows/tune_cifar.py:tune_cifar"
+
+
 def test_deployment_predict_is_declared(deployed: dict[str, str]) -> None:
     async def read() -> Any:
         async with get_client() as client:

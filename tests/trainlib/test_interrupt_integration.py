@@ -99,8 +99,10 @@ def test_ctrl_c_stops_every_rank_within_deadline(phase: str, tmp_path: Path) -> 
     )
     try:
         wait_for_path(marker)
+        # The group's 2 ranks (one may still be loading its launch), and the idle processes
+        # each worker starts as soon as its rank takes the previous one: all must stop.
         ranks = [p for p in trainlib_processes() if p.ppid() == driver.pid]
-        assert len(ranks) == 2  # started (the other one may still be loading its launch)
+        assert 2 <= len(ranks) <= 4
         driver.send_signal(signal.SIGINT)
         _, stderr = driver.communicate(timeout=EXIT_WITHIN_S)
     finally:

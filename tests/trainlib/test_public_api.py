@@ -6,6 +6,7 @@ import trainlib.air.session
 import trainlib.data
 import trainlib.sgd
 import trainlib.torch
+import trainlib.tune
 
 DOCUMENTED_TRAINLIB = {
     "Callback",
@@ -71,6 +72,30 @@ DOCUMENTED_TORCH = {
     "prepare_data_loader",
     "prepare_model",
 }
+DOCUMENTED_TUNE = {
+    "ASHAScheduler",
+    "BasicVariantGenerator",
+    "Callback",
+    "FIFOScheduler",
+    "HyperBandScheduler",
+    "MedianStoppingRule",
+    "OptunaSearch",
+    "ResultGrid",
+    "Searcher",
+    "Trial",
+    "TrialScheduler",
+    "TuneConfig",
+    "Tuner",
+    "choice",
+    "get_checkpoint",
+    "grid_search",
+    "loguniform",
+    "quniform",
+    "randint",
+    "report",
+    "run",
+    "uniform",
+}
 
 
 def test_public_api_matches_documented_names() -> None:
@@ -81,6 +106,7 @@ def test_public_api_matches_documented_names() -> None:
         (trainlib.air, DOCUMENTED_AIR),
         (trainlib.air.session, DOCUMENTED_AIR_SESSION),
         (trainlib.sgd, DOCUMENTED_SGD),
+        (trainlib.tune, DOCUMENTED_TUNE),
     ):
         assert set(package.__all__) == documented
         for name in package.__all__:
@@ -93,8 +119,9 @@ def test_public_api_import_does_not_load_dask() -> None:
     import sys
 
     code = (
-        "import sys, trainlib, trainlib.torch, trainlib.data, trainlib.air, trainlib.sgd; "
-        "print('distributed' in sys.modules or 'dask' in sys.modules)"
+        "import sys, trainlib, trainlib.torch, trainlib.data, trainlib.air, trainlib.sgd, "
+        "trainlib.tune; "
+        "print('distributed' in sys.modules or 'dask' in sys.modules or 'optuna' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -173,12 +173,15 @@ def select_workers(
     timeout_s: float,
     exclude: frozenset[str] = frozenset(),
     poll: Callable[[], None] = lambda: None,
+    allowed: Callable[[list[str]], Collection[str]] | None = None,
 ) -> list[WorkerSlot]:
     """Wait for enough eligible workers and assign ranks: sorted by host, then address.
 
-    Workers in ``exclude`` (unresponsive in an earlier attempt) are not eligible. ``poll`` is
-    called while waiting; it may raise to stop the wait (Ctrl-C). On a cluster class that
-    ``connect`` started, lost workers are replaced while waiting (once a second).
+    Workers in ``exclude`` (unresponsive in an earlier attempt) are not eligible. ``allowed``,
+    if given, narrows the eligible addresses each time they are looked at (a Tuner trial's
+    ``WorkerLease``: only the workers it holds). ``poll`` is called while waiting; it may
+    raise to stop the wait (Ctrl-C). On a cluster class that ``connect`` started, lost workers
+    are replaced while waiting (once a second).
 
     Raises:
         NotEnoughWorkersError: Fewer eligible workers than ``num_workers`` after ``timeout_s``;
@@ -193,6 +196,9 @@ def select_workers(
             for host, address in _eligible_workers(client, scaling.resources_per_worker)
             if address not in exclude
         ]
+        if allowed is not None:
+            permitted = allowed([address for _, address in eligible])
+            eligible = [(host, address) for host, address in eligible if address in permitted]
         low, high = scaling.worker_range
         if len(eligible) >= low:
             return assign_ranks(eligible[:high])
@@ -217,6 +223,11 @@ def select_workers(
             next_rescale = time.monotonic() + _RESCALE_EVERY_S
         poll()
         time.sleep(_WORKER_POLL_S)
+
+
+def eligible_workers(client: Client, resources: Mapping[str, float] | None) -> list[str]:
+    """Addresses of the workers that have ``resources`` now."""
+    return [address for _, address in _eligible_workers(client, resources)]
 
 
 def live_workers(client: Client) -> set[str]:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from trainlib._internal.datasets import DatasetSource
     from trainlib._internal.feeder import FeedPlan
+    from trainlib._internal.leases import WorkerLease
     from trainlib._internal.ranks import WorkerSlot
     from trainlib._internal.worker_group import WorkerGroup
 
@@ -57,6 +58,7 @@ class RunPlan:
     datasets: tuple[DatasetSource, ...] = ()
     data_config: DataConfig = field(default_factory=DataConfig)
     default_name_prefix: str = "TorchTrainer"
+    lease: WorkerLease | None = None  # a Tuner trial: select ranks only among its workers
 
 
 def run_training(plan: RunPlan, client: Client | None = None) -> Result:
@@ -153,6 +155,7 @@ class Run:
             self.plan.dask_config.worker_timeout_s,
             frozenset(self.unresponsive),
             poll=InterruptWatch.check,
+            allowed=self.plan.lease.allowed if self.plan.lease else None,
         )
         self._check_datasets(client, len(slots))
         self._announce(slots, resume_from)
@@ -164,9 +167,11 @@ class Run:
         try:
             with WorkerGroup.start(client, slots, build, resources) as group:
                 yield group, watchdog
-        finally:
+        finally:  # also when the run stops by raising (a pruned trial, Ctrl-C)
             if group is not None:  # known once the group was stopped
                 self.unresponsive |= group.unresponsive_workers
+                if self.plan.lease is not None:
+                    self.plan.lease.withhold(group.unresponsive_workers)
 
     def record_failure(self, failures: dict[int, RankFailure]) -> WorkerGroupError:
         """Count a failed attempt; the error to raise if no restart follows."""

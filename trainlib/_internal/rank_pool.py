@@ -3,11 +3,11 @@
 Starting a rank costs a Python interpreter and ``import torch`` (about 1.5 s of CPU here).
 Each Dask worker keeps one idle process ready: the first is started when a run registers the
 pool's plugin (or earlier, by ``DaskConfig.connect(warm_ranks=True)``: the import then overlaps
-what the driver does before ``fit()``), a rank takes it, and when a rank ends its supervisor
-starts the next one, so the following run on a warm cluster (a Tuner's next trial, a second
-``fit()``) starts at once. A process is used by one rank only, so nothing of one run's state
-reaches the next. An idle process exits when its worker closes (the pool's worker plugin
-stops it) or dies (its end of the socket closes).
+what the driver does before ``fit()``), a rank takes it, and its supervisor starts the next
+one at once, so it imports torch while the rank trains and the following run on a warm cluster
+(a Tuner's next trial, a second ``fit()``) starts at once. A process is used by one rank
+only, so nothing of one run's state reaches the next. An idle process exits when its worker
+closes (the pool's worker plugin stops it) or dies (its end of the socket closes).
 """
 
 from __future__ import annotations

@@ -52,6 +52,9 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
     queue, stop = Queue(queue_name), Event(stop_event_name)
     environment = rank_pool.process_environment(dict(os.environ))
     rank = rank_pool.take(worker, environment)
+    # The worker's next idle process starts now, not when this rank ends: it imports torch
+    # while this run trains, so the next run on this worker (a Tuner's next trial) starts warm.
+    rank_pool.refill(worker, environment)
     send = _locked(rank.connection.send)
     feeder = Feeder(launch.feed, get_client(), send) if launch.feed is not None else None
     command_relay.register(queue_name, worker, send)  # a live group's commands (see there)
@@ -74,7 +77,7 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
         _kill_session(rank.process)
         rank.connection.close()
         if get_worker().status == Status.running:
-            rank_pool.refill(worker, environment)  # the next run on this worker starts warm
+            rank_pool.refill(worker, environment)  # if the one started above was taken
     if outcome.failure is not None and outcome.failure.kind != "stopped":
         stop.set()
     return outcome
@@ -120,14 +123,15 @@ def _relay(
         if message == _CLOSED:  # every copy of the rank's end is closed: it is exiting
             code = _wait(process)
             break
-        if state.take(message, queue):
-            continue
-        exit_code = process.poll()
-        if exit_code is not None:
-            while state.take(_receive(connection, 0), queue):
-                pass  # messages sent just before the exit
-            code = exit_code
-            break
+        if not state.take(message, queue):
+            exit_code = process.poll()
+            if exit_code is not None:
+                while state.take(_receive(connection, 0), queue):
+                    pass  # messages sent just before the exit
+                code = exit_code
+                break
+        # Checked whether or not a message came: a rank that reports more often than
+        # _POLL_S must still be stopped (a pruned trial's rank reports at every step).
         if time.monotonic() >= next_stop_check:
             next_stop_check = time.monotonic() + _STOP_CHECK_S
             if stop.is_set() or _task_cancelled():

@@ -64,6 +64,8 @@ class TorchTrainer:
         datasets: Mapping[str, Any] | None = None,
         dataset_config: DataConfig | None = None,
     ) -> None:
+        self._train_loop_per_worker = train_loop_per_worker
+        self._train_loop_config = train_loop_config
         self._train_func = _bind_config(train_loop_per_worker, train_loop_config)
         self._scaling = scaling_config or ScalingConfig()
         self._run_config = run_config or RunConfig()
@@ -83,8 +85,17 @@ class TorchTrainer:
             WorkerGroupError: A rank failed more often than ``FailureConfig.max_failures``.
             NotEnoughWorkersError: The cluster cannot provide ``num_workers`` workers.
         """
-        plan = RunPlan(
-            train_func_payload=self._train_func,
+        return run_training(self._plan(), self._client)
+
+    def _plan(self, train_loop_config: dict[str, Any] | None = None) -> RunPlan:
+        """The run this trainer makes; a Tuner trial passes its ``train_loop_config``, merged
+        into the trainer's own (nested dicts key by key, as Ray merges them)."""
+        payload = self._train_func
+        if train_loop_config is not None:
+            merged = _merge(self._train_loop_config or {}, train_loop_config)
+            payload = _bind_config(self._train_loop_per_worker, merged)
+        return RunPlan(
+            train_func_payload=payload,
             scaling=self._scaling,
             run_config=self._run_config,
             torch_config=self._torch,
@@ -93,7 +104,17 @@ class TorchTrainer:
             datasets=self._datasets,
             data_config=self._data_config,
         )
-        return run_training(plan, self._client)
+
+
+def _merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` updated with ``update``; where both hold a dict, the dicts are merged."""
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
 
 
 def _sources(datasets: Mapping[str, Any] | None, config: DataConfig) -> tuple[DatasetSource, ...]:

@@ -1,0 +1,99 @@
+"""The tune-cifar flow: CIFAR-10 from a URL, a hyperparameter search, the best trial registered,
+evaluated and promoted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+from prefect.runtime import flow_run
+
+from tasks.cifar import OFFICIAL_URL
+from tasks.download import download_task, expected_md5
+from tasks.evaluate import evaluate_task
+from tasks.layout import StorageLayout
+from tasks.monitoring import run_summary, summarize_task, tag_flow_run
+from tasks.preprocess import preprocess_task
+from tasks.registry import promote_task, register_task
+from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
+from tasks.train_loop import TrainConfig
+from tasks.tune import (
+    DEFAULT_SEARCH_SPACE,
+    EXPERIMENT,
+    TuneRequest,
+    check_search_space,
+    search_name,
+    tune_task,
+)
+from trainlib import DaskConfig
+
+
+@flow(name="tune-cifar")
+def tune_cifar(
+    data_url: str = OFFICIAL_URL,
+    data_md5: str | None = None,
+    storage_path: str = "./cifar-data",
+    search_space: dict[str, list[Any]] | None = None,
+    num_samples: int = 8,
+    max_concurrent_trials: int = 2,
+    epochs: int = 5,
+    num_workers: int = 1,
+    dask_address: str | None = None,
+    dask_worker_timeout_s: float = 60.0,
+    mlflow_tracking_uri: str | None = None,
+    registered_model_name: str = "cifar10-classifier",
+    promote_margin: float = 0.0,
+    shard_size: int = 2500,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """Download, preprocess, search, register the best trial, evaluate and promote it.
+
+    ``search_space`` maps TrainConfig fields to ``[kind, args...]`` with kind one of uniform,
+    loguniform, quniform, randint, choice, grid_search (default: lr, batch size and model).
+    ``num_samples`` trials of ``num_workers`` ranks each run ``max_concurrent_trials`` at a time
+    on one cluster; ASHA stops the unpromising ones early. ``name`` names the search (the same
+    name and storage path resume it). The best trial's model goes through train-cifar's rule:
+    registered, evaluated on the test split, promoted to ``@champion`` if it beats it.
+    """
+    space = search_space or DEFAULT_SEARCH_SPACE
+    check_search_space(space)  # a mistake fails before anything is downloaded
+    layout = StorageLayout.at(storage_path)
+    tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
+    dask = DaskConfig(address=dask_address, worker_timeout_s=dask_worker_timeout_s)
+    tag_flow_run({"search": "tune-cifar", "trials": str(num_samples)})
+    tracking = prepare_experiment_task.submit(tracking_uri, EXPERIMENT)
+    archive = download_task(data_url, layout, expected_md5(data_url, data_md5))
+    workers = num_workers * max_concurrent_trials
+    with dask.connect(num_workers=workers, wait=True, warm_ranks=True) as client:
+        cluster = dask.attached_to(client)
+        dataset = preprocess_task(
+            archive,
+            layout,
+            dask=cluster,
+            num_workers=num_workers,
+            batch_size=256,
+            rows_per_file=shard_size,
+        )
+        request = TuneRequest(
+            base=TrainConfig(epochs=epochs),
+            search_space=space,
+            num_samples=num_samples,
+            max_concurrent_trials=max_concurrent_trials,
+            dataset=dataset,
+            layout=layout,
+            name=search_name(name, flow_run.get_id()),
+            num_workers=num_workers,
+            tracking_uri=tracking_uri,
+            dask=cluster,
+        )
+        tracking.result()
+        searched = tune_task(request)
+    model_name = registered_model_name
+    best = searched.best
+    version = register_task(best.best_checkpoint_uri, best.run_id, model_name, tracking_uri)
+    evaluation = evaluate_task(model_name, version, dataset, best.run_id, tracking_uri)
+    promotion = promote_task(model_name, version, evaluation.accuracy, promote_margin, tracking_uri)
+    summary = run_summary(best, model_name, version, evaluation, promotion, archive)
+    summary.update(search_run_id=searched.parent_run_id, best_config=searched.best_config)
+    summarize_task(summary, tracking_uri, promotion.reason)
+    return summary

@@ -1,0 +1,92 @@
+"""The tune-cifar flow end to end: real Prefect, MLflow, Dask, Optuna and gloo."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from typing import Any
+
+import pytest
+from mlflow.tracking import MlflowClient
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+from flows.tune_cifar import tune_cifar
+from tasks.cifar import write_synthetic_archive
+from tasks.tune import TRIALS_KEY
+from tests.conftest import HttpDir
+from tests.helpers import rank_processes
+
+MODEL = "tune-e2e-classifier"
+
+
+@pytest.fixture(scope="module")
+def searched(
+    prefect_server: None, http_dir: HttpDir, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, Any], str]:
+    root = tmp_path_factory.mktemp("tune-flow")
+    md5 = write_synthetic_archive(str(http_dir.path / "tune-cifar.tar.gz"), images_per_batch=100)
+    tracking_uri = f"sqlite:///{root}/mlflow.db"
+    old_cwd = os.getcwd()
+    os.chdir(root)  # MLflow's sqlite store keeps artifacts in ./mlruns
+    try:
+        summary = tune_cifar(
+            data_url=f"{http_dir.url}/tune-cifar.tar.gz",
+            data_md5=md5,
+            storage_path=str(root / "store"),
+            search_space={"lr": ["grid_search", [0.05, 0.0]], "batch_size": ["choice", [64]]},
+            num_samples=1,
+            max_concurrent_trials=2,
+            epochs=2,
+            num_workers=1,
+            shard_size=250,
+            mlflow_tracking_uri=tracking_uri,
+            registered_model_name=MODEL,
+        )
+    finally:
+        os.chdir(old_cwd)
+    return summary, tracking_uri
+
+
+def test_tune_flow_registers_and_promotes_the_best_trial(
+    searched: tuple[dict[str, Any], str],
+) -> None:
+    summary, tracking_uri = searched
+    assert summary["best_config"]["lr"] == 0.05  # lr=0 never learns
+    assert (summary["model_version"], summary["promoted"]) == ("1", True)
+    client = MlflowClient(tracking_uri)
+    version = client.get_model_version_by_alias(MODEL, "champion")
+    assert version.run_id == summary["mlflow_run_id"]
+    assert rank_processes() == []
+
+
+def test_tune_flow_tracks_one_nested_run_per_trial(searched: tuple[dict[str, Any], str]) -> None:
+    summary, tracking_uri = searched
+    client = MlflowClient(tracking_uri)
+    experiment = client.get_experiment_by_name("tune-cifar")
+    assert experiment is not None
+    children = client.search_runs(
+        [experiment.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{summary['search_run_id']}'",
+    )
+    assert sorted(float(r.data.params["lr"]) for r in children) == [0.0, 0.05]
+    assert summary["mlflow_run_id"] in {r.info.run_id for r in children}
+    assert {r.data.tags["trial_state"] for r in children} <= {"complete", "pruned"}
+
+
+def test_tune_flow_shows_a_table_of_trials(
+    searched: tuple[dict[str, Any], str], prefect_server: None
+) -> None:
+    async def tables() -> Any:
+        async with get_client() as client:
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[TRIALS_KEY]))
+            )
+
+    versions = asyncio.run(tables())
+    final = max(versions, key=lambda a: a.created)
+    rows = json.loads(final.data) if isinstance(final.data, str) else final.data
+    assert sorted(row["lr"] for row in rows) == [0.0, 0.05]
+    assert {row["state"] for row in rows} <= {"complete", "pruned"}
+    assert len(versions) >= 4  # updated as each of the 2 trials started and ended

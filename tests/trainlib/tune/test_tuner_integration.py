@@ -1,0 +1,154 @@
+"""Tuner on a real 2-worker LocalCluster: trials share the workers, pruned trials free them,
+failed trials are recorded, a search resumes, and each trial's ranks are fresh processes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from distributed import Client
+
+from tests.helpers import rank_processes
+from tests.trainlib.tune.trainables import (
+    fail_when_told,
+    interrupted_once,
+    record_and_sleep,
+    report_until_pruned,
+)
+from trainlib import FailureConfig, RunConfig, ScalingConfig, tune
+from trainlib.torch import TorchTrainer
+
+
+def _events(out: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+
+
+def test_tuner_runs_as_many_trials_at_once_as_free_workers(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    grid = tune.Tuner(
+        record_and_sleep,
+        param_space={"x": tune.grid_search([1, 2, 3, 4]), "out": str(tmp_path)},
+        tune_config=tune.TuneConfig(
+            metric="score", mode="max", max_concurrent_trials=4, scheduler=tune.FIFOScheduler()
+        ),
+        run_config=RunConfig(storage_path=str(tmp_path / "runs")),
+        client=dask_client,
+    ).fit()
+    assert grid.trial_states == ["complete"] * 4
+    assert grid.get_best_result().config["x"] == 4
+    events = _events(tmp_path)
+    start = {e["x"]: e["time"] for e in events if e["event"] == "start"}
+    end = {e["x"]: e["time"] for e in events if e["event"] == "end"}
+    running_at_each_start = [sum(start[x] <= t < end[x] for x in start) for t in start.values()]
+    assert max(running_at_each_start) <= 2  # 1-rank trials on 2 workers
+    assert len({e["pid"] for e in events}) == 4  # every trial's rank is a fresh process
+    assert [e["left"] for e in events if e["event"] == "start"] == [None] * 4
+    assert rank_processes() == []
+
+
+def test_tuner_pruned_trial_stops_its_ranks_and_frees_its_workers(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    trainer = TorchTrainer(
+        report_until_pruned,
+        train_loop_config={"out": str(tmp_path)},
+        scaling_config=ScalingConfig(num_workers=2),  # each trial holds both workers
+    )
+    grid = tune.Tuner(
+        trainer,
+        param_space={"train_loop_config": {"x": tune.grid_search([1.0, 0.0, 2.0])}},
+        tune_config=tune.TuneConfig(
+            metric="score",
+            mode="max",
+            max_concurrent_trials=3,
+            scheduler=tune.ASHAScheduler(grace_period=1, reduction_factor=2),
+        ),
+        run_config=RunConfig(storage_path=str(tmp_path / "runs")),
+        client=dask_client,
+    ).fit()
+    assert grid.trial_states == ["complete", "pruned", "complete"]
+    pruned = grid[1]
+    assert pruned.error is None and len(pruned.metrics_history) < 10
+    events = _events(tmp_path)
+    # Its ranks were stopped mid-loop (a rank reporting every 0.1 s once outran the stop
+    # check and ran all 100 steps, until the driver gave up waiting and freed its workers).
+    assert max(e["step"] for e in events if e["x"] == 0.0) < 99
+    last_pruned_report = max(e["time"] for e in events if e["x"] == 0.0)
+    first_next_report = min(e["time"] for e in events if e["x"] == 2.0)
+    assert first_next_report > last_pruned_report  # the next trial waited for the workers
+    assert rank_processes() == []
+
+
+class TrialLog(tune.Callback):
+    """Records every trial's state as it starts and ends."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[int, str]] = []
+
+    def on_trial_start(self, trial: tune.Trial) -> None:
+        self.seen.append((trial.number, trial.state))
+
+    def on_trial_end(self, trial: tune.Trial) -> None:
+        self.seen.append((trial.number, trial.state))
+
+
+def test_tuner_failed_trial_is_recorded_and_the_search_goes_on(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    trial_log = TrialLog()
+    grid = tune.Tuner(
+        fail_when_told,
+        param_space={"x": tune.grid_search(["ok", "bad", "flaky"]), "out": str(tmp_path)},
+        tune_config=tune.TuneConfig(metric="score", mode="max", max_concurrent_trials=1),
+        run_config=RunConfig(
+            storage_path=str(tmp_path / "runs"),
+            failure_config=FailureConfig(max_failures=1),
+            callbacks=[trial_log],
+        ),
+        client=dask_client,
+    ).fit()
+    assert grid.trial_states == ["complete", "failed", "complete"]
+    assert grid.num_errors == 1
+    assert "trial bad broke" in str(grid.errors[0])
+    assert grid[2].num_restarts == 1  # max_failures applies per trial
+    assert grid.get_dataframe()["state"].tolist() == ["complete", "failed", "complete"]
+    assert trial_log.seen == [
+        (0, "running"),
+        (0, "complete"),
+        (1, "running"),
+        (1, "failed"),
+        (2, "running"),
+        (2, "complete"),
+    ]
+    assert rank_processes() == []
+
+
+def _resumable_tuner(client: Client, out: Path) -> tune.Tuner:
+    return tune.Tuner(
+        interrupted_once,
+        param_space={
+            "x": tune.grid_search([1, 2]),
+            "out": str(out),
+            "driver_pid": os.getpid(),
+        },
+        tune_config=tune.TuneConfig(metric="score", mode="max", max_concurrent_trials=1),
+        run_config=RunConfig(name="resumable", storage_path=str(out / "runs")),
+        client=client,
+    )
+
+
+def test_tuner_resumes_by_name_after_ctrl_c(dask_client: Client, tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt):
+        _resumable_tuner(dask_client, tmp_path).fit()
+    assert rank_processes() == []  # Ctrl-C stopped the running trial's ranks
+    grid = _resumable_tuner(dask_client, tmp_path).fit()
+    assert grid.trial_states == ["complete", "complete"]
+    assert [r.config["x"] for r in grid] == [1, 2]
+    starts = [(e["x"], e["epoch"]) for e in _events(tmp_path) if e["event"] == "start"]
+    assert starts == [(1, 0), (2, 0), (2, 1)]  # trial 1 not re-run; trial 2 resumed at epoch 1
+    assert grid[1].checkpoint is not None
+    assert rank_processes() == []

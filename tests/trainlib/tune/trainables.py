@@ -1,0 +1,84 @@
+"""Trainables of the Tuner tests, in a module of their own: each trial's ranks import it, so
+it imports nothing heavy (no pytest, no Dask)."""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import trainlib
+
+
+def wait_for_path(path: Path, timeout_s: float = 60.0) -> None:
+    """Block until ``path`` exists (the driver writes it), or raise after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout_s} s")
+        time.sleep(0.05)
+
+
+def _log(config: dict[str, Any], event: str, **fields: Any) -> None:
+    """Append one event of this trial to the test's log (one JSON line per event)."""
+    line = {"x": config["x"], "event": event, "time": time.time(), "pid": os.getpid(), **fields}
+    with open(Path(config["out"]) / "events.jsonl", "a") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def record_and_sleep(config: dict[str, Any]) -> None:
+    """Records its interval, its pid and what an earlier trial left in this process."""
+    left_over = getattr(builtins, "_trainlib_tune_marker", None)
+    builtins._trainlib_tune_marker = config["x"]  # type: ignore[attr-defined]
+    _log(config, "start", left=left_over)
+    time.sleep(0.5)  # the work: long enough for concurrent trials to overlap
+    trainlib.report({"score": config["x"]})
+    _log(config, "end")
+
+
+def report_until_pruned(config: dict[str, Any]) -> None:
+    """Reports ``x`` at every step; x == 0 would run for 100 steps unless stopped."""
+    steps = 100 if config["x"] == 0 else 2
+    for step in range(steps):
+        _log(config, "report", step=step)
+        trainlib.report({"score": config["x"]})
+        time.sleep(0.1)
+
+
+def fail_when_told(config: dict[str, Any]) -> None:
+    """``bad`` always raises; ``flaky`` raises on its first attempt only."""
+    marker = Path(config["out"]) / f"{config['x']}.attempted"
+    first_attempt = not marker.exists()
+    marker.touch()
+    if config["x"] == "bad" or (config["x"] == "flaky" and first_attempt):
+        raise ValueError(f"trial {config['x']} broke")
+    trainlib.report({"score": 1.0})
+
+
+def interrupted_once(config: dict[str, Any]) -> None:
+    """Two epochs with a checkpoint each; x == 2 presses Ctrl-C in the driver after its
+    first epoch unless it resumed from a checkpoint."""
+    checkpoint = trainlib.get_checkpoint()
+    start = 0
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            start = json.loads(Path(directory, "state.json").read_text())["epoch"] + 1
+    _log(config, "start", epoch=start)
+    for epoch in range(start, 2):
+        directory = Path(config["out"]) / f"ckpt-{config['x']}-{epoch}"
+        directory.mkdir()
+        (directory / "state.json").write_text(json.dumps({"epoch": epoch}))
+        trainlib.report(
+            {"score": config["x"]}, checkpoint=trainlib.Checkpoint.from_directory(str(directory))
+        )
+        if config["x"] == 2 and checkpoint is None:
+            run_dir = Path(
+                config["out"], "runs", "resumable", trainlib.get_context().get_experiment_name()
+            )
+            wait_for_path(run_dir / "checkpoint_000000" / ".trainlib-commit.json")
+            os.kill(config["driver_pid"], signal.SIGINT)
+            time.sleep(60)  # stopped by the driver long before this ends

@@ -1,0 +1,158 @@
+"""A Tuner's Optuna study: created or resumed, used from the driver's threads under one lock.
+
+Optuna does the searching (its sampler) and the early stopping (its pruner); this module only
+keeps the study in step with trainlib's runs:
+
+- ``grid_search`` points are queued once, when the study is created (``enqueue_trial``;
+  Optuna's ``GridSampler`` does not combine with ask-and-tell and other samplers).
+- A trial left RUNNING by a driver that died or was interrupted is marked FAIL and its
+  parameters are queued again with its run name, so the new trial resumes that run from its
+  latest checkpoint; it does not count towards ``num_samples``.
+- Trials that ended (complete, pruned, failed) are never run again.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from trainlib.errors import ConfigError
+
+RUN_NAME = "trainlib:run_name"
+METRICS = "trainlib:metrics"
+ERROR = "trainlib:error"
+SUPERSEDED = "trainlib:superseded"
+_GRID_QUEUED = "trainlib:grid_queued"
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """What the study is created with."""
+
+    name: str
+    storage_url: str
+    direction: Literal["minimize", "maximize"]
+    sampler: optuna.samplers.BaseSampler
+    pruner: optuna.pruners.BasePruner
+
+
+class Study:
+    """The study of one Tuner; every method may be called from any of the driver's threads."""
+
+    def __init__(self, study: optuna.Study, distributions: dict[str, Any]) -> None:
+        self._study = study
+        self._distributions = distributions
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(
+        cls,
+        settings: StudySettings,
+        distributions: dict[str, Any],
+        grid_points: list[dict[str, Any]],
+        num_samples: int,
+    ) -> Study:
+        """Create the study, or load it and queue its interrupted trials again."""
+        optuna.logging.disable_default_handler()  # trainlib never prints; logging decides
+        try:
+            study = optuna.create_study(
+                study_name=settings.name,
+                storage=settings.storage_url,
+                sampler=settings.sampler,
+                pruner=settings.pruner,
+                direction=settings.direction,
+                load_if_exists=True,
+            )
+        except ValueError as exc:  # e.g. the same name with the other direction
+            raise ConfigError(
+                f"The Optuna study {settings.name!r} cannot be opened ({exc}); give the "
+                "Tuner a new RunConfig(name=...) or the same TuneConfig as before."
+            ) from exc
+        if not study.user_attrs.get(_GRID_QUEUED):
+            for _ in range(num_samples):
+                for point in grid_points:
+                    if point:
+                        study.enqueue_trial(point)
+            study.set_user_attr(_GRID_QUEUED, True)
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            study._storage.set_trial_user_attr(trial._trial_id, SUPERSEDED, True)
+            study.tell(trial.number, state=TrialState.FAIL)
+            study.enqueue_trial(trial.params, user_attrs={RUN_NAME: trial.user_attrs[RUN_NAME]})
+        return cls(study, distributions)
+
+    def counted_trials(self) -> int:
+        """Trials asked so far that count towards ``num_samples``."""
+        with self._lock:
+            trials = self._study.get_trials(deepcopy=False)
+        return sum(
+            1 for t in trials if t.state != TrialState.WAITING and not t.user_attrs.get(SUPERSEDED)
+        )
+
+    def ended_trials(self) -> list[FrozenTrial]:
+        """Trials that ended in an earlier session (or this one), oldest first."""
+        with self._lock:
+            trials = self._study.get_trials(
+                states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+            )
+        return [t for t in trials if not t.user_attrs.get(SUPERSEDED)]
+
+    def ask(self, default_run_name: str) -> tuple[optuna.Trial, str]:
+        """The next trial with its parameters, and the name of the run it trains."""
+        with self._lock:
+            trial = self._study.ask(self._distributions)
+            run_name = trial.user_attrs.get(RUN_NAME) or default_run_name.format(trial.number)
+            trial.set_user_attr(RUN_NAME, run_name)
+        return trial, run_name
+
+    def report(self, trial: optuna.Trial, value: float, step: int) -> bool:
+        """Record an intermediate value; True when the pruner says to stop the trial."""
+        with self._lock:
+            trial.report(value, step)
+            return trial.should_prune()
+
+    def finish(
+        self,
+        trial: optuna.Trial,
+        state: TrialState,
+        value: float | None,
+        metrics: dict[str, Any],
+        error: BaseException | None = None,
+    ) -> None:
+        """Tell Optuna how the trial ended, keeping its last metrics (and error) with it."""
+        with self._lock:
+            trial.set_user_attr(METRICS, _jsonable(metrics))
+            if error is not None:
+                trial.set_user_attr(ERROR, f"{type(error).__name__}: {error}")
+            values = value if state == TrialState.COMPLETE else None
+            self._study.tell(trial, values, state=state)
+
+
+def metric_value(metrics: dict[str, Any], metric: str) -> float:
+    """The metric as a finite float, or ``ValueError`` naming what the trial reported."""
+    if metric not in metrics:
+        raise ValueError(
+            f"The trial reported {sorted(metrics)} without the metric {metric!r} that "
+            f"TuneConfig(metric={metric!r}) optimises; report it with trainlib.report()."
+        )
+    value = float(metrics[metric])
+    if not math.isfinite(value):
+        raise ValueError(f"The trial reported {metric}={value}, which is not a finite number.")
+    return value
+
+
+def _jsonable(metrics: dict[str, Any]) -> dict[str, Any]:
+    """The metrics that JSON can store (Optuna's user attributes are JSON)."""
+    kept = {}
+    for key, value in metrics.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        kept[key] = value
+    return kept

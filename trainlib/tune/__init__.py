@@ -1,0 +1,53 @@
+"""Hyperparameter search, as in ``ray.tune``, with Optuna doing the searching.
+
+Port a Ray Tune search by changing imports: ``ray.tune`` -> ``trainlib.tune``. Trials are
+trainlib runs sharing one Dask cluster; see ``Tuner``.
+"""
+
+from trainlib.reporting import get_checkpoint, report
+from trainlib.tune.callback import Callback, Trial
+from trainlib.tune.config import TuneConfig
+from trainlib.tune.result_grid import ResultGrid
+from trainlib.tune.run import run
+from trainlib.tune.schedulers import (
+    ASHAScheduler,
+    FIFOScheduler,
+    HyperBandScheduler,
+    MedianStoppingRule,
+    TrialScheduler,
+)
+from trainlib.tune.search import BasicVariantGenerator, OptunaSearch, Searcher
+from trainlib.tune.search_space import (
+    choice,
+    grid_search,
+    loguniform,
+    quniform,
+    randint,
+    uniform,
+)
+from trainlib.tune.tuner import Tuner
+
+__all__ = [
+    "ASHAScheduler",
+    "BasicVariantGenerator",
+    "Callback",
+    "FIFOScheduler",
+    "HyperBandScheduler",
+    "MedianStoppingRule",
+    "OptunaSearch",
+    "ResultGrid",
+    "Searcher",
+    "Trial",
+    "TrialScheduler",
+    "TuneConfig",
+    "Tuner",
+    "choice",
+    "get_checkpoint",
+    "grid_search",
+    "loguniform",
+    "quniform",
+    "randint",
+    "report",
+    "run",
+    "uniform",
+]

@@ -1,0 +1,60 @@
+"""``tune.run``: the older, one-call form of a search (Ray Tune's ``tune.run``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+from trainlib.config import DEFAULT_STORAGE_PATH, DaskConfig, RunConfig
+from trainlib.torch.trainer import TorchTrainer
+from trainlib.tune.config import TuneConfig
+from trainlib.tune.result_grid import ResultGrid
+from trainlib.tune.schedulers import ASHAScheduler, TrialScheduler
+from trainlib.tune.search import Searcher
+from trainlib.tune.tuner import Tuner
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+def run(
+    run_or_experiment: TorchTrainer | Callable[[dict[str, Any]], Any],
+    *,
+    config: Mapping[str, Any] | None = None,
+    metric: str | None = None,
+    mode: Literal["min", "max"] | None = None,
+    num_samples: int = 1,
+    max_concurrent_trials: int | None = None,
+    search_alg: Searcher | None = None,
+    scheduler: TrialScheduler | None = None,
+    name: str | None = None,
+    storage_path: str = DEFAULT_STORAGE_PATH,
+    dask_config: DaskConfig | None = None,
+    client: Client | None = None,
+) -> ResultGrid:
+    """``Tuner(run_or_experiment, param_space=config, ...).fit()`` in one call.
+
+    Returns the ``ResultGrid`` (Ray returns an ``ExperimentAnalysis``; use
+    ``get_best_result().config`` for its ``best_config``).
+
+    Example:
+        >>> grid = tune.run(train_fn, config={"lr": tune.loguniform(1e-4, 1e-1)},
+        ...                 num_samples=8, metric="loss", mode="min")
+    """
+    tune_config = TuneConfig(
+        metric=metric,
+        mode=mode,
+        num_samples=num_samples,
+        max_concurrent_trials=max_concurrent_trials,
+        search_alg=search_alg,
+        scheduler=scheduler or ASHAScheduler(),
+    )
+    tuner = Tuner(
+        run_or_experiment,
+        param_space=config,
+        tune_config=tune_config,
+        run_config=RunConfig(name=name, storage_path=storage_path),
+        dask_config=dask_config,
+        client=client,
+    )
+    return tuner.fit()

@@ -1,0 +1,146 @@
+"""Trial schedulers, named as in Ray Tune; each is one of Optuna's pruners.
+
+================================  =========================================
+Ray Tune                          Optuna
+================================  =========================================
+``ASHAScheduler`` (the default)   ``SuccessiveHalvingPruner``
+``HyperBandScheduler``            ``HyperbandPruner``
+``MedianStoppingRule``            ``MedianPruner``
+``FIFOScheduler``                 ``NopPruner`` (every trial runs to its end)
+================================  =========================================
+
+The step a trial reports to Optuna is Ray's ``training_iteration``: the number of
+``report()`` calls so far, 1-based. ``time_attr`` must be ``"training_iteration"``. Like
+Ray, ``max_t`` ends a trial (as complete) once it has made that many reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from trainlib.errors import ConfigError
+
+if TYPE_CHECKING:
+    import optuna
+
+TIME_ATTR = "training_iteration"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialScheduler:
+    """Base class: decides when a trial stops early."""
+
+    time_attr: str = TIME_ATTR
+    max_t: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.time_attr != TIME_ATTR:
+            raise ConfigError(
+                f"{type(self).__name__}(time_attr={self.time_attr!r}) is not supported; "
+                f"use time_attr={TIME_ATTR!r} (trials are stepped by their report count)."
+            )
+        if self.max_t is not None and self.max_t < 1:
+            raise ConfigError(f"{type(self).__name__}(max_t={self.max_t}) must be >= 1.")
+
+    def optuna_pruner(self) -> optuna.pruners.BasePruner:
+        """The Optuna pruner doing this scheduler's job."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, kw_only=True)
+class FIFOScheduler(TrialScheduler):
+    """Runs every trial to its end."""
+
+    def optuna_pruner(self) -> optuna.pruners.BasePruner:
+        import optuna
+
+        return optuna.pruners.NopPruner()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ASHAScheduler(TrialScheduler):
+    """Asynchronous successive halving: at each rung (``grace_period``, times
+    ``reduction_factor``, ...) a trial goes on only if it is in the best
+    ``1 / reduction_factor`` of the trials that reached that rung.
+
+    Args:
+        max_t: Reports after which a trial ends (Ray's default: 100).
+        grace_period: Reports before a trial can be stopped.
+        reduction_factor: Ray's ``reduction_factor``.
+    """
+
+    max_t: int | None = 100
+    grace_period: int = 1
+    reduction_factor: float = 4
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.grace_period < 1 or self.reduction_factor < 2:
+            raise ConfigError(
+                f"ASHAScheduler(grace_period={self.grace_period}, "
+                f"reduction_factor={self.reduction_factor}) needs grace_period >= 1 and "
+                "reduction_factor >= 2."
+            )
+
+    def optuna_pruner(self) -> optuna.pruners.BasePruner:
+        import optuna
+
+        return optuna.pruners.SuccessiveHalvingPruner(
+            min_resource=self.grace_period,
+            reduction_factor=int(self.reduction_factor),
+            min_early_stopping_rate=0,
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class HyperBandScheduler(TrialScheduler):
+    """Hyperband: successive halving in several brackets of different aggressiveness.
+
+    Args:
+        max_t: Reports after which a trial ends, and Hyperband's maximum resource (Ray's
+            default: 81).
+        reduction_factor: Ray's ``reduction_factor``.
+    """
+
+    max_t: int | None = 81
+    reduction_factor: float = 3
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_t is None or self.reduction_factor < 2:
+            raise ConfigError(
+                f"HyperBandScheduler(max_t={self.max_t}, reduction_factor="
+                f"{self.reduction_factor}) needs a max_t and reduction_factor >= 2."
+            )
+
+    def optuna_pruner(self) -> optuna.pruners.BasePruner:
+        import optuna
+
+        return optuna.pruners.HyperbandPruner(
+            min_resource=1,
+            max_resource=self.max_t or 1,
+            reduction_factor=int(self.reduction_factor),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MedianStoppingRule(TrialScheduler):
+    """Stops a trial whose result is worse than the median of the other trials' results at
+    the same step.
+
+    Args:
+        grace_period: Reports before a trial can be stopped (Ray counts seconds of
+            ``time_total_s``; here it counts reports).
+        min_samples_required: Trials that must have finished before any is stopped.
+    """
+
+    grace_period: int = 1
+    min_samples_required: int = 3
+
+    def optuna_pruner(self) -> optuna.pruners.BasePruner:
+        import optuna
+
+        return optuna.pruners.MedianPruner(
+            n_startup_trials=self.min_samples_required, n_warmup_steps=self.grace_period
+        )

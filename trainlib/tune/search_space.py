@@ -1,0 +1,182 @@
+"""Search space helpers, named as in Ray Tune: each value becomes an Optuna distribution.
+
+A ``param_space`` is a (nested) dict whose leaves are these domains or plain values; plain
+values are passed to every trial unchanged. Parameters are named by their path joined with
+``/`` (``train_loop_config/lr``), in Optuna's study and in ``ResultGrid.get_dataframe()``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from trainlib.errors import ConfigError
+
+if TYPE_CHECKING:
+    import optuna.distributions as dist
+
+SEPARATOR = "/"
+
+
+@dataclass(frozen=True)
+class Domain:
+    """A parameter's range; ``distribution()`` is what Optuna samples from."""
+
+    def distribution(self) -> dist.BaseDistribution:
+        """The Optuna distribution of this domain."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Float(Domain):
+    """A float in ``[low, high]``, on a log scale if ``log``, a multiple of ``q`` if given."""
+
+    low: float
+    high: float
+    log: bool = False
+    q: float | None = None
+
+    def distribution(self) -> dist.BaseDistribution:
+        import optuna.distributions as dist  # imported on use: rank processes never need it
+
+        return dist.FloatDistribution(self.low, self.high, log=self.log, step=self.q)
+
+
+@dataclass(frozen=True)
+class Integer(Domain):
+    """An integer in ``[low, high)``, as Ray's ``randint`` (the upper bound is excluded)."""
+
+    low: int
+    high: int
+
+    def distribution(self) -> dist.BaseDistribution:
+        import optuna.distributions as dist  # imported on use: rank processes never need it
+
+        return dist.IntDistribution(self.low, self.high - 1)
+
+
+@dataclass(frozen=True)
+class Categorical(Domain):
+    """One of ``values``."""
+
+    values: tuple[Any, ...]
+
+    def distribution(self) -> dist.BaseDistribution:
+        import optuna.distributions as dist  # imported on use: rank processes never need it
+
+        return dist.CategoricalDistribution(self.values)
+
+
+@dataclass(frozen=True)
+class GridSearch:
+    """Every one of ``values`` is tried (times ``num_samples``), as Ray's ``grid_search``."""
+
+    values: tuple[Any, ...]
+
+
+def uniform(lower: float, upper: float) -> Float:
+    """A float sampled uniformly in ``[lower, upper]``."""
+    _check_bounds("uniform", lower, upper)
+    return Float(float(lower), float(upper))
+
+
+def loguniform(lower: float, upper: float) -> Float:
+    """A float sampled uniformly on a log scale in ``[lower, upper]`` (both > 0)."""
+    _check_bounds("loguniform", lower, upper)
+    if lower <= 0:
+        raise ConfigError(f"loguniform({lower}, {upper}) needs lower > 0; use uniform for 0.")
+    return Float(float(lower), float(upper), log=True)
+
+
+def quniform(lower: float, upper: float, q: float) -> Float:
+    """A float in ``[lower, upper]`` rounded to a multiple of ``q``."""
+    _check_bounds("quniform", lower, upper)
+    if q <= 0:
+        raise ConfigError(f"quniform({lower}, {upper}, q={q}) needs q > 0.")
+    return Float(float(lower), float(upper), q=float(q))
+
+
+def randint(lower: int, upper: int) -> Integer:
+    """An integer in ``[lower, upper)``: the upper bound is excluded, as in Ray."""
+    if not upper > lower:
+        raise ConfigError(f"randint({lower}, {upper}) needs upper > lower (upper is excluded).")
+    return Integer(int(lower), int(upper))
+
+
+def choice(categories: Sequence[Any]) -> Categorical:
+    """One of ``categories`` (None, bool, int, float or str values)."""
+    if not categories:
+        raise ConfigError("choice([]) needs at least one category.")
+    return Categorical(tuple(categories))
+
+
+def grid_search(values: Sequence[Any]) -> GridSearch:
+    """Try every one of ``values``."""
+    if not values:
+        raise ConfigError("grid_search([]) needs at least one value.")
+    return GridSearch(tuple(values))
+
+
+def _check_bounds(name: str, lower: float, upper: float) -> None:
+    if not upper > lower:
+        raise ConfigError(f"{name}({lower}, {upper}) needs upper > lower.")
+
+
+@dataclass(frozen=True)
+class FlatSpace:
+    """A param_space flattened: sampled domains, grid axes and constants by path."""
+
+    domains: dict[str, Domain]
+    grids: dict[str, tuple[Any, ...]]
+    constants: dict[str, Any]
+
+    def distributions(self) -> dict[str, dist.BaseDistribution]:
+        """Optuna distributions of the sampled parameters and the grid axes."""
+        import optuna.distributions as dist
+
+        found = {path: domain.distribution() for path, domain in self.domains.items()}
+        for path, values in self.grids.items():
+            found[path] = dist.CategoricalDistribution(values)
+        return found
+
+    def grid_points(self) -> list[dict[str, Any]]:
+        """Every combination of the grid axes (one empty point without a grid)."""
+        paths = sorted(self.grids)
+        return [
+            dict(zip(paths, combo, strict=True))
+            for combo in itertools.product(*(self.grids[p] for p in paths))
+        ]
+
+    def config(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        """The nested config of one trial: its sampled ``params`` and the constants."""
+        nested: dict[str, Any] = {}
+        for path, value in {**self.constants, **params}.items():
+            *parents, leaf = path.split(SEPARATOR)
+            node = nested
+            for key in parents:
+                node = node.setdefault(key, {})
+            node[leaf] = value
+        return nested
+
+
+def flatten(param_space: Mapping[str, Any], prefix: str = "") -> FlatSpace:
+    """Split a nested param_space into domains, grid axes and constants by path."""
+    space = FlatSpace({}, {}, {})
+    for key, value in param_space.items():
+        if not isinstance(key, str) or SEPARATOR in key:
+            raise ConfigError(f"param_space key {key!r} must be a str without '/'.")
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            inner = flatten(value, f"{path}{SEPARATOR}")
+            space.domains.update(inner.domains)
+            space.grids.update(inner.grids)
+            space.constants.update(inner.constants)
+        elif isinstance(value, Domain):
+            space.domains[path] = value
+        elif isinstance(value, GridSearch):
+            space.grids[path] = value.values
+        else:
+            space.constants[path] = value
+    return space

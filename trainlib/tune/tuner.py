@@ -1,0 +1,268 @@
+"""Tuner: runs trials of a trainable over a search space on one Dask cluster, as Ray Tune's."""
+
+from __future__ import annotations
+
+import copy
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from trainlib._internal.checkpoint_manager import CheckpointManager
+from trainlib._internal.controller import RunPlan
+from trainlib._internal.interrupt import InterruptWatch
+from trainlib._internal.storage import RunStorage
+from trainlib.config import DaskConfig, RunConfig, ScalingConfig
+from trainlib.errors import ConfigError
+from trainlib.result import Result
+from trainlib.torch.trainer import TorchTrainer
+from trainlib.tune.callback import Callback, Trial
+from trainlib.tune.config import TuneConfig
+from trainlib.tune.result_grid import ResultGrid
+from trainlib.tune.search_space import flatten
+
+if TYPE_CHECKING:
+    from distributed import Client
+    from optuna.trial import FrozenTrial
+
+    from trainlib._internal.study import Study
+    from trainlib._internal.trials import TrialSetup
+
+STUDY_FILE = "study.db"
+
+
+class Tuner:
+    """Runs trials of ``trainable``, each with a config sampled from ``param_space``.
+
+    Each trial is a trainlib run on the same Dask cluster, in its own directory
+    ``{storage_path}/{name}/trial_NNNNN``, holding its ``num_workers`` workers while it runs.
+    Optuna proposes the configs (``TuneConfig.search_alg``) and stops unpromising trials
+    (``TuneConfig.scheduler``); its study is stored in ``{storage_path}/{name}/study.db``, so
+    running a Tuner with the same ``RunConfig(name=...)`` again resumes the search: trials that
+    ended are kept, interrupted ones resume from their latest checkpoint.
+
+    Args:
+        trainable: A ``TorchTrainer`` (its ``train_loop_config`` is updated with
+            ``param_space["train_loop_config"]``), or a function of ``config`` that calls
+            ``trainlib.report``; a function runs as a 1-rank trainlib run (a process of its
+            own next to one Dask worker).
+        param_space: The config of every trial: search space helpers (``tune.uniform``, ...)
+            and plain values, nested as the trainable expects.
+        tune_config: The metric to optimise, number of trials, concurrency, search and
+            scheduler.
+        run_config: Name, storage, failure handling and callbacks of every trial run;
+            replaces the trainer's own (as in Ray). ``FailureConfig.max_failures`` is per
+            trial: a trial's run restarts from its latest checkpoint that often.
+        dask_config: The cluster of a function trainable (a TorchTrainer brings its own).
+        client: A connected ``distributed.Client`` to use instead.
+
+    Example:
+        >>> tuner = Tuner(
+        ...     trainer,
+        ...     param_space={"train_loop_config": {"lr": tune.loguniform(1e-4, 1e-1)}},
+        ...     tune_config=tune.TuneConfig(metric="loss", mode="min", num_samples=8),
+        ... )
+        >>> best = tuner.fit().get_best_result()
+    """
+
+    def __init__(
+        self,
+        trainable: TorchTrainer | Callable[[dict[str, Any]], Any],
+        *,
+        param_space: Mapping[str, Any] | None = None,
+        tune_config: TuneConfig | None = None,
+        run_config: RunConfig | None = None,
+        dask_config: DaskConfig | None = None,
+        client: Client | None = None,
+    ) -> None:
+        if tune_config is None:
+            raise ConfigError(
+                "Tuner needs tune_config=TuneConfig(metric=..., mode=...): Optuna optimises "
+                "one reported metric."
+            )
+        self._is_function = not isinstance(trainable, TorchTrainer)
+        self._trainer = _as_trainer(trainable, run_config, dask_config, client)
+        self._space = flatten(param_space or {})
+        if isinstance(trainable, TorchTrainer):
+            _check_trainer_space(param_space or {})
+        self._tune_config = tune_config
+        self._run_config = run_config or self._trainer._run_config
+
+    def fit(self) -> ResultGrid:
+        """Run the search to its end and return every trial's result.
+
+        Trials that raise are recorded (``ResultGrid.errors``) and the search goes on.
+        Ctrl-C stops every running trial's ranks, then raises ``KeyboardInterrupt``; the
+        same Tuner name resumes the search.
+
+        Raises:
+            NotEnoughWorkersError: No trial could start within ``DaskConfig.worker_timeout_s``.
+        """
+        # Dask and Optuna are imported on use: a rank process importing a user's module that
+        # imports trainlib.tune stays light.
+        from trainlib._internal import cluster
+        from trainlib._internal.rank_pool import RankPoolPlugin
+        from trainlib._internal.trials import TrialRunner
+
+        name = self._run_config.name or datetime.now(timezone.utc).strftime(
+            "Tuner_%Y-%m-%d_%H-%M-%S"
+        )
+        experiment = RunStorage.create(
+            self._run_config.storage_path, name, self._run_config.storage_filesystem
+        )
+        study = self._open_study(name, experiment)
+        trainer = self._trainer
+        with (
+            InterruptWatch(),
+            cluster.connect(trainer._dask, self._cluster_size(), trainer._client) as client,
+        ):
+            client.register_plugin(RankPoolPlugin())  # idle rank processes start now
+            runner = TrialRunner(client, study, self._setup(experiment))
+            remaining = self._num_trials() - study.counted_trials()
+            outcomes = runner.run(max(0, remaining))
+        return self._grid(study, outcomes, experiment)
+
+    def _open_study(self, name: str, experiment: RunStorage) -> Study:
+        from trainlib._internal.study import Study, StudySettings
+
+        config = self._tune_config
+        storage_url = config.study_storage or _sqlite_url(experiment)
+        settings = StudySettings(
+            name=name,
+            storage_url=storage_url,
+            direction="minimize" if config.mode == "min" else "maximize",
+            sampler=config.searcher.optuna_sampler(),
+            pruner=config.scheduler.optuna_pruner(),
+        )
+        return Study.open(
+            settings, self._space.distributions(), self._space.grid_points(), config.num_samples
+        )
+
+    def _num_trials(self) -> int:
+        return self._tune_config.num_samples * len(self._space.grid_points())
+
+    def _num_workers(self) -> int:
+        return self._trainer._scaling.worker_range[1]
+
+    def _cluster_size(self) -> int:
+        """Workers of a cluster the Tuner starts: enough for the trials that run at once."""
+        concurrent = self._tune_config.max_concurrent_trials or max(
+            1, (os.cpu_count() or 1) // self._num_workers()
+        )
+        return self._num_workers() * min(concurrent, self._num_trials())
+
+    def _setup(self, experiment: RunStorage) -> TrialSetup:
+        from trainlib._internal.trials import TrialSetup
+
+        scaling = self._trainer._scaling
+        return TrialSetup(
+            make_plan=self._make_plan,
+            config_of=self._space.config,
+            num_workers=self._num_workers(),
+            resources=scaling.resources_per_worker,
+            experiment_dir=experiment.run_dir,
+            filesystem=experiment.filesystem,
+            metric=self._tune_config.metric or "",
+            max_t=self._tune_config.scheduler.max_t,
+            max_concurrent=self._tune_config.max_concurrent_trials,
+            worker_timeout_s=self._trainer._dask.worker_timeout_s,
+            callbacks=[c for c in self._run_config.callbacks if isinstance(c, Callback)],
+        )
+
+    def _make_plan(self, config: dict[str, Any]) -> RunPlan:
+        train_loop_config = config if self._is_function else config.get("train_loop_config", {})
+        return replace(self._trainer._plan(train_loop_config), run_config=self._run_config)
+
+    def _grid(self, study: Study, outcomes: list[Trial], experiment: RunStorage) -> ResultGrid:
+        from trainlib._internal.trials import state_name
+
+        fresh = {o.number: o for o in outcomes}
+        results: list[Result] = []
+        states: list[str] = []
+        for trial in study.ended_trials():
+            outcome = fresh.get(trial.number)
+            if outcome is not None and outcome.result is not None:
+                results.append(outcome.result)
+                states.append(outcome.state)
+            else:
+                results.append(self._restored(trial, experiment))
+                states.append(state_name(trial.state))
+        metric, mode = self._tune_config.metric, self._tune_config.mode
+        assert metric is not None and mode is not None  # TuneConfig checked them
+        return ResultGrid(
+            results, states, experiment_path=experiment.run_dir, metric=metric, mode=mode
+        )
+
+    def _restored(self, trial: FrozenTrial, experiment: RunStorage) -> Result:
+        """The Result of a trial that ended in an earlier ``fit()``, from its run directory."""
+        from trainlib._internal.study import ERROR, METRICS, RUN_NAME
+
+        run_dir = f"{experiment.run_dir}/{trial.user_attrs[RUN_NAME]}"
+        storage = RunStorage(experiment.filesystem, run_dir)
+        manager = CheckpointManager.from_storage(self._run_config.checkpoint_config, storage)
+        latest = manager.latest
+        error = trial.user_attrs.get(ERROR)
+        return Result(
+            metrics=dict(trial.user_attrs.get(METRICS, {})),
+            checkpoint=latest.checkpoint if latest else None,
+            best_checkpoints=manager.kept,
+            path=storage.run_dir,
+            filesystem=storage.filesystem,
+            error=RuntimeError(error) if error else None,
+            config=self._space.config(trial.params),
+        )
+
+
+def _sqlite_url(experiment: RunStorage) -> str:
+    protocol = experiment.filesystem.protocol
+    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
+    if "file" not in protocols and "local" not in protocols:
+        raise ConfigError(
+            f"The Optuna study cannot be a sqlite file on {experiment.run_dir} ({protocols[0]}); "
+            "give TuneConfig(study_storage='postgresql://...') or a local storage_path."
+        )
+    return f"sqlite:///{experiment.run_dir}/{STUDY_FILE}"
+
+
+def _check_trainer_space(param_space: Mapping[str, Any]) -> None:
+    unknown = sorted(set(param_space) - {"train_loop_config"})
+    if unknown:
+        raise ConfigError(
+            f"param_space keys {unknown} cannot be tuned for a TorchTrainer; put the "
+            "hyperparameters under param_space['train_loop_config']."
+        )
+
+
+def _as_trainer(
+    trainable: Any,
+    run_config: RunConfig | None,
+    dask_config: DaskConfig | None,
+    client: Client | None,
+) -> TorchTrainer:
+    if isinstance(trainable, TorchTrainer):
+        if dask_config is not None or client is not None:
+            trainable = _with_cluster(trainable, dask_config, client)
+        return trainable
+    if not callable(trainable):
+        raise ConfigError(
+            f"Tuner(trainable={trainable!r}) must be a TorchTrainer or a function of config."
+        )
+    trainer = TorchTrainer(
+        trainable,
+        train_loop_config={},
+        scaling_config=ScalingConfig(num_workers=1),
+        run_config=run_config,
+        dask_config=dask_config,
+        client=client,
+    )
+    return trainer
+
+
+def _with_cluster(
+    trainer: TorchTrainer, dask_config: DaskConfig | None, client: Client | None
+) -> TorchTrainer:
+    trainer = copy.copy(trainer)
+    trainer._dask = dask_config or trainer._dask
+    trainer._client = client or trainer._client
+    return trainer
