@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import dask
@@ -165,3 +167,14 @@ def test_cluster_select_workers_needs_the_requested_resources() -> None:
             match=r"needs 2 Dask workers with resources \{'GPU': 1\} but .* has 1 after",
         ):
             select_workers(mixed, two, timeout_s=0)
+
+
+def test_cluster_class_import_keeps_the_ctrl_c_handler() -> None:
+    # dask_jobqueue's runner module sets SIGINT to sys.exit() when imported.
+    code = (
+        "import signal; from trainlib._internal.cluster import _import_class; "
+        "_import_class('dask_jobqueue.SLURMCluster'); "
+        "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"

@@ -9,6 +9,7 @@ timed-out batch job) and, when it times out, name the jobs still queued and why.
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
@@ -158,6 +159,10 @@ def _start_cluster(config: DaskConfig, num_workers: int) -> Iterator[Any]:
 
 
 def _import_class(path: str) -> Any:
+    """The cluster class at ``path``. Ctrl-C keeps its meaning: importing ``dask_jobqueue``
+    replaces the process's SIGINT handler with ``sys.exit()`` (its ``runner`` module does at
+    import), which would turn Ctrl-C into a silent exit; the handler is put back."""
+    sigint = signal.getsignal(signal.SIGINT)
     try:
         return import_term(path)
     except (ImportError, AttributeError, ValueError) as exc:
@@ -165,6 +170,9 @@ def _import_class(path: str) -> Any:
             f"DaskConfig(cluster_class={path!r}) cannot be imported ({exc}); "
             "give a full import path such as 'dask_jobqueue.SLURMCluster' and install its package."
         ) from exc
+    finally:
+        if threading.current_thread() is threading.main_thread() and sigint is not None:
+            signal.signal(signal.SIGINT, sigint)
 
 
 def select_workers(
