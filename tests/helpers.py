@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -80,3 +84,22 @@ def set_single_rank_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
+
+
+def run_script_for_result(
+    script: Path, *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run a ported example in a fresh Python; it must exit 0 and print ``RESULT <json>``."""
+    done = subprocess.run(
+        [sys.executable, str(script), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
+    result: dict[str, Any] = json.loads(line.removeprefix("RESULT "))
+    return result

@@ -11,13 +11,10 @@ would, with ``python script.py``.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.helpers import rank_processes
+from tests.helpers import rank_processes, run_script_for_result
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -96,18 +93,7 @@ def test_air_seed_loop_runs_with_imports_swapped(tmp_path: Path) -> None:
     # HOME: the run directory goes to the default storage path, ~/trainlib_results;
     # PYTHONPATH: this checkout's trainlib, wherever the package is installed from
     environment = {**os.environ, "HOME": str(tmp_path), "PYTHONPATH": str(REPOSITORY)}
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result_line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    metrics = json.loads(result_line.removeprefix("RESULT "))
+    metrics = run_script_for_result(script, cwd=tmp_path, env=environment)
     assert metrics["global_batch_size"] == 16
     assert metrics["world_rank"] == 0
     assert metrics["local_rank"] == 0

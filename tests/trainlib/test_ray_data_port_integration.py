@@ -10,16 +10,13 @@ each row, as docs/porting-from-ray.md shows.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tests.helpers import rank_processes
+from tests.helpers import rank_processes, run_script_for_result
 
 SEED_EXAMPLE = """
 import os
@@ -200,16 +197,8 @@ def test_ray_data_cifar_example_runs_with_imports_swapped(tmp_path: Path) -> Non
     _write_cifar_parquet(tmp_path / "data" / "test", rows=32, seed=1)
     script = tmp_path / "train.py"
     script.write_text(swap_imports(SEED_EXAMPLE))
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "data"), str(tmp_path / "results")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    metrics = run_script_for_result(
+        script, str(tmp_path / "data"), str(tmp_path / "results"), cwd=tmp_path
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(x for x in done.stdout.splitlines() if x.startswith("RESULT "))
-    metrics = json.loads(line.removeprefix("RESULT "))
     assert metrics["loss"] > 0 and 0 <= metrics["accuracy"] <= 1
     assert rank_processes() == []

@@ -9,12 +9,9 @@ The test swaps ``ray.train`` for ``trainlib`` and runs it as a user would: ``pyt
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.helpers import rank_processes
+from tests.helpers import rank_processes, run_script_for_result
 
 RAY_EXAMPLE = """
 import os
@@ -114,17 +111,7 @@ def swap_imports(source: str) -> str:
 def test_ray_get_started_loop_runs_with_imports_swapped(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(swap_imports(RAY_EXAMPLE) + PRINT_RESULT)
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result_line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    metrics = json.loads(result_line.removeprefix("RESULT "))
+    metrics = run_script_for_result(script, cwd=tmp_path)
     assert metrics["epoch"] == 1
     assert metrics["loss"] > 0
     assert rank_processes() == []

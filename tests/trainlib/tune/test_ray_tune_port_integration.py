@@ -9,12 +9,9 @@ script as a user would: ``python script.py``, so the Tuner starts and closes its
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.helpers import trainlib_processes
+from tests.helpers import run_script_for_result, trainlib_processes
 
 RAY_EXAMPLE = """
 import os
@@ -84,17 +81,7 @@ def test_ray_tune_train_example_runs_with_imports_swapped(tmp_path: Path) -> Non
     before = {p.pid for p in trainlib_processes()}  # other clusters' idle rank processes
     script = tmp_path / "tune_example.py"
     script.write_text(swap_imports(RAY_EXAMPLE) + PRINT_RESULT)
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    result = json.loads(line.removeprefix("RESULT "))
+    result = run_script_for_result(script, cwd=tmp_path)
     assert result["trials"] == 2
     assert result["errors"] == 0
     assert result["best"]["train_loop_config"]["lr"] == 0.1  # the faster of the two
