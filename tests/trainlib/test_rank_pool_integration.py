@@ -14,8 +14,9 @@ import psutil
 from distributed import Client
 
 import trainlib
-from tests.helpers import trainlib_processes
+from tests.helpers import rank_processes, trainlib_processes
 from trainlib import RunConfig, ScalingConfig
+from trainlib._internal import rank_pool
 from trainlib.torch import TorchTrainer
 
 
@@ -56,3 +57,20 @@ def test_pool_leaves_no_process_behind_its_own_cluster(tmp_path: Path) -> None:
     before = {p.pid for p in trainlib_processes()}  # other clusters' idle processes
     _fit(None, tmp_path, "own")  # fit() starts and closes a LocalCluster
     assert {p.pid for p in trainlib_processes()} <= before
+
+
+def _idle_per_worker(client: Client) -> list[int]:
+    """How many idle rank processes each worker of ``client`` holds now."""
+    workers = client.run(os.getpid)
+    idle = [p for p in trainlib_processes() if p not in rank_processes()]
+    return sorted(sum(p.ppid() == pid for p in idle) for pid in workers.values())
+
+
+def test_pool_keeps_as_many_idle_processes_as_a_search_asks_then_one(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    with rank_pool.idle_processes(dask_client, 3):
+        assert _idle_per_worker(dask_client) == [3, 3]
+        _fit(dask_client, tmp_path, "deep")  # each worker's rank takes one; one starts
+        assert _idle_per_worker(dask_client) == [3, 3]
+    assert _idle_per_worker(dask_client) == [1, 1]

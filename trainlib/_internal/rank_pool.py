@@ -5,8 +5,10 @@ Each Dask worker keeps one idle process ready: the first is started when a run r
 pool's plugin (or earlier, by ``DaskConfig.connect(warm_ranks=True)``: the import then overlaps
 what the driver does before ``fit()``), a rank takes it, and its supervisor starts the next
 one at once, so it imports torch while the rank trains and the following run on a warm cluster
-(a Tuner's next trial, a second ``fit()``) starts at once. A process is used by one rank
-only, so nothing of one run's state reaches the next. An idle process exits when its worker
+(a Tuner's next trial, a second ``fit()``) starts at once. A Tuner whose trials follow each
+other faster than a process imports torch asks for more idle processes per worker while it
+runs (``keep_idle``). A process is used by one rank only, so nothing of one run's state reaches
+the next. An idle process exits when its worker
 closes (the pool's worker plugin stops it) or dies (its end of the socket closes).
 """
 
@@ -18,14 +20,19 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import dask
 from distributed.diagnostics.plugin import WorkerPlugin
 
+if TYPE_CHECKING:
+    from distributed import Client
+
 PLUGIN_NAME = "trainlib-rank-pool"
+MAX_IDLE_PER_WORKER = 4  # each holds an interpreter with torch imported (see docs/benchmarks.md)
 
 
 @dataclass
@@ -38,7 +45,8 @@ class RankProcess:
 
 
 _lock = threading.Lock()
-_idle: dict[str, RankProcess] = {}  # worker address -> its idle process
+_idle: dict[str, list[RankProcess]] = {}  # worker address -> its idle processes, oldest first
+_wanted: dict[str, int] = {}  # worker address -> how many idle processes it keeps (default 1)
 
 
 def process_environment(worker_env: dict[str, str]) -> dict[str, str]:
@@ -55,30 +63,65 @@ def process_environment(worker_env: dict[str, str]) -> dict[str, str]:
 
 
 def take(worker: str, environment: dict[str, str]) -> RankProcess:
-    """The worker's idle process if it was started with this environment, else a new one."""
+    """The worker's oldest idle process started with this environment, else a new one."""
+    unusable = []
+    taken = None
     with _lock:
-        idle = _idle.pop(worker, None)
-    if idle is not None:
-        if idle.environment == environment and idle.process.poll() is None:
-            return idle
-        stop(idle)
-    return start(environment)
+        idle = _idle.get(worker, [])
+        while idle and taken is None:
+            candidate = idle.pop(0)
+            if candidate.environment == environment and candidate.process.poll() is None:
+                taken = candidate
+            else:
+                unusable.append(candidate)
+    for process in unusable:
+        stop(process)
+    return taken if taken is not None else start(environment)
 
 
 def refill(worker: str, environment: dict[str, str]) -> None:
-    """Start the worker's next idle process, unless it has one."""
+    """Start idle processes until the worker has as many as it keeps."""
     with _lock:
-        if worker in _idle:
-            return
-        _idle[worker] = start(environment)
+        idle = _idle.setdefault(worker, [])
+        while len(idle) < _wanted.get(worker, 1):
+            idle.append(start(environment))
+
+
+def keep_idle(count: int, dask_worker: Any = None) -> None:
+    """Runs on a Dask worker (``Client.run``): keep ``count`` idle processes from now on,
+    starting the missing ones and stopping the surplus."""
+    worker = dask_worker.address
+    with _lock:
+        _wanted[worker] = count
+        surplus = _idle.get(worker, [])[count:]
+        del _idle.setdefault(worker, [])[count:]
+    for process in surplus:
+        stop(process)
+    refill(worker, process_environment(dict(os.environ)))
+
+
+@contextlib.contextmanager
+def idle_processes(client: Client, count: int) -> Iterator[None]:
+    """Every worker keeps ``count`` idle processes (at most ``MAX_IDLE_PER_WORKER``) while the
+    block runs, and one again afterwards."""
+    count = max(1, min(count, MAX_IDLE_PER_WORKER))
+    if count > 1:
+        client.run(keep_idle, count)
+    try:
+        yield
+    finally:
+        if count > 1:
+            with contextlib.suppress(Exception):  # the cluster may be gone (Ctrl-C, a crash)
+                client.run(keep_idle, 1)
 
 
 def close(worker: str) -> None:
-    """Stop the worker's idle process (the worker is closing)."""
+    """Stop the worker's idle processes (the worker is closing)."""
     with _lock:
-        idle = _idle.pop(worker, None)
-    if idle is not None:
-        stop(idle)
+        idle = _idle.pop(worker, [])
+        _wanted.pop(worker, None)
+    for process in idle:
+        stop(process)
 
 
 def start(environment: dict[str, str]) -> RankProcess:

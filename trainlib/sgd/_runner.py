@@ -52,13 +52,31 @@ class RunnerSetup:
 
 def serve(setup: RunnerSetup) -> None:
     """Build, restore, report ready, then answer commands until SHUTDOWN."""
+    runner = _restored_runner(setup)
+    report({"epoch": runner.epoch})
+    while (command := next_command()).kind != SHUTDOWN:
+        runner.answer(command)
+
+
+def step_forever(setup: RunnerSetup) -> None:
+    """A Tune trial of ``PyTorchTrainable``: build, restore, then one step after another (a
+    training pass and a validation pass), each reported with the state as a checkpoint, until
+    the Tuner stops the trial (its scheduler's ``max_t``, ``stop`` or pruning)."""
+    runner = _restored_runner(setup)
+    while True:
+        stats = runner.train_pass()
+        if runner.val_loader is not None:
+            stats.update(runner.validate_pass())
+        runner.report_state(stats)
+
+
+def _restored_runner(setup: RunnerSetup) -> _Runner:
+    """The rank's objects, loaded from the run's latest checkpoint if there is one."""
     runner = _Runner(setup)
     checkpoint = get_checkpoint()
     if checkpoint is not None:
         runner.load_state(read_state(checkpoint))
-    report({"epoch": runner.epoch})
-    while (command := next_command()).kind != SHUTDOWN:
-        runner.answer(command)
+    return runner
 
 
 def read_state(checkpoint: Checkpoint) -> bytes:
@@ -101,46 +119,54 @@ class _Runner:
     def answer(self, command: Command) -> None:
         """Run one command and report its answer (every rank reports once)."""
         if command.kind == TRAIN:
-            stats = self.setup.train_function(
-                self.setup.config,
-                _given(self.wrapped),
-                self.train_loader,
-                self.criterion,
-                _given(self.optimizers),
-                _given(self.schedulers) if self.schedulers else None,
-            )
-            self.epoch += 1
-            report(_mean_over_ranks({**_checked(stats, "train_function"), "epoch": self.epoch}))
+            report(self.train_pass())
         elif command.kind == VALIDATE:
-            if self.val_loader is None:
-                raise ValueError(
-                    "validate() needs validation data: make data_creator return "
-                    "(train, validation) loaders or datasets."
-                )
-            stats = self.setup.validation_function(
-                self.setup.config,
-                _given(self.wrapped),
-                self.val_loader,
-                self.criterion,
-                _given(self.schedulers) if self.schedulers else None,
-            )
-            report(_mean_over_ranks(_checked(stats, "validation_function")))
+            report(self.validate_pass())
         elif command.kind == SAVE_STATE:
-            self._report_state()
+            self.report_state({"epoch": self.epoch})
         elif command.kind == LOAD_STATE:
             self.load_state(command.payload)
             report({"epoch": self.epoch})
         else:
             raise ValueError(f"Unknown PyTorchTrainer command {command.kind!r}.")
 
-    def _report_state(self) -> None:
-        """Rank 0 reports the state as a checkpoint; the others report without one."""
+    def train_pass(self) -> dict[str, Any]:
+        """One pass of the train function; its metrics averaged over the ranks, and ``epoch``."""
+        stats = self.setup.train_function(
+            self.setup.config,
+            _given(self.wrapped),
+            self.train_loader,
+            self.criterion,
+            _given(self.optimizers),
+            _given(self.schedulers) if self.schedulers else None,
+        )
+        self.epoch += 1
+        return _mean_over_ranks({**_checked(stats, "train_function"), "epoch": self.epoch})
+
+    def validate_pass(self) -> dict[str, Any]:
+        """One pass of the validation function; its metrics averaged over the ranks."""
+        if self.val_loader is None:
+            raise ValueError(
+                "validate() needs validation data: make data_creator return "
+                "(train, validation) loaders or datasets."
+            )
+        stats = self.setup.validation_function(
+            self.setup.config,
+            _given(self.wrapped),
+            self.val_loader,
+            self.criterion,
+            _given(self.schedulers) if self.schedulers else None,
+        )
+        return _mean_over_ranks(_checked(stats, "validation_function"))
+
+    def report_state(self, metrics: dict[str, Any]) -> None:
+        """Report ``metrics``: rank 0 with the state as a checkpoint, the others without."""
         if get_context().get_world_rank() != 0:
-            report({"epoch": self.epoch})
+            report(metrics)
             return
         with tempfile.TemporaryDirectory() as directory:
             torch.save(self.state(), os.path.join(directory, STATE_FILE))
-            report({"epoch": self.epoch}, checkpoint=Checkpoint.from_directory(directory))
+            report(metrics, checkpoint=Checkpoint.from_directory(directory))
 
     def state(self) -> dict[str, Any]:
         """Everything to resume from: unwrapped models, optimizers, schedulers, scaler."""

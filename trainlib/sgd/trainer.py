@@ -110,32 +110,25 @@ class PyTorchTrainer:
         dask_config: DaskConfig | None = None,
         client: Client | None = None,
     ) -> None:
-        _check_arguments(
-            model_creator, data_creator, optimizer_creator, scheduler_creator, num_replicas
-        )
-        _check_batch(batch_size, num_replicas, scheduler_step_freq)
-        _check_signature("train_function", train_function, 6)
-        _check_signature("validation_function", validation_function, 5)
-        self._model_creator = model_creator
-        self._config = dict(config or {})
-        setup = _runner.RunnerSetup(
-            model_creator=model_creator,
-            data_creator=data_creator,
-            optimizer_creator=optimizer_creator,
-            loss_creator=loss_creator,
+        setup = runner_setup(
+            model_creator,
+            data_creator,
+            optimizer_creator,
+            loss_creator,
             scheduler_creator=scheduler_creator,
-            train_function=train_function or train_epoch,
-            validation_function=validation_function or validate_epoch,
-            config=self._config,
-            batch_size=batch_size // num_replicas,
+            train_function=train_function,
+            validation_function=validation_function,
+            config=config,
+            num_replicas=num_replicas,
+            batch_size=batch_size,
             use_fp16=use_fp16,
             scheduler_step_freq=scheduler_step_freq,
         )
+        self._model_creator = model_creator
+        self._config = setup.config
         plan = RunPlan(
             train_func_payload=cloudpickle.dumps(functools.partial(_runner.serve, setup)),
-            scaling=ScalingConfig(
-                num_workers=num_replicas, use_gpu=use_gpu, worker_setup=_hook(initialization_hook)
-            ),
+            scaling=scaling(num_replicas, use_gpu, initialization_hook),
             run_config=_run_config(run_config),
             torch_config=TorchConfig(),
             dask_config=dask_config or DaskConfig(),
@@ -253,6 +246,56 @@ class PyTorchTrainer:
                 "train(max_retries=N) to re-form the group automatically."
             )
         return self._group
+
+
+def runner_setup(
+    model_creator: Callable[..., Any],
+    data_creator: Callable[..., Any],
+    optimizer_creator: Callable[..., Any],
+    loss_creator: Any = None,
+    *,
+    scheduler_creator: Callable[..., Any] | None = None,
+    train_function: Callable[..., dict[str, Any]] | None = None,
+    validation_function: Callable[..., dict[str, Any]] | None = None,
+    config: dict[str, Any] | None = None,
+    num_replicas: int = 1,
+    batch_size: int = 16,
+    use_fp16: bool = False,
+    scheduler_step_freq: Literal["batch", "epoch"] = "batch",
+) -> _runner.RunnerSetup:
+    """What every rank needs of PyTorchTrainer's arguments, checked.
+
+    Raises:
+        ConfigError: An argument is invalid.
+    """
+    _check_arguments(
+        model_creator, data_creator, optimizer_creator, scheduler_creator, num_replicas
+    )
+    _check_batch(batch_size, num_replicas, scheduler_step_freq)
+    _check_signature("train_function", train_function, 6)
+    _check_signature("validation_function", validation_function, 5)
+    return _runner.RunnerSetup(
+        model_creator=model_creator,
+        data_creator=data_creator,
+        optimizer_creator=optimizer_creator,
+        loss_creator=loss_creator,
+        scheduler_creator=scheduler_creator,
+        train_function=train_function or train_epoch,
+        validation_function=validation_function or validate_epoch,
+        config=dict(config or {}),
+        batch_size=batch_size // num_replicas,
+        use_fp16=use_fp16,
+        scheduler_step_freq=scheduler_step_freq,
+    )
+
+
+def scaling(
+    num_replicas: int, use_gpu: bool, initialization_hook: Callable[..., None] | None
+) -> ScalingConfig:
+    """The ranks of a PyTorchTrainer: one per replica, the hook as their worker_setup."""
+    return ScalingConfig(
+        num_workers=num_replicas, use_gpu=use_gpu, worker_setup=_hook(initialization_hook)
+    )
 
 
 def _run_config(given: RunConfig | None) -> RunConfig:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainlib.config import DEFAULT_STORAGE_PATH, DaskConfig, RunConfig
+from trainlib.errors import ConfigError
 from trainlib.torch.trainer import TorchTrainer
 from trainlib.tune.config import TuneConfig
 from trainlib.tune.result_grid import ResultGrid
@@ -18,9 +20,10 @@ if TYPE_CHECKING:
 
 
 def run(
-    run_or_experiment: TorchTrainer | Callable[[dict[str, Any]], Any],
+    run_or_experiment: TorchTrainer | Callable[[dict[str, Any]], Any] | type,
     *,
     config: Mapping[str, Any] | None = None,
+    stop: Mapping[str, int] | None = None,
     metric: str | None = None,
     mode: Literal["min", "max"] | None = None,
     num_samples: int = 1,
@@ -34,8 +37,12 @@ def run(
 ) -> ResultGrid:
     """``Tuner(run_or_experiment, param_space=config, ...).fit()`` in one call.
 
-    Returns the ``ResultGrid`` (Ray returns an ``ExperimentAnalysis``; use
-    ``get_best_result().config`` for its ``best_config``).
+    ``stop={"training_iteration": N}`` ends each trial (as complete) after N reports: the
+    scheduler's ``max_t``, when that is larger. Returns the ``ResultGrid`` (Ray returns an
+    ``ExperimentAnalysis``; use ``get_best_result().config`` for its ``best_config``).
+
+    Raises:
+        ConfigError: ``stop`` names anything but ``training_iteration``.
 
     Example:
         >>> grid = tune.run(train_fn, config={"lr": tune.loguniform(1e-4, 1e-1)},
@@ -47,7 +54,7 @@ def run(
         num_samples=num_samples,
         max_concurrent_trials=max_concurrent_trials,
         search_alg=search_alg,
-        scheduler=scheduler or ASHAScheduler(),
+        scheduler=_with_stop(scheduler or ASHAScheduler(), stop or {}),
     )
     tuner = Tuner(
         run_or_experiment,
@@ -58,3 +65,20 @@ def run(
         client=client,
     )
     return tuner.fit()
+
+
+def _with_stop(scheduler: TrialScheduler, stop: Mapping[str, int]) -> TrialScheduler:
+    """The scheduler with ``max_t`` lowered to ``stop["training_iteration"]``."""
+    unknown = sorted(set(stop) - {"training_iteration"})
+    if unknown:
+        raise ConfigError(
+            f"tune.run(stop=...) supports only 'training_iteration', not {unknown}; stop on "
+            "a metric by returning from the trainable."
+        )
+    if "training_iteration" not in stop:
+        return scheduler
+    limit = stop["training_iteration"]
+    if not isinstance(limit, int) or limit < 1:
+        raise ConfigError(f"tune.run(stop={{'training_iteration': {limit!r}}}) must be >= 1.")
+    max_t = limit if scheduler.max_t is None else min(limit, scheduler.max_t)
+    return replace(scheduler, max_t=max_t)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -44,9 +45,11 @@ class Tuner:
 
     Args:
         trainable: A ``TorchTrainer`` (its ``train_loop_config`` is updated with
-            ``param_space["train_loop_config"]``), or a function of ``config`` that calls
-            ``trainlib.report``; a function runs as a 1-rank trainlib run (a process of its
-            own next to one Dask worker).
+            ``param_space["train_loop_config"]``), a function of ``config`` that calls
+            ``trainlib.report`` (it runs as a 1-rank trainlib run: a process of its own next
+            to one Dask worker), or a trainable class with an ``as_torch_trainer``
+            classmethod (``trainlib.sgd.PyTorchTrainable``: each trial's config is the
+            trainer's arguments).
         param_space: The config of every trial: search space helpers (``tune.uniform``, ...)
             and plain values, nested as the trainable expects.
         tune_config: The metric to optimise, number of trials, concurrency, search and
@@ -82,7 +85,7 @@ class Tuner:
                 "one reported metric."
             )
         self._is_function = not isinstance(trainable, TorchTrainer)
-        self._trainer = _as_trainer(trainable, run_config, dask_config, client)
+        self._trainer = _as_trainer(trainable, param_space or {}, run_config, dask_config, client)
         self._space = flatten(param_space or {})
         if isinstance(trainable, TorchTrainer):
             _check_trainer_space(param_space or {})
@@ -101,8 +104,7 @@ class Tuner:
         """
         # Dask and Optuna are imported on use: a rank process importing a user's module that
         # imports trainlib.tune stays light.
-        from trainlib._internal import cluster
-        from trainlib._internal.rank_pool import RankPoolPlugin
+        from trainlib._internal import cluster, rank_pool
         from trainlib._internal.trials import TrialRunner
 
         name = self._run_config.name or datetime.now(timezone.utc).strftime(
@@ -117,10 +119,15 @@ class Tuner:
             InterruptWatch(),
             cluster.connect(trainer._dask, self._cluster_size(), trainer._client) as client,
         ):
-            client.register_plugin(RankPoolPlugin())  # idle rank processes start now
+            client.register_plugin(rank_pool.RankPoolPlugin())  # idle rank processes start now
             runner = TrialRunner(client, study, self._setup(experiment))
-            remaining = self._num_trials() - study.counted_trials()
-            outcomes = runner.run(max(0, remaining))
+            remaining = max(0, self._num_trials() - study.counted_trials())
+            # Trials that follow each other on a worker faster than a process imports torch
+            # find one ready: a worker keeps one idle process per trial it will run (capped).
+            workers = len(client.scheduler_info(n_workers=-1)["workers"]) or self._cluster_size()
+            trials_per_worker = math.ceil(remaining * self._num_workers() / workers)
+            with rank_pool.idle_processes(client, trials_per_worker):
+                outcomes = runner.run(remaining)
         return self._grid(study, outcomes, experiment)
 
     def _open_study(self, name: str, experiment: RunStorage) -> Study:
@@ -236,6 +243,7 @@ def _check_trainer_space(param_space: Mapping[str, Any]) -> None:
 
 def _as_trainer(
     trainable: Any,
+    param_space: Mapping[str, Any],
     run_config: RunConfig | None,
     dask_config: DaskConfig | None,
     client: Client | None,
@@ -244,6 +252,17 @@ def _as_trainer(
         if dask_config is not None or client is not None:
             trainable = _with_cluster(trainable, dask_config, client)
         return trainable
+    if isinstance(trainable, type) and hasattr(trainable, "as_torch_trainer"):
+        trainer: TorchTrainer = trainable.as_torch_trainer(
+            param_space, run_config, dask_config, client
+        )
+        return trainer
+    if isinstance(trainable, type):
+        raise ConfigError(
+            f"Tuner(trainable={trainable.__name__}): a trainable class needs an "
+            "as_torch_trainer classmethod (as trainlib.sgd.PyTorchTrainable); write the trial "
+            "as a function of config that calls trainlib.report instead."
+        )
     if not callable(trainable):
         raise ConfigError(
             f"Tuner(trainable={trainable!r}) must be a TorchTrainer or a function of config."
