@@ -182,6 +182,12 @@ def tune_main(argv: list[str] | None = None) -> int:
     add("--registered-model-name", default=defaults["registered_model_name"])
     add("--promote-margin", type=float, default=defaults["promote_margin"])
     add("--name", default=None, help="name of the search; the same name and storage resume it")
+    add(
+        "--study-storage",
+        default=None,
+        help="Optuna storage URL, e.g. postgresql://... (default: sqlite under --storage-path; "
+        "needed with s3:// storage)",
+    )
     add("--debug", action="store_true", help="print full tracebacks of errors")
     args = parser.parse_args(argv)
     params = {k: v for k, v in vars(args).items() if k not in ("synthetic", "debug")}

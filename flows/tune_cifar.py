@@ -45,6 +45,7 @@ def tune_cifar(
     promote_margin: float = 0.0,
     shard_size: int = 2500,
     name: str | None = None,
+    study_storage: str | None = None,
 ) -> dict[str, Any]:
     """Download, preprocess, search, register the best trial, evaluate and promote it.
 
@@ -52,7 +53,9 @@ def tune_cifar(
     loguniform, quniform, randint, choice, grid_search (default: lr, batch size and model).
     ``num_samples`` trials of ``num_workers`` ranks each run ``max_concurrent_trials`` at a time
     on one cluster; ASHA stops the unpromising ones early. ``name`` names the search (the same
-    name and storage path resume it). The best trial's model goes through train-cifar's rule:
+    name and storage path resume it). The Optuna study is a sqlite file under the storage path,
+    or ``study_storage`` (an RDB URL such as ``postgresql://...``; needed with ``s3://``
+    storage). The best trial's model goes through train-cifar's rule:
     registered, evaluated on the test split, promoted to ``@champion`` if it beats it.
     """
     space = search_space or DEFAULT_SEARCH_SPACE
@@ -85,6 +88,7 @@ def tune_cifar(
             num_workers=num_workers,
             tracking_uri=tracking_uri,
             dask=cluster,
+            study_storage=study_storage,
         )
         tracking.result()
         searched = tune_task(request)

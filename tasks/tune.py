@@ -86,6 +86,7 @@ class TuneRequest:
     num_workers: int
     tracking_uri: str
     dask: DaskConfig
+    study_storage: str | None = None  # an Optuna RDB URL; None: sqlite under the storage path
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,7 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
             num_samples=request.num_samples,
             max_concurrent_trials=request.max_concurrent_trials,
             scheduler=tune.ASHAScheduler(max_t=request.base.epochs, grace_period=1),
+            study_storage=request.study_storage,
         ),
         run_config=RunConfig(
             name=request.name,

@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from pathlib import Path
 from typing import Any
 
+import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 from prefect.client.orchestration import get_client
@@ -43,6 +45,7 @@ def searched(
             shard_size=250,
             mlflow_tracking_uri=tracking_uri,
             registered_model_name=MODEL,
+            study_storage=f"sqlite:///{root}/optuna.db",  # as a postgresql:// URL would be
         )
     finally:
         os.chdir(old_cwd)
@@ -59,6 +62,16 @@ def test_tune_flow_registers_and_promotes_the_best_trial(
     version = client.get_model_version_by_alias(MODEL, "champion")
     assert version.run_id == summary["mlflow_run_id"]
     assert rank_processes() == []
+
+
+def test_tune_flow_keeps_its_study_in_the_storage_given(
+    searched: tuple[dict[str, Any], str],
+) -> None:
+    _, tracking_uri = searched
+    root = tracking_uri.removeprefix("sqlite:///").rsplit("/", 1)[0]
+    (study,) = optuna.get_all_study_summaries(f"sqlite:///{root}/optuna.db")
+    assert study.n_trials == 2
+    assert not list(Path(root, "store").rglob("*.db"))  # no sqlite study beside the runs
 
 
 def test_tune_flow_tracks_one_nested_run_per_trial(searched: tuple[dict[str, Any], str]) -> None:
