@@ -69,8 +69,19 @@ def _idle_per_worker(client: Client) -> list[int]:
 def test_pool_keeps_as_many_idle_processes_as_a_search_asks_then_one(
     dask_client: Client, tmp_path: Path
 ) -> None:
-    with rank_pool.idle_processes(dask_client, 3):
-        assert _idle_per_worker(dask_client) == [3, 3]
+    with rank_pool.idle_processes(dask_client, 2):
+        assert _idle_per_worker(dask_client) == [2, 2]
         _fit(dask_client, tmp_path, "deep")  # each worker's rank takes one; one starts
-        assert _idle_per_worker(dask_client) == [3, 3]
+        assert _idle_per_worker(dask_client) == [2, 2]
     assert _idle_per_worker(dask_client) == [1, 1]
+
+
+def test_pool_keeps_one_idle_process_when_the_hosts_memory_is_short(
+    dask_client: Client,
+) -> None:
+    # A million workers share this host: 10% of its memory buys none of them a spare process.
+    dask_client.run(rank_pool.keep_idle, 4, 1_000_000)
+    try:
+        assert _idle_per_worker(dask_client) == [1, 1]
+    finally:
+        dask_client.run(rank_pool.keep_idle, 1)

@@ -14,6 +14,7 @@ closes (the pool's worker plugin stops it) or dies (its end of the socket closes
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import multiprocessing
 import os
@@ -26,13 +27,20 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 import dask
+import psutil
+from distributed.comm.addressing import get_address_host
 from distributed.diagnostics.plugin import WorkerPlugin
 
 if TYPE_CHECKING:
     from distributed import Client
 
 PLUGIN_NAME = "trainlib-rank-pool"
-MAX_IDLE_PER_WORKER = 4  # each holds an interpreter with torch imported (see docs/benchmarks.md)
+MAX_IDLE_PER_WORKER = 4
+# An idle process holds an interpreter with torch imported: 283 MiB of its own here (torch
+# 2.14 CPU; docs/benchmarks.md). The extra idle processes of a host's workers use at most
+# IDLE_MEMORY_SHARE of the memory available on it.
+IDLE_PROCESS_BYTES = 300 * 2**20
+IDLE_MEMORY_SHARE = 0.1
 
 
 @dataclass
@@ -87,10 +95,14 @@ def refill(worker: str, environment: dict[str, str]) -> None:
             idle.append(start(environment))
 
 
-def keep_idle(count: int, dask_worker: Any = None) -> None:
-    """Runs on a Dask worker (``Client.run``): keep ``count`` idle processes from now on,
-    starting the missing ones and stopping the surplus."""
+def keep_idle(count: int, workers_on_host: int = 1, dask_worker: Any = None) -> None:
+    """Runs on a Dask worker (``Client.run``): keep ``count`` idle processes from now on (fewer
+    if the host's memory is short: see ``IDLE_MEMORY_SHARE``), starting the missing ones and
+    stopping the surplus."""
     worker = dask_worker.address
+    if count > 1:
+        budget = psutil.virtual_memory().available * IDLE_MEMORY_SHARE / workers_on_host
+        count = max(1, min(count, 1 + int(budget // IDLE_PROCESS_BYTES)))
     with _lock:
         _wanted[worker] = count
         surplus = _idle.get(worker, [])[count:]
@@ -106,7 +118,11 @@ def idle_processes(client: Client, count: int) -> Iterator[None]:
     block runs, and one again afterwards."""
     count = max(1, min(count, MAX_IDLE_PER_WORKER))
     if count > 1:
-        client.run(keep_idle, count)
+        by_host = collections.defaultdict(list)
+        for address in client.scheduler_info(n_workers=-1)["workers"]:
+            by_host[get_address_host(address)].append(address)
+        for addresses in by_host.values():
+            client.run(keep_idle, count, len(addresses), workers=addresses)
     try:
         yield
     finally:
