@@ -3,10 +3,11 @@ MLflow run per trial, a Prefect table of the trials."""
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -152,7 +153,10 @@ class TrialTracker(tune.Callback):
         self._local.tracker.on_report(report)
 
     def on_end(self, result: trainlib.Result) -> None:
-        pass  # the trial's state decides the child run's status (on_trial_end)
+        """Ctrl-C: the trial's run is KILLED (resuming the search reopens it). Otherwise the
+        trial's state decides its status (``on_trial_end``)."""
+        if isinstance(result.error, KeyboardInterrupt):
+            self._client.set_terminated(self._local.run_id, RunStatus.to_string(RunStatus.KILLED))
 
     def on_trial_end(self, trial: tune.Trial) -> None:
         status = {"complete": RunStatus.FINISHED, "pruned": RunStatus.KILLED}
@@ -211,7 +215,7 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
         dask_config=request.dask,
     )
     space = search_space(request.search_space)
-    grid = tune.Tuner(
+    tuner = tune.Tuner(
         trainer,
         param_space={"train_loop_config": {"hyperparameters": space}},
         tune_config=tune.TuneConfig(
@@ -228,8 +232,9 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
             checkpoint_config=CheckpointConfig(num_to_keep=1, checkpoint_score_attribute=METRIC),
             callbacks=[tracker],
         ),
-    ).fit()
-    MlflowClient(request.tracking_uri).set_terminated(parent)
+    )
+    with terminated_run(request.tracking_uri, parent):
+        grid = tuner.fit()
     best = grid.get_best_result()
     checkpoint, best_metrics = best.best_checkpoints[0]
     trained = TrainedRun(
@@ -241,6 +246,22 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
     )
     config = {**asdict(request.base), **best.config["train_loop_config"]["hyperparameters"]}
     return TunedSearch(parent, trained, config, tracker.rows)
+
+
+@contextlib.contextmanager
+def terminated_run(tracking_uri: str, run_id: str) -> Iterator[None]:
+    """End the MLflow run after the block: FINISHED, KILLED (Ctrl-C) or FAILED; never RUNNING."""
+    status = RunStatus.FINISHED
+    try:
+        yield
+    except KeyboardInterrupt:
+        status = RunStatus.KILLED
+        raise
+    except BaseException:
+        status = RunStatus.FAILED
+        raise
+    finally:
+        MlflowClient(tracking_uri).set_terminated(run_id, RunStatus.to_string(status))
 
 
 @task(name="tune", cache_policy=NO_CACHE)

@@ -510,12 +510,49 @@ def test_predict_corrupt_image_goes_to_the_errors_file(
 
 def test_ctrl_c_ends_train_cifar_within_10_s(workspace: Workspace, prefect_server: None) -> None:
     """SIGINT while the ranks train: exit status 130 within 10 s, one line, no rank left."""
+    _assert_ctrl_c_ends(["-m", "flows.cli", *_train_args(workspace, "--epochs", "50")])
+
+
+def test_ctrl_c_ends_tune_cifar_within_10_s(workspace: Workspace, prefect_server: None) -> None:
+    """The same for a search: its running trial's ranks stop, nothing is left."""
+    tune = "import sys; from flows.cli import tune_main; sys.exit(tune_main())"
+    search_space = json.dumps({"lr": ["choice", [0.05]], "batch_size": ["choice", [64]]})
+    _assert_ctrl_c_ends(
+        [
+            "-c",
+            tune,
+            "--data-url",
+            workspace.archive_url,
+            "--storage-path",
+            str(workspace.store),
+            "--mlflow-tracking-uri",
+            workspace.tracking_uri,
+            "--registered-model-name",
+            MODEL,
+            "--search-space",
+            search_space,
+            "--num-samples",
+            "2",
+            "--max-concurrent-trials",
+            "1",
+            "--epochs",
+            "50",
+        ]
+    )
+
+
+def _assert_ctrl_c_ends(python_args: list[str]) -> None:
+    """Run Python with ``python_args`` (a CLI), SIGINT it once a rank trains: exit status 130
+    within 10 s, one line and no traceback, none of its processes left."""
     from prefect.settings import PREFECT_API_URL
 
     env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
-    command = [sys.executable, "-m", "flows.cli", *_train_args(workspace, "--epochs", "50")]
     process = subprocess.Popen(
-        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, *python_args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 3 * WAIT_S
