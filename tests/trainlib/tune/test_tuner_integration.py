@@ -83,6 +83,26 @@ def test_tuner_pruned_trial_stops_its_ranks_and_frees_its_workers(
     assert rank_processes() == []
 
 
+def test_median_stopping_rule_stops_a_trial_below_the_median(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    grid = tune.Tuner(
+        report_until_pruned,
+        param_space={"x": tune.grid_search([1.0, 2.0, 0.0]), "out": str(tmp_path)},
+        tune_config=tune.TuneConfig(
+            metric="score",
+            mode="max",
+            max_concurrent_trials=1,  # the two others have ended when x == 0 reports
+            scheduler=tune.MedianStoppingRule(grace_period=1, min_samples_required=2),
+        ),
+        run_config=RunConfig(storage_path=str(tmp_path / "runs")),
+        client=dask_client,
+    ).fit()
+    assert grid.trial_states == ["complete", "complete", "pruned"]
+    assert len(grid[2].metrics_history) < 10  # of the 100 steps x == 0 would run
+    assert rank_processes() == []
+
+
 class TrialLog(tune.Callback):
     """Records every trial's state as it starts and ends."""
 
