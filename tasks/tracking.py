@@ -5,10 +5,11 @@ Every function takes the tracking URI: nothing depends on a process-wide MLflow 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -151,14 +152,31 @@ class MLflowCallback(trainlib.Callback):
             self._logged.setdefault(metric.key, set()).add(step)
 
     def on_end(self, result: trainlib.Result) -> None:
-        """The run's status is the training's: FINISHED, FAILED, or KILLED (Ctrl-C). Later
-        steps (evaluation) still add to it; it is never left RUNNING."""
-        status = RunStatus.FINISHED
-        if isinstance(result.error, KeyboardInterrupt):
-            status = RunStatus.KILLED
-        elif result.error is not None:
-            status = RunStatus.FAILED
-        self._client.set_terminated(self._run_id, RunStatus.to_string(status))
+        """The run's status is the training's (``end_status``). Later steps (evaluation)
+        still add to it; it is never left RUNNING."""
+        self._client.set_terminated(self._run_id, end_status(result.error))
+
+
+def end_status(error: BaseException | None) -> str:
+    """An MLflow run's final status after ``error``: FINISHED, KILLED (Ctrl-C) or FAILED."""
+    if error is None:
+        return RunStatus.to_string(RunStatus.FINISHED)
+    if isinstance(error, KeyboardInterrupt):
+        return RunStatus.to_string(RunStatus.KILLED)
+    return RunStatus.to_string(RunStatus.FAILED)
+
+
+@contextlib.contextmanager
+def terminated_run(tracking_uri: str, run_id: str) -> Iterator[None]:
+    """End the MLflow run after the block with ``end_status``; never leave it RUNNING."""
+    error: BaseException | None = None
+    try:
+        yield
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        MlflowClient(tracking_uri).set_terminated(run_id, end_status(error))
 
 
 def _step(report: trainlib.Report) -> int:

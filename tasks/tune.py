@@ -3,11 +3,10 @@ MLflow run per trial, a Prefect table of the trials."""
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,7 +20,7 @@ from tasks.dataset import Dataset, split_arrays
 from tasks.errors import InvalidParameterError
 from tasks.layout import StorageLayout
 from tasks.model_checkpoint import ModelSpec
-from tasks.tracking import MLflowCallback, start_run
+from tasks.tracking import MLflowCallback, start_run, terminated_run
 from tasks.train import TrainedRun
 from tasks.train_loop import TrainConfig, cifar_train_func, loop_config
 from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, tune
@@ -246,22 +245,6 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
     )
     config = {**asdict(request.base), **best.config["train_loop_config"]["hyperparameters"]}
     return TunedSearch(parent, trained, config, tracker.rows)
-
-
-@contextlib.contextmanager
-def terminated_run(tracking_uri: str, run_id: str) -> Iterator[None]:
-    """End the MLflow run after the block: FINISHED, KILLED (Ctrl-C) or FAILED; never RUNNING."""
-    status = RunStatus.FINISHED
-    try:
-        yield
-    except KeyboardInterrupt:
-        status = RunStatus.KILLED
-        raise
-    except BaseException:
-        status = RunStatus.FAILED
-        raise
-    finally:
-        MlflowClient(tracking_uri).set_terminated(run_id, RunStatus.to_string(status))
 
 
 @task(name="tune", cache_policy=NO_CACHE)

@@ -151,7 +151,8 @@ def predict_cifar(capsys: pytest.CaptureFixture[str], *args: str) -> Outcome:
     return Outcome(status, captured.out, captured.err)
 
 
-def _train_args(workspace: Workspace, *extra: str) -> list[str]:
+def _workspace_args(workspace: Workspace) -> list[str]:
+    """The options train-cifar and tune-cifar take alike: data, storage, MLflow, model name."""
     return [
         "--data-url",
         workspace.archive_url,
@@ -161,6 +162,12 @@ def _train_args(workspace: Workspace, *extra: str) -> list[str]:
         workspace.tracking_uri,
         "--registered-model-name",
         MODEL,
+    ]
+
+
+def _train_args(workspace: Workspace, *extra: str) -> list[str]:
+    return [
+        *_workspace_args(workspace),
         "--epochs",
         "1",
         "--batch-size",
@@ -521,14 +528,7 @@ def test_ctrl_c_ends_tune_cifar_within_10_s(workspace: Workspace, prefect_server
         [
             "-c",
             tune,
-            "--data-url",
-            workspace.archive_url,
-            "--storage-path",
-            str(workspace.store),
-            "--mlflow-tracking-uri",
-            workspace.tracking_uri,
-            "--registered-model-name",
-            MODEL,
+            *_workspace_args(workspace),
             "--search-space",
             search_space,
             "--num-samples",
