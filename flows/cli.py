@@ -17,11 +17,13 @@ import logging
 import os
 import sys
 import tempfile
-import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from flows.local_server import LocalPrefectServer
 
 SYNTHETIC_IMAGES_PER_BATCH = 1000
 EXIT_FAILED = 1
@@ -129,7 +131,7 @@ def make_synthetic_archive(storage_path: str) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Run train-cifar; returns the exit status (0, or 1 after an error, 130 after Ctrl-C)."""
     _set_environment()
-    server = _LocalPrefectServer.start(argv)  # seconds of start-up the imports below overlap
+    server = _local_server(argv)  # its start-up overlaps the imports below
     from flows.train_cifar import train_cifar
 
     defaults = {name: p.default for name, p in inspect.signature(train_cifar.fn).parameters.items()}
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                 "not on CIFAR-10; accuracies say nothing about real images.",
                 params["data_url"],
             )
-        server.wait()
+        _use(server)
         return train_cifar(**params)
 
     return _run_command("train-cifar", run, debug=args.debug)
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 def tune_main(argv: list[str] | None = None) -> int:
     """Run tune-cifar (the flow, locally); returns the exit status as ``main`` does."""
     _set_environment()
-    server = _LocalPrefectServer.start(argv)
+    server = _local_server(argv)
     from flows.tune_cifar import tune_cifar
 
     defaults = {name: p.default for name, p in inspect.signature(tune_cifar.fn).parameters.items()}
@@ -199,7 +201,7 @@ def tune_main(argv: list[str] | None = None) -> int:
                 "SYNTHETIC DATA: searching on a generated archive in the CIFAR-10 format (%s).",
                 params["data_url"],
             )
-        server.wait()
+        _use(server)
         return tune_cifar(**params)
 
     return _run_command("tune-cifar", run, debug=args.debug)
@@ -208,7 +210,7 @@ def tune_main(argv: list[str] | None = None) -> int:
 def predict_main(argv: list[str] | None = None) -> int:
     """Run predict-cifar (the flow, locally); returns the exit status as ``main`` does."""
     _set_environment()
-    server = _LocalPrefectServer.start(argv)
+    server = _local_server(argv)
     from flows.predict_cifar import predict_cifar
     from tasks.registry import CHAMPION
 
@@ -231,7 +233,7 @@ def predict_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     def run() -> dict[str, Any]:
-        server.wait()
+        _use(server)
         return predict_cifar(
             args.input, args.output, args.model_name, args.alias, args.mlflow_tracking_uri
         )
@@ -239,44 +241,18 @@ def predict_main(argv: list[str] | None = None) -> int:
     return _run_command("predict-cifar", run, debug=args.debug)
 
 
-class _LocalPrefectServer:
-    """Prefect's temporary server (local mode: no PREFECT_API_URL), started in a thread.
+def _local_server(argv: list[str] | None) -> LocalPrefectServer | None:
+    """Prefect's temporary server, started now (None: a server of the user's, or only --help)."""
+    from flows.local_server import LocalPrefectServer
 
-    Prefect starts it at the first flow call and waits about 6 s for it; started here first,
-    that wait overlaps the command's own imports and data preparation. ``wait()`` must return
-    before any flow is called: Prefect's own start() returns at once once it is under way.
-    """
+    if {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
+        return None  # only the usage is printed: no flow runs
+    return LocalPrefectServer.start()
 
-    def __init__(self, thread: threading.Thread | None) -> None:
-        self._thread = thread
-        self._error: BaseException | None = None
 
-    @classmethod
-    def start(cls, argv: list[str] | None) -> _LocalPrefectServer:
-        from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
-
-        if {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
-            return cls(None)  # only the usage is printed: no flow runs
-        if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
-            return cls(None)  # a server of the user's, or none allowed: Prefect decides
-        server = cls(None)
-        server._thread = threading.Thread(target=server._run, name="prefect-server", daemon=True)
-        server._thread.start()
-        return server
-
-    def _run(self) -> None:
-        try:
-            from prefect.server.api.server import SubprocessASGIServer
-
-            SubprocessASGIServer().start()
-        except BaseException as error:  # raised again by wait(), in the caller's thread
-            self._error = error
-
-    def wait(self) -> None:
-        if self._thread is not None:
-            self._thread.join()
-            if self._error is not None:
-                raise self._error
+def _use(server: LocalPrefectServer | None) -> None:
+    if server is not None:
+        server.use()
 
 
 def _set_environment() -> None:

@@ -1,0 +1,140 @@
+"""Prefect's temporary server for a local run, started the moment the command starts.
+
+With no PREFECT_API_URL, Prefect starts a temporary server at the first flow call
+(``prefect.server.api.server.SubprocessASGIServer``): uvicorn serving ``create_app`` in a
+subprocess with the UI off, its sqlite database under PREFECT_HOME, created and migrated on
+first use. Prefect 3 has no local mode without a server. Prefect first imports that server
+module in the calling process (about 5 s here), then starts the subprocess, which imports it
+again and migrates the database. This module starts the same subprocess itself, right after the
+settings are read, without importing the server: all of its start-up overlaps the command's own
+imports and data preparation. ``use()`` then points this process's Prefect client at it, as
+PREFECT_API_URL.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import prefect
+from prefect.context import refresh_global_settings_context
+from prefect.settings import get_current_settings
+
+from tasks.errors import PrefectServerError
+
+_PORT_IN_USE = 3  # uvicorn's exit status when another process took the port
+_POLL_S = 0.1
+
+
+class LocalPrefectServer:
+    """Prefect's temporary server in a subprocess; stopped when this process exits."""
+
+    def __init__(self, environment: dict[str, str], timeout_s: float) -> None:
+        self._environment = environment
+        self._timeout_s = timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+        self.port = 0
+        self._pointed: dict[str, str] = {}  # environment variables use() set
+
+    @classmethod
+    def start(cls) -> LocalPrefectServer | None:
+        """Start it unless Prefect's settings name a server, or forbid a temporary one."""
+        settings = get_current_settings()
+        if settings.api.url or not settings.server.ephemeral.enabled:
+            return None
+        environment = {
+            **os.environ,
+            # what Prefect sets for its temporary server: no UI, ephemeral services only
+            "PREFECT_UI_ENABLED": "0",
+            "PREFECT__SERVER_EPHEMERAL": "1",
+            "PREFECT__SERVER_FINAL": "1",
+            **settings.to_environment_variables(exclude_unset=True),
+        }
+        server = cls(environment, settings.server.ephemeral.startup_timeout_seconds)
+        server._launch()
+        atexit.register(server.stop)  # after Prefect's own exit handlers have sent the last logs
+        return server
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def use(self) -> None:
+        """Wait until the server answers, then make it this process's PREFECT_API_URL."""
+        deadline = time.monotonic() + self._timeout_s
+        with httpx.Client() as client:
+            while not self._healthy(client):
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise PrefectServerError(
+                        f"Prefect's temporary server did not answer within {self._timeout_s:.0f} "
+                        "s. On a busy machine raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_"
+                        "SECONDS, or start a server (`prefect server start`) and set "
+                        "PREFECT_API_URL to it."
+                    )
+                time.sleep(_POLL_S)
+        self._pointed = {"PREFECT_API_URL": self.api_url}
+        if "PREFECT_UI_URL" not in os.environ:
+            self._pointed["PREFECT_UI_URL"] = ""  # it serves no UI: no "View at" links to it
+        os.environ.update(self._pointed)
+        refresh_global_settings_context()
+
+    def stop(self) -> None:
+        """Stop the server (idempotent); Prefect's settings no longer point at it."""
+        if self._pointed:
+            for name in self._pointed:
+                os.environ.pop(name, None)
+            self._pointed = {}
+            refresh_global_settings_context()
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def _launch(self) -> None:
+        self.port = _free_port()
+        self._process = subprocess.Popen(
+            [
+                sys.executable,
+                *("-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent)),
+                *("--factory", "prefect.server.api.server:create_app"),
+                *("--host", "127.0.0.1", "--port", str(self.port)),
+                *("--log-level", "error", "--lifespan", "on"),
+            ],
+            env=self._environment,
+        )
+
+    def _healthy(self, client: httpx.Client) -> bool:
+        if self._process is None:
+            raise PrefectServerError("Prefect's temporary server was stopped before it answered.")
+        status = self._process.poll()
+        if status == _PORT_IN_USE:
+            self._launch()  # another process took the free port between its choice and bind
+            return False
+        if status is not None:
+            self._process = None
+            raise PrefectServerError(
+                f"Prefect's temporary server exited with status {status} before it answered "
+                "(its output is above). Check PREFECT_HOME's database, or start a server "
+                "(`prefect server start`) and set PREFECT_API_URL to it."
+            )
+        try:
+            return client.get(f"{self.api_url}/health").status_code == 200
+        except httpx.TransportError:
+            return False
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
