@@ -85,3 +85,53 @@ def test_pool_keeps_one_idle_process_when_the_hosts_memory_is_short(
         assert _idle_per_worker(dask_client) == [1, 1]
     finally:
         dask_client.run(rank_pool.keep_idle, 1)
+
+
+PRIVATE = ("_TRAINLIB_TEST_GONE", "_TRAINLIB_TEST_NEW")
+
+
+def record_private_state(config: dict[str, Any]) -> None:
+    """Each rank writes its pid and the test's private variables as it sees them."""
+    rank = trainlib.get_context().get_world_rank()
+    seen = {"pid": os.getpid(), **{name: os.environ.get(name) for name in PRIVATE}}
+    Path(config["out"], f"private-{rank}.json").write_text(json.dumps(seen))
+    trainlib.report({"ok": 1})
+
+
+def _set_variable(name: str, value: str | None) -> None:
+    """Runs on a worker: set ``name`` in its environment, or remove it (None)."""
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
+
+
+def test_pool_takes_an_idle_process_whose_private_variables_changed_since_it_started(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    """MLflow's telemetry sets and removes _MLFLOW_TELEMETRY_SESSION_ID in the driver (whose
+    threads are a LocalCluster's workers) at any moment: a library's private variables changed
+    after an idle process started must not waste it, and the rank sees them as they are now."""
+    try:
+        dask_client.run(_set_variable, "_TRAINLIB_TEST_GONE", "at start")
+        dask_client.run(rank_pool.keep_idle, 0)
+        dask_client.run(rank_pool.keep_idle, 1)  # started with _TRAINLIB_TEST_GONE set
+        idle = {p.pid for p in trainlib_processes()} - {p.pid for p in rank_processes()}
+        dask_client.run(_set_variable, "_TRAINLIB_TEST_GONE", None)
+        dask_client.run(_set_variable, "_TRAINLIB_TEST_NEW", "now")
+        TorchTrainer(
+            record_private_state,
+            train_loop_config={"out": str(tmp_path)},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(storage_path=str(tmp_path / "runs")),
+            client=dask_client,
+        ).fit()
+    finally:
+        for name in PRIVATE:
+            dask_client.run(_set_variable, name, None)
+    seen = [json.loads((tmp_path / f"private-{r}.json").read_text()) for r in range(2)]
+    assert {s["pid"] for s in seen} <= idle  # both ranks took the idle processes
+    assert [(s["_TRAINLIB_TEST_GONE"], s["_TRAINLIB_TEST_NEW"]) for s in seen] == [
+        (None, "now"),
+        (None, "now"),
+    ]

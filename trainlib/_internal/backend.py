@@ -85,3 +85,13 @@ def is_collective_error(exc: BaseException) -> bool:
         return True
     message = str(exc).lower()
     return "gloo" in message or "nccl" in message
+
+
+def is_private(variable: str) -> bool:
+    """A variable named with a leading underscore: a library's own state, not configuration.
+
+    MLflow's telemetry sets ``_MLFLOW_TELEMETRY_SESSION_ID`` in the driver's environment and
+    removes it again when its telemetry stops (offline: once its configuration cannot be
+    fetched), which the workers of a LocalCluster (threads of the driver) see at any moment.
+    """
+    return variable.startswith("_")

@@ -33,6 +33,7 @@ from trainlib.errors import RankFailure
 
 _EXIT_FAILED = 1
 _EXIT_ORPHANED = 70
+_STARTED_WITH: dict[str, str] = {}  # the environment this process started with
 
 
 class _LogForwarder:
@@ -106,6 +107,9 @@ def _load_spec(connection: Connection) -> RankSpec:
     except (EOFError, OSError):
         os._exit(_EXIT_ORPHANED)  # never launched: the worker closed or died
     _name_process("trainlib-rank")
+    for gone in _STARTED_WITH.keys() - environment.keys():
+        if backend.is_private(gone):  # the launch carries the private variables of now
+            os.environ.pop(gone, None)
     os.environ.update(environment)
     if "OMP_NUM_THREADS" in environment:
         import torch
@@ -136,6 +140,7 @@ def _exit_failed(send: Callable[[tuple[str, Any]], None], failure: RankFailure) 
 
 
 def main(fd: int) -> None:
+    _STARTED_WITH.update(os.environ)
     _name_process("trainlib-spare")
     connection = Connection(fd)
     _prepare()

@@ -31,6 +31,8 @@ import psutil
 from distributed.comm.addressing import get_address_host
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from trainlib._internal import backend
+
 if TYPE_CHECKING:
     from distributed import Client
 
@@ -71,20 +73,29 @@ def process_environment(worker_env: dict[str, str]) -> dict[str, str]:
 
 
 def take(worker: str, environment: dict[str, str]) -> RankProcess:
-    """The worker's oldest idle process started with this environment, else a new one."""
+    """The worker's oldest idle process started with this environment, else a new one.
+
+    Private variables (``backend.is_private``) may differ: the launch sets them as they are now.
+    """
     unusable = []
     taken = None
+    wanted = _configuration(environment)
     with _lock:
         idle = _idle.get(worker, [])
         while idle and taken is None:
             candidate = idle.pop(0)
-            if candidate.environment == environment and candidate.process.poll() is None:
+            alive = candidate.process.poll() is None
+            if alive and _configuration(candidate.environment) == wanted:
                 taken = candidate
             else:
                 unusable.append(candidate)
     for process in unusable:
         stop(process)
     return taken if taken is not None else start(environment)
+
+
+def _configuration(environment: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environment.items() if not backend.is_private(k)}
 
 
 def refill(worker: str, environment: dict[str, str]) -> None:

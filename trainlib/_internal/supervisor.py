@@ -21,7 +21,7 @@ from typing import Any
 from distributed import Event, Queue, get_client, get_worker, secede
 from distributed.core import Status
 
-from trainlib._internal import command_relay, rank_pool
+from trainlib._internal import backend, command_relay, rank_pool
 from trainlib._internal.feeder import Feeder
 from trainlib._internal.messages import RankLaunch
 from trainlib.errors import RankFailure
@@ -85,8 +85,10 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
 
 def launch_environment(launch: RankLaunch, process_env: dict[str, str]) -> dict[str, str]:
     """What a rank sets in its environment when it starts: torchrun's variables, its share of
-    the host's cores (unless OMP_NUM_THREADS is set), and with GPUs its one device."""
-    env = dict(launch.torch_environment)
+    the host's cores (unless OMP_NUM_THREADS is set), with GPUs its one device, and the
+    private variables as they are now (an idle process may have started with others)."""
+    env = {k: v for k, v in process_env.items() if backend.is_private(k)}
+    env.update(launch.torch_environment)
     if "OMP_NUM_THREADS" not in process_env:
         env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // launch.local_world_size))
     if launch.use_gpu:
