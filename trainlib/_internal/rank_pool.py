@@ -4,12 +4,13 @@ Starting a rank costs a Python interpreter and ``import torch`` (about 1.5 s of 
 Each Dask worker keeps one idle process ready: the first is started when a run registers the
 pool's plugin (or earlier, by ``DaskConfig.connect(warm_ranks=True)``: the import then overlaps
 what the driver does before ``fit()``), a rank takes it, and its supervisor starts the next
-one at once, so it imports torch while the rank trains and the following run on a warm cluster
-(a Tuner's next trial, a second ``fit()``) starts at once. A Tuner whose trials follow each
-other faster than a process imports torch asks for more idle processes per worker while it
-runs (``keep_idle``). A process is used by one rank only, so nothing of one run's state reaches
-the next. An idle process exits when its worker
-closes (the pool's worker plugin stops it) or dies (its end of the socket closes).
+one when the rank ends, so the following run on a warm cluster (a second ``fit()``, a retry)
+starts at once; not earlier, as its import would take CPU from the ranks. A Tuner whose trials
+follow each other faster than a process imports torch asks for more idle processes per worker
+while it runs (``keep_idle``); those are refilled at once, while the ranks train. A process is
+used by one rank only, so nothing of one run's state reaches the next. An idle process exits
+when its worker closes (the pool's worker plugin stops it) or dies (its end of the socket
+closes).
 """
 
 from __future__ import annotations
@@ -96,6 +97,12 @@ def take(worker: str, environment: dict[str, str]) -> RankProcess:
 
 def _configuration(environment: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in environment.items() if not backend.is_private(k)}
+
+
+def keeps(worker: str) -> int:
+    """How many idle processes the worker keeps now (1 unless a search asked for more)."""
+    with _lock:
+        return _wanted.get(worker, 1)
 
 
 def refill(worker: str, environment: dict[str, str]) -> None:

@@ -52,9 +52,11 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
     queue, stop = Queue(queue_name), Event(stop_event_name)
     environment = rank_pool.process_environment(dict(os.environ))
     rank = rank_pool.take(worker, environment)
-    # The worker's next idle process starts now, not when this rank ends: it imports torch
-    # while this run trains, so the next run on this worker (a Tuner's next trial) starts warm.
-    rank_pool.refill(worker, environment)
+    if rank_pool.keeps(worker) > 1:
+        # A search's next trials: their processes import torch while this rank trains. Else
+        # the next idle process starts when this rank ends: an import now would take CPU from
+        # the ranks (the first epoch of a 2-rank run on 2 cores began 1.8 s later).
+        rank_pool.refill(worker, environment)
     send = _locked(rank.connection.send)
     feeder = Feeder(launch.feed, get_client(), send) if launch.feed is not None else None
     command_relay.register(queue_name, worker, send)  # a live group's commands (see there)
@@ -77,7 +79,7 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
         _kill_session(rank.process)
         rank.connection.close()
         if get_worker().status == Status.running:
-            rank_pool.refill(worker, environment)  # if the one started above was taken
+            rank_pool.refill(worker, environment)  # the next run on this worker starts warm
     if outcome.failure is not None and outcome.failure.kind != "stopped":
         stop.set()
     return outcome
