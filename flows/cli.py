@@ -11,6 +11,7 @@ paragraph (what failed, why, what to do) and exits non-zero; the full trace goes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import inspect
 import json
@@ -18,6 +19,7 @@ import logging
 import os
 import sys
 import tempfile
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -147,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                 "not on CIFAR-10; accuracies say nothing about real images.",
                 params["data_url"],
             )
-        _use(server)
+        _meanwhile(server, params["mlflow_tracking_uri"])
         return train_cifar(**params)
 
     return _run_command("train-cifar", run, debug=args.debug, exits=argv is None)
@@ -202,7 +204,7 @@ def tune_main(argv: list[str] | None = None) -> int:
                 "SYNTHETIC DATA: searching on a generated archive in the CIFAR-10 format (%s).",
                 params["data_url"],
             )
-        _use(server)
+        _meanwhile(server, params["mlflow_tracking_uri"])
         return tune_cifar(**params)
 
     return _run_command("tune-cifar", run, debug=args.debug, exits=argv is None)
@@ -254,6 +256,23 @@ def _local_server(argv: list[str] | None) -> LocalPrefectServer | None:
 def _use(server: LocalPrefectServer | None) -> None:
     if server is not None:
         server.use()
+
+
+def _meanwhile(server: LocalPrefectServer | None, tracking_uri: str | None) -> None:
+    """Wait for Prefect's server while a new MLflow sqlite store is created (the flow would
+    create it while the data is prepared, competing for the cores; it then finds it made)."""
+    from tasks.tracking import create_sqlite_store, resolve_tracking_uri
+
+    def create() -> None:
+        with contextlib.suppress(Exception):  # the flow's own step meets it again, and says so
+            create_sqlite_store(resolve_tracking_uri(tracking_uri))
+
+    store = threading.Thread(target=create, name="mlflow-store")
+    store.start()
+    try:
+        _use(server)
+    finally:
+        store.join()
 
 
 def _set_environment() -> None:

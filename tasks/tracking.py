@@ -73,6 +73,14 @@ def prepare_experiment(tracking_uri: str, experiment: str) -> str:
     )
 
 
+def create_sqlite_store(tracking_uri: str) -> None:
+    """Create a new sqlite store's tables now (MLflow migrates its schema: seconds of CPU);
+    nothing for an existing file or another kind of store."""
+    path = tracking_uri.removeprefix("sqlite:///")
+    if tracking_uri.startswith("sqlite:///") and not os.path.exists(path):
+        MlflowClient(tracking_uri).search_experiments(max_results=1)
+
+
 prepare_experiment_task = task(name="prepare-tracking", retries=2, retry_delay_seconds=2)(
     prepare_experiment
 )
