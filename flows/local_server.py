@@ -27,19 +27,21 @@ from prefect.settings import get_current_settings
 
 from tasks.errors import PrefectServerError
 
-_PORT_IN_USE = 3  # uvicorn's exit status when another process took the port
+_STARTUP_FAILED = 3  # uvicorn's exit status: port taken, or the app failed to start
 _POLL_S = 0.1
 
 
 class LocalPrefectServer:
     """Prefect's temporary server in a subprocess; stopped when this process exits."""
 
-    def __init__(self, environment: dict[str, str], timeout_s: float) -> None:
+    def __init__(self, environment: dict[str, str], timeout_s: float, home: str) -> None:
         self._environment = environment
+        self._home = home
         self._timeout_s = timeout_s
         self._process: subprocess.Popen[bytes] | None = None
         self.port = 0
         self._pointed: dict[str, str] = {}  # environment variables use() set
+        self._relaunches = 0
 
     @classmethod
     def start(cls) -> LocalPrefectServer | None:
@@ -55,7 +57,8 @@ class LocalPrefectServer:
             "PREFECT__SERVER_FINAL": "1",
             **settings.to_environment_variables(exclude_unset=True),
         }
-        server = cls(environment, settings.server.ephemeral.startup_timeout_seconds)
+        timeout_s = settings.server.ephemeral.startup_timeout_seconds
+        server = cls(environment, timeout_s, str(settings.home))
         server._launch()
         atexit.register(server.stop)  # after Prefect's own exit handlers have sent the last logs
         return server
@@ -118,20 +121,31 @@ class LocalPrefectServer:
         if self._process is None:
             raise PrefectServerError("Prefect's temporary server was stopped before it answered.")
         status = self._process.poll()
-        if status == _PORT_IN_USE:
-            self._launch()  # another process took the free port between its choice and bind
+        if status == _STARTUP_FAILED and not _is_free(self.port) and self._relaunches < 3:
+            self._relaunches += 1  # another process took the port between its choice and bind
+            self._launch()
             return False
         if status is not None:
             self._process = None
             raise PrefectServerError(
                 f"Prefect's temporary server exited with status {status} before it answered "
-                "(its output is above). Check PREFECT_HOME's database, or start a server "
-                "(`prefect server start`) and set PREFECT_API_URL to it."
+                f"(its output is above). If its database in {self._home} is damaged, move that "
+                "folder away (Prefect makes a new one), or start a server (`prefect server "
+                "start`) and set PREFECT_API_URL to it."
             )
         try:
             return client.get(f"{self.api_url}/health").status_code == 200
         except httpx.TransportError:
             return False
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
 
 
 def _free_port() -> int:

@@ -16,18 +16,24 @@ import psutil
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_train_cifar_runs_on_prefects_temporary_server(tmp_path: Path) -> None:
-    home = tmp_path / "prefect-home"
+def _train_cifar(folder: Path, home: Path, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """``train-cifar --synthetic --epochs 1`` in ``folder``: no PREFECT_API_URL, ``home`` as
+    PREFECT_HOME."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
     env |= {"PREFECT_HOME": str(home), "PYTHONPATH": str(REPO)}
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "flows.cli", "--synthetic", "--epochs", "1"],
-        cwd=tmp_path,
+        cwd=folder,
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=timeout_s,
     )
+
+
+def test_train_cifar_runs_on_prefects_temporary_server(tmp_path: Path) -> None:
+    home = tmp_path / "prefect-home"
+    done = _train_cifar(tmp_path, home, timeout_s=240)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout[done.stdout.index("{") :])
     assert summary["model_version"] == "1" and summary["alias"] == "champion"
@@ -41,6 +47,22 @@ def test_train_cifar_runs_on_prefects_temporary_server(tmp_path: Path) -> None:
     for unwanted in ("Traceback", "Error logging to API", "View at"):
         assert unwanted not in output, output
     assert _servers_of(home) == []
+
+
+def test_train_cifar_explains_a_temporary_server_that_cannot_start(tmp_path: Path) -> None:
+    """A damaged database in PREFECT_HOME: one paragraph naming it, at once (uvicorn's exit
+    status 3 is not taken for a port in use), no server left, nothing trained."""
+    home = tmp_path / "prefect-home"
+    home.mkdir()
+    (home / "prefect.db").write_text("not a database")
+    done = _train_cifar(tmp_path, home, timeout_s=60)  # the startup timeout is 90 s
+    assert done.returncode == 1
+    paragraph = done.stderr.strip().splitlines()[-1]
+    assert paragraph.startswith("Prefect's temporary server exited with status 3"), paragraph
+    assert f"If its database in {home} is damaged, move that folder away" in paragraph
+    assert "Traceback" not in paragraph
+    assert _servers_of(home) == []
+    assert not (tmp_path / "cifar-data" / "datasets").exists()
 
 
 def _servers_of(home: Path) -> list[int]:
