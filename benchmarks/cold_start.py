@@ -16,10 +16,13 @@ and end, measured here:
     post-training      -> the flow run is Completed (register, evaluate, promote, summary)
     exit               -> the command has exited (Prefect server stop)
 
+A new PREFECT_HOME's database is copied from the template the install made in the user's cache
+(flows/database_template.py). With --no-template each run has an empty cache of its own: an
+installation without `make`, whose first run has Prefect create and migrate the database.
 With --returning, the runs share one PREFECT_HOME, made by an untimed run first: a returning
-user's run, whose Prefect database exists (Prefect creates and migrates it on the first run).
+user's run, whose Prefect database exists.
 
-Run: python benchmarks/cold_start.py [--runs 5] [--epochs 2] [--returning]
+Run: python benchmarks/cold_start.py [--runs 5] [--epochs 2] [--no-template | --returning]
 """
 
 from __future__ import annotations
@@ -86,11 +89,15 @@ def phases(log: Path, started: float, ended: float) -> dict[str, float]:
     }
 
 
-def cold_run(epochs: int, prefect_home: str | None = None) -> dict[str, float]:
+def cold_run(
+    epochs: int, prefect_home: str | None = None, template: bool = True
+) -> dict[str, float]:
     """One run in a fresh folder; a fresh PREFECT_HOME there unless one is given."""
     with tempfile.TemporaryDirectory() as folder:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
         env["PREFECT_HOME"] = prefect_home or os.path.join(folder, "prefect-home")
+        if not template:
+            env["XDG_CACHE_HOME"] = os.path.join(folder, "empty-cache")
         command = [sys.executable, "-m", "flows.cli", "--synthetic", "--epochs", str(epochs)]
         started = time.time()
         done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
@@ -104,14 +111,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--returning", action="store_true", help="share one PREFECT_HOME")
+    choice = parser.add_mutually_exclusive_group()
+    choice.add_argument("--no-template", action="store_true", help="no database template")
+    choice.add_argument("--returning", action="store_true", help="share one PREFECT_HOME")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as home:
         prefect_home = None
         if args.returning:
             prefect_home = home
             cold_run(args.epochs, prefect_home)  # creates Prefect's database: not timed
-        runs = [_timed(index, cold_run(args.epochs, prefect_home)) for index in range(args.runs)]
+        runs = [
+            _timed(index, cold_run(args.epochs, prefect_home, template=not args.no_template))
+            for index in range(args.runs)
+        ]
     _print_medians(runs)
 
 

@@ -9,6 +9,11 @@ again and migrates the database. This module starts the same subprocess itself, 
 settings are read, without importing the server: all of its start-up overlaps the command's own
 imports and data preparation. ``use()`` then points this process's Prefect client at it, as
 PREFECT_API_URL.
+
+Most of a first start is creating the database, so a new sqlite database is copied from a
+template (``flows.database_template``). ``prepare_template()`` (``python -m
+flows.local_server``, run by the install) makes the template with a server of its own; a
+command that finds none makes it from the database its server has just made.
 """
 
 from __future__ import annotations
@@ -18,26 +23,38 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import httpx
 import prefect
 from prefect.context import refresh_global_settings_context
 from prefect.settings import get_current_settings
+from pydantic import SecretStr
 
+from flows import database_template
 from tasks.errors import PrefectServerError
 
 _STARTUP_FAILED = 3  # uvicorn's exit status: port taken, or the app failed to start
 _POLL_S = 0.1
+_SQLITE_URL = "sqlite+aiosqlite:///"
 
 
 class LocalPrefectServer:
     """Prefect's temporary server in a subprocess; stopped when this process exits."""
 
-    def __init__(self, environment: dict[str, str], timeout_s: float, home: str) -> None:
+    def __init__(
+        self,
+        environment: dict[str, str],
+        timeout_s: float,
+        home: str,
+        new_database: Path | None = None,
+    ) -> None:
         self._environment = environment
         self._home = home
         self._timeout_s = timeout_s
+        self._new_database = new_database  # one it makes: the template, once made
         self._process: subprocess.Popen[bytes] | None = None
         self.port = 0
         self._pointed: dict[str, str] = {}  # environment variables use() set
@@ -58,7 +75,12 @@ class LocalPrefectServer:
             **settings.to_environment_variables(exclude_unset=True),
         }
         timeout_s = settings.server.ephemeral.startup_timeout_seconds
-        server = cls(environment, timeout_s, str(settings.home))
+        database = _sqlite_file(settings.server.database.connection_url)
+        new_database = None
+        new = database is not None and not database.exists()
+        if new and database and not database_template.copy_to(database):
+            new_database = database  # Prefect makes it
+        server = cls(environment, timeout_s, str(settings.home), new_database)
         server._launch()
         atexit.register(server.stop)  # after Prefect's own exit handlers have sent the last logs
         return server
@@ -69,6 +91,15 @@ class LocalPrefectServer:
 
     def use(self) -> None:
         """Wait until the server answers, then make it this process's PREFECT_API_URL."""
+        self.wait()
+        self._pointed = {"PREFECT_API_URL": self.api_url}
+        if "PREFECT_UI_URL" not in os.environ:
+            self._pointed["PREFECT_UI_URL"] = ""  # it serves no UI: no "View at" links to it
+        os.environ.update(self._pointed)
+        refresh_global_settings_context()
+
+    def wait(self) -> None:
+        """Wait until the server answers; a database it made is the template if none exists."""
         deadline = time.monotonic() + self._timeout_s
         with httpx.Client() as client:
             while not self._healthy(client):
@@ -81,11 +112,9 @@ class LocalPrefectServer:
                         "PREFECT_API_URL to it."
                     )
                 time.sleep(_POLL_S)
-        self._pointed = {"PREFECT_API_URL": self.api_url}
-        if "PREFECT_UI_URL" not in os.environ:
-            self._pointed["PREFECT_UI_URL"] = ""  # it serves no UI: no "View at" links to it
-        os.environ.update(self._pointed)
-        refresh_global_settings_context()
+        if self._new_database is not None:
+            database_template.save_from(self._new_database)  # before any flow runs in it
+            self._new_database = None
 
     def stop(self) -> None:
         """Stop the server (idempotent); Prefect's settings no longer point at it."""
@@ -139,6 +168,40 @@ class LocalPrefectServer:
             return False
 
 
+def prepare_template() -> Path:
+    """Make this Prefect version's database template (unless it exists) with a server on a
+    new PREFECT_HOME."""
+    if database_template.path().exists():
+        return database_template.path()
+    settings = get_current_settings()
+    with tempfile.TemporaryDirectory() as home:
+        environment = {  # Prefect's defaults, whatever this environment names
+            **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
+            "PREFECT_HOME": home,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_UI_ENABLED": "0",
+            "PREFECT__SERVER_EPHEMERAL": "1",
+            "PREFECT__SERVER_FINAL": "1",
+        }
+        timeout_s = max(settings.server.ephemeral.startup_timeout_seconds, 300)
+        server = LocalPrefectServer(environment, timeout_s, home)
+        server._launch()
+        try:
+            server.wait()
+        finally:
+            server.stop()
+        database_template.save_from(Path(home, "prefect.db"))
+    return database_template.path()
+
+
+def _sqlite_file(connection_url: object) -> Path | None:
+    """The file of a sqlite connection URL (a SecretStr); None for other databases."""
+    url = connection_url.get_secret_value() if isinstance(connection_url, SecretStr) else None
+    if url is None or not url.startswith(_SQLITE_URL) or ":memory:" in url:
+        return None
+    return Path(url.removeprefix(_SQLITE_URL).split("?")[0])
+
+
 def _is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         try:
@@ -152,3 +215,7 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+if __name__ == "__main__":
+    print(f"Prefect's database template: {prepare_template()}")

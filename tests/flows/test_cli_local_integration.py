@@ -1,6 +1,7 @@
 """`make run-offline` as a new user runs it: no PREFECT_API_URL, a new PREFECT_HOME, a new
 folder. The command starts Prefect's temporary server itself (flows/local_server.py), records
-its flow run there, and leaves no server behind."""
+its flow run there, and leaves no server behind. A new PREFECT_HOME's database is copied from
+a template (flows/database_template.py) where there is one."""
 
 from __future__ import annotations
 
@@ -12,28 +13,90 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+TEMPLATE = "dask-train-cifar/prefect-{}.db"
 
 
-def _train_cifar(folder: Path, home: Path, timeout_s: float) -> subprocess.CompletedProcess[str]:
-    """``train-cifar --synthetic --epochs 1`` in ``folder``: no PREFECT_API_URL, ``home`` as
-    PREFECT_HOME."""
+def _environment(home: Path, cache: Path) -> dict[str, str]:
+    """No PREFECT_API_URL, ``home`` as PREFECT_HOME, ``cache`` as the user's cache."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
-    env |= {"PREFECT_HOME": str(home), "PYTHONPATH": str(REPO)}
+    return env | {"PREFECT_HOME": str(home), "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(REPO)}
+
+
+def _train_cifar(
+    folder: Path, home: Path, cache: Path, timeout_s: float
+) -> subprocess.CompletedProcess[str]:
+    """``train-cifar --synthetic --epochs 1`` in ``folder``."""
     return subprocess.run(
         [sys.executable, "-m", "flows.cli", "--synthetic", "--epochs", "1"],
         cwd=folder,
-        env=env,
+        env=_environment(home, cache),
         capture_output=True,
         text=True,
         timeout=timeout_s,
     )
 
 
-def test_train_cifar_runs_on_prefects_temporary_server(tmp_path: Path) -> None:
+def _template(cache: Path) -> Path:
+    import prefect
+
+    return cache / TEMPLATE.format(prefect.__version__)
+
+
+def _count(database: Path, table: str) -> int:
+    with sqlite3.connect(database) as db:
+        return int(db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+
+
+@pytest.fixture(scope="module")
+def template_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A user's cache with the database template the install makes."""
+    cache = tmp_path_factory.mktemp("cache")
+    env = _environment(tmp_path_factory.mktemp("unused-home"), cache)
+    subprocess.run([sys.executable, "-m", "flows.local_server"], env=env, check=True, timeout=240)
+    return cache
+
+
+def test_the_template_is_a_new_prefect_database(template_cache: Path) -> None:
+    template = _template(template_cache)
+    assert _count(template, "alembic_version") == 1
+    assert _count(template, "block_type") > 0
+    assert _count(template, "flow_run") == 0
+
+
+def test_a_new_prefect_home_starts_from_the_template(template_cache: Path, tmp_path: Path) -> None:
+    """The server starts on a copy (a table only the template has is there) and runs flows."""
+    with sqlite3.connect(_template(template_cache)) as db:
+        db.execute("CREATE TABLE IF NOT EXISTS copied_from_the_template (x)")
     home = tmp_path / "prefect-home"
-    done = _train_cifar(tmp_path, home, timeout_s=240)
+    script = (
+        "from prefect import flow\n"
+        "from flows.local_server import LocalPrefectServer\n"
+        "LocalPrefectServer.start().use()\n"
+        "assert flow(name='hello')(lambda: 1)() == 1\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=_environment(home, template_cache),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert _count(home / "prefect.db", "copied_from_the_template") == 0
+    assert _count(home / "prefect.db", "flow_run") == 1
+    assert _servers_of(home) == []
+
+
+def test_train_cifar_runs_on_prefects_temporary_server(tmp_path: Path) -> None:
+    """With a damaged template, as with none: Prefect makes the database, and it becomes the
+    template before the flow runs in it."""
+    home, cache = tmp_path / "prefect-home", tmp_path / "cache"
+    _template(cache).parent.mkdir(parents=True)
+    _template(cache).write_text("not a database")
+    done = _train_cifar(tmp_path, home, cache, timeout_s=240)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout[done.stdout.index("{") :])
     assert summary["model_version"] == "1" and summary["alias"] == "champion"
@@ -43,6 +106,8 @@ def test_train_cifar_runs_on_prefects_temporary_server(tmp_path: Path) -> None:
             "flow_run.flow_id"
         ).fetchall()
     assert runs == [("train-cifar", "COMPLETED")]
+    assert _count(_template(cache), "alembic_version") == 1
+    assert _count(_template(cache), "flow_run") == 0
     output = done.stdout + done.stderr
     for unwanted in ("Traceback", "Error logging to API", "View at"):
         assert unwanted not in output, output
@@ -55,7 +120,7 @@ def test_train_cifar_explains_a_temporary_server_that_cannot_start(tmp_path: Pat
     home = tmp_path / "prefect-home"
     home.mkdir()
     (home / "prefect.db").write_text("not a database")
-    done = _train_cifar(tmp_path, home, timeout_s=60)  # the startup timeout is 90 s
+    done = _train_cifar(tmp_path, home, tmp_path, timeout_s=60)  # the startup timeout is 90 s
     assert done.returncode == 1
     paragraph = done.stderr.strip().splitlines()[-1]
     assert paragraph.startswith("Prefect's temporary server exited with status 3"), paragraph
