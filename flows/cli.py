@@ -259,20 +259,27 @@ def _use(server: LocalPrefectServer | None) -> None:
 
 
 def _meanwhile(server: LocalPrefectServer | None, tracking_uri: str | None) -> None:
-    """Wait for Prefect's server while a new MLflow sqlite store is created (the flow would
-    create it while the data is prepared, competing for the cores; it then finds it made)."""
+    """Wait for Prefect's server while MLflow work the flow would do later, competing for the
+    cores, is done: a new sqlite store is created (the flow then finds it made), and the model
+    requirements are checked (MLflow's first model save in a process does it)."""
+    from tasks.registry import check_requirements
     from tasks.tracking import create_sqlite_store, resolve_tracking_uri
 
     def create() -> None:
-        with contextlib.suppress(Exception):  # the flow's own step meets it again, and says so
-            create_sqlite_store(resolve_tracking_uri(tracking_uri))
+        try:
+            with contextlib.suppress(Exception):  # the flow's own step meets it again, says so
+                create_sqlite_store(resolve_tracking_uri(tracking_uri))
+        finally:
+            made.set()
+        with contextlib.suppress(Exception):  # the registration does it again
+            check_requirements()
 
-    store = threading.Thread(target=create, name="mlflow-store")
-    store.start()
+    made = threading.Event()  # the flow waits for the store, not for the check
+    threading.Thread(target=create, name="mlflow-ahead", daemon=True).start()
     try:
         _use(server)
     finally:
-        store.join()
+        made.wait()
 
 
 def _set_environment() -> None:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 from matplotlib.figure import Figure
+from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from prefect import task
 from prefect.artifacts import create_table_artifact
@@ -69,9 +71,12 @@ def record_evaluation(
 ) -> None:
     """Put the figures on the MLflow run and on the model version."""
     client = MlflowClient(tracking_uri)
-    client.log_metric(run_id, "test_accuracy", evaluation.accuracy)
-    for name, accuracy in evaluation.per_class_accuracy.items():
-        client.log_metric(run_id, f"test_accuracy_{name}", accuracy)
+    figures = {"test_accuracy": evaluation.accuracy} | {
+        f"test_accuracy_{name}": accuracy
+        for name, accuracy in evaluation.per_class_accuracy.items()
+    }
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in figures.items()])
     client.log_figure(
         run_id, confusion_figure(evaluation, class_names), "evaluation/confusion_matrix.png"
     )

@@ -75,6 +75,15 @@ def register_model(model: nn.Module, run_id: str, model_name: str, tracking_uri:
     return version
 
 
+def check_requirements() -> None:
+    """Check the models' pip requirements against the installed packages, as MLflow does on a
+    process's first model save: a scan of every installed distribution (1.2 s here), done once
+    per process. A caller with idle time does it ahead; it warns as the save would."""
+    from mlflow.utils.requirements_utils import warn_dependency_requirement_mismatches
+
+    warn_dependency_requirement_mismatches(_REQUIREMENTS)
+
+
 def version_at_alias(model_name: str, alias: str, tracking_uri: str) -> str | None:
     """The version holding ``alias``, or None (also when the model does not exist)."""
     try:

@@ -45,7 +45,11 @@ def test_evaluate_records_in_the_given_store(tmp_path: Path, elsewhere: Path) ->
     evaluation = evaluate_version("evaluated", version, _test_split(tmp_path / "data"), run_id, uri)
     assert evaluation.num_images == 20 and sum(map(sum, evaluation.confusion)) == 20
     client = MlflowClient(uri)
-    assert client.get_run(run_id).data.metrics["test_accuracy"] == evaluation.accuracy
+    metrics = client.get_run(run_id).data.metrics
+    assert metrics["test_accuracy"] == evaluation.accuracy
+    prefix = "test_accuracy_"
+    per_class = {k.removeprefix(prefix): v for k, v in metrics.items() if k.startswith(prefix)}
+    assert per_class == evaluation.per_class_accuracy and len(per_class) == 10
     tags = client.get_model_version("evaluated", version).tags
     assert float(tags["test_accuracy"]) == pytest.approx(evaluation.accuracy)
     assert client.list_artifacts(run_id, "evaluation")[0].path.endswith("confusion_matrix.png")
