@@ -77,9 +77,11 @@ class LocalPrefectServer:
         timeout_s = settings.server.ephemeral.startup_timeout_seconds
         database = _sqlite_file(settings.server.database.connection_url)
         new_database = None
-        new = database is not None and not database.exists()
-        if new and database and not database_template.copy_to(database):
-            new_database = database  # Prefect makes it
+        if database is not None and not database.exists():
+            if database_template.copy_to(database):  # its blocks are registered: no check
+                environment.setdefault("PREFECT_SERVER_REGISTER_BLOCKS_ON_START", "false")
+            else:
+                new_database = database  # Prefect makes it
         server = cls(environment, timeout_s, str(settings.home), new_database)
         server._launch()
         atexit.register(server.stop)  # after Prefect's own exit handlers have sent the last logs

@@ -15,8 +15,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from flows import database_template
+
 REPO = Path(__file__).resolve().parents[2]
-TEMPLATE = "dask-train-cifar/prefect-{}.db"
 
 
 def _environment(home: Path, cache: Path) -> dict[str, str]:
@@ -40,9 +41,10 @@ def _train_cifar(
 
 
 def _template(cache: Path) -> Path:
-    import prefect
-
-    return cache / TEMPLATE.format(prefect.__version__)
+    """The template a command with ``cache`` as the user's cache uses."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(cache))
+        return database_template.path()
 
 
 def _count(database: Path, table: str) -> int:
