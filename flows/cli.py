@@ -43,17 +43,18 @@ _ENVIRONMENT = {
 }
 
 
-def _parser(defaults: dict[str, Any]) -> argparse.ArgumentParser:
+def _parser() -> argparse.ArgumentParser:
+    """train-cifar's options; one not given is left out (the flow's default applies)."""
     parser = argparse.ArgumentParser(
         prog="train-cifar",
         description="Train, register, evaluate and promote a CIFAR-10 classifier "
         "(the Prefect flow train-cifar, run locally).",
+        argument_default=argparse.SUPPRESS,
     )
     add = parser.add_argument
-    add("--data-url", default=defaults["data_url"], help="archive URL: https://, s3://, file://")
+    add("--data-url", help="archive URL: https://, s3://, file://")
     add(
         "--data-md5",
-        default=None,
         help="expected md5 (default: the official one for the official URL; none otherwise)",
     )
     add(
@@ -61,55 +62,48 @@ def _parser(defaults: dict[str, Any]) -> argparse.ArgumentParser:
         action="store_true",
         help="build a synthetic archive in the CIFAR-10 format (offline machines, CI) and use it",
     )
-    add("--storage-path", default=defaults["storage_path"], help="local folder or s3:// URL")
-    add("--model", default=defaults["model"], help="small_cnn (fast on CPU) or resnet18")
-    add("--epochs", type=int, default=defaults["epochs"])
-    add("--batch-size", type=int, default=defaults["batch_size"], help="global batch size")
-    add("--lr", type=float, default=defaults["lr"], help="peak learning rate (one-cycle)")
-    add("--num-workers", type=int, default=defaults["num_workers"], help="DDP ranks")
+    add("--storage-path", help="local folder or s3:// URL")
+    add("--model", help="small_cnn (fast on CPU) or resnet18")
+    add("--epochs", type=int)
+    add("--batch-size", type=int, help="global batch size")
+    add("--lr", type=float, help="peak learning rate (one-cycle)")
+    add("--num-workers", type=int, help="DDP ranks")
     add("--use-gpu", action="store_true", help="one GPU per rank, NCCL, bf16 autocast")
     add(
         "--dask-cluster-class",
-        default=None,
         help="cluster class to start, e.g. dask_jobqueue.SLURMCluster",
     )
     add(
         "--dask-cluster-kwargs",
         type=json.loads,
-        default=None,
         help='its keyword arguments as JSON, e.g. \'{"cores": 8, "memory": "32GB"}\'',
     )
     add(
         "--dask-address",
-        default=None,
         help="scheduler of an existing Dask cluster (default: $DASK_SCHEDULER_ADDRESS, "
         "else a LocalCluster)",
     )
     add(
         "--dask-worker-timeout-s",
         type=float,
-        default=defaults["dask_worker_timeout_s"],
         help="how long to wait for enough Dask workers",
     )
     add(
         "--mlflow-tracking-uri",
-        default=None,
         help="MLflow server or store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)",
     )
-    add("--registered-model-name", default=defaults["registered_model_name"])
+    add("--registered-model-name")
     add(
         "--promote-margin",
         type=float,
-        default=defaults["promote_margin"],
         help="accuracy a new model must beat the champion by",
     )
-    add("--predict-input", default=None, help="images to score with the champion afterwards")
+    add("--predict-input", help="images to score with the champion afterwards")
     add(
         "--run-name",
-        default=None,
         help="name of the training run; the same name and storage path resume it",
     )
-    add("--shard-size", type=int, default=defaults["shard_size"], help="images per dataset file")
+    add("--shard-size", type=int, help="images per dataset file")
     add("--debug", action="store_true", help="print full tracebacks of errors")
     return parser
 
@@ -134,16 +128,16 @@ def make_synthetic_archive(storage_path: str) -> tuple[str, str]:
 def main(argv: list[str] | None = None) -> int:
     """Run train-cifar; returns the exit status (0, or 1 after an error, 130 after Ctrl-C)."""
     _set_environment()
+    given = vars(_parser().parse_args(argv))  # before anything starts: a typo fails at once
+    synthetic, debug = given.pop("synthetic", False), given.pop("debug", False)
     server = _local_server(argv)  # its start-up overlaps the imports below
     from flows.train_cifar import train_cifar
 
-    defaults = {name: p.default for name, p in inspect.signature(train_cifar.fn).parameters.items()}
-    args = _parser(defaults).parse_args(argv)
-    params = {k: v for k, v in vars(args).items() if k not in ("synthetic", "debug")}
+    params = _flow_defaults(train_cifar.fn) | given
 
     def run() -> dict[str, Any]:
-        if args.synthetic:
-            params["data_url"], params["data_md5"] = make_synthetic_archive(args.storage_path)
+        if synthetic:
+            params["data_url"], params["data_md5"] = make_synthetic_archive(params["storage_path"])
             logging.getLogger("train-cifar").warning(
                 "SYNTHETIC DATA: training on a generated archive in the CIFAR-10 format (%s), "
                 "not on CIFAR-10; accuracies say nothing about real images.",
@@ -152,54 +146,53 @@ def main(argv: list[str] | None = None) -> int:
         _meanwhile(server, params["mlflow_tracking_uri"])
         return train_cifar(**params)
 
-    return _run_command("train-cifar", run, debug=args.debug, exits=argv is None)
+    return _run_command("train-cifar", run, debug=debug, exits=argv is None)
 
 
 def tune_main(argv: list[str] | None = None) -> int:
     """Run tune-cifar (the flow, locally); returns the exit status as ``main`` does."""
     _set_environment()
-    server = _local_server(argv)
-    from flows.tune_cifar import tune_cifar
-
-    defaults = {name: p.default for name, p in inspect.signature(tune_cifar.fn).parameters.items()}
     parser = argparse.ArgumentParser(
         prog="tune-cifar",
         description="Search hyperparameters of a CIFAR-10 classifier, then register, evaluate "
         "and promote the best trial (the Prefect flow tune-cifar, run locally).",
+        argument_default=argparse.SUPPRESS,  # one not given: the flow's default applies
     )
     add = parser.add_argument
-    add("--data-url", default=defaults["data_url"], help="archive URL: https://, s3://, file://")
-    add("--data-md5", default=None, help="expected md5 (default: the official one, if official)")
+    add("--data-url", help="archive URL: https://, s3://, file://")
+    add("--data-md5", help="expected md5 (default: the official one, if official)")
     add("--synthetic", action="store_true", help="train on a synthetic CIFAR-10-format archive")
-    add("--storage-path", default=defaults["storage_path"], help="local folder or s3:// URL")
+    add("--storage-path", help="local folder or s3:// URL")
     add(
         "--search-space",
         type=json.loads,
-        default=None,
         help='JSON, e.g. \'{"lr": ["loguniform", 0.01, 0.3], "batch_size": ["choice", [128]]}\'',
     )
-    add("--num-samples", type=int, default=defaults["num_samples"], help="trials")
-    add("--max-concurrent-trials", type=int, default=defaults["max_concurrent_trials"])
-    add("--epochs", type=int, default=defaults["epochs"], help="epochs of a full trial")
-    add("--num-workers", type=int, default=defaults["num_workers"], help="ranks per trial")
-    add("--dask-address", default=None, help="scheduler of an existing Dask cluster")
-    add("--mlflow-tracking-uri", default=None, help="MLflow server or store")
-    add("--registered-model-name", default=defaults["registered_model_name"])
-    add("--promote-margin", type=float, default=defaults["promote_margin"])
-    add("--name", default=None, help="name of the search; the same name and storage resume it")
+    add("--num-samples", type=int, help="trials")
+    add("--max-concurrent-trials", type=int)
+    add("--epochs", type=int, help="epochs of a full trial")
+    add("--num-workers", type=int, help="ranks per trial")
+    add("--dask-address", help="scheduler of an existing Dask cluster")
+    add("--mlflow-tracking-uri", help="MLflow server or store")
+    add("--registered-model-name")
+    add("--promote-margin", type=float)
+    add("--name", help="name of the search; the same name and storage resume it")
     add(
         "--study-storage",
-        default=None,
         help="Optuna storage URL, e.g. postgresql://... (default: sqlite under --storage-path; "
         "needed with s3:// storage)",
     )
     add("--debug", action="store_true", help="print full tracebacks of errors")
-    args = parser.parse_args(argv)
-    params = {k: v for k, v in vars(args).items() if k not in ("synthetic", "debug")}
+    given = vars(parser.parse_args(argv))  # before anything starts: a typo fails at once
+    synthetic, debug = given.pop("synthetic", False), given.pop("debug", False)
+    server = _local_server(argv)
+    from flows.tune_cifar import tune_cifar
+
+    params = _flow_defaults(tune_cifar.fn) | given
 
     def run() -> dict[str, Any]:
-        if args.synthetic:
-            params["data_url"], params["data_md5"] = make_synthetic_archive(args.storage_path)
+        if synthetic:
+            params["data_url"], params["data_md5"] = make_synthetic_archive(params["storage_path"])
             logging.getLogger("tune-cifar").warning(
                 "SYNTHETIC DATA: searching on a generated archive in the CIFAR-10 format (%s).",
                 params["data_url"],
@@ -207,7 +200,7 @@ def tune_main(argv: list[str] | None = None) -> int:
         _meanwhile(server, params["mlflow_tracking_uri"])
         return tune_cifar(**params)
 
-    return _run_command("tune-cifar", run, debug=args.debug, exits=argv is None)
+    return _run_command("tune-cifar", run, debug=debug, exits=argv is None)
 
 
 def predict_main(argv: list[str] | None = None) -> int:
@@ -280,6 +273,10 @@ def _meanwhile(server: LocalPrefectServer | None, tracking_uri: str | None) -> N
         _use(server)
     finally:
         made.wait()
+
+
+def _flow_defaults(function: Callable[..., Any]) -> dict[str, Any]:
+    return {name: p.default for name, p in inspect.signature(function).parameters.items()}
 
 
 def _set_environment() -> None:

@@ -141,3 +141,20 @@ def _servers_of(home: Path) -> list[int]:
         if serving and environ.get("PREFECT_HOME") == str(home):
             found.append(process.pid)
     return found
+
+
+def test_a_mistyped_option_fails_before_anything_starts(tmp_path: Path) -> None:
+    """argparse's message and status 2, with no server started and nothing written."""
+    folder, home = tmp_path / "folder", tmp_path / "prefect-home"
+    folder.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "--synthetic", "--epochz", "1"],
+        cwd=folder,
+        env=_environment(home, tmp_path / "cache"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "train-cifar: error: unrecognized arguments: --epochz 1" in done.stderr
+    assert list(folder.iterdir()) == [] and not home.exists()
