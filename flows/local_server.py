@@ -220,4 +220,8 @@ def _free_port() -> int:
 
 
 if __name__ == "__main__":
-    print(f"Prefect's database template: {prepare_template()}")
+    template = prepare_template()
+    if template.exists():
+        print(f"Prefect's database template: {template}")
+    else:  # the install goes on: each new PREFECT_HOME is migrated, as without a template
+        print(f"Prefect's database template could not be written to {template}", file=sys.stderr)
