@@ -171,8 +171,9 @@ def test_cluster_select_workers_needs_the_requested_resources() -> None:
 
 def test_cluster_class_import_keeps_the_ctrl_c_handler() -> None:
     # dask_jobqueue's runner module sets SIGINT to sys.exit() when imported.
-    code = (
-        "import signal; from trainlib._internal.cluster import _import_class; "
+    code = (  # the default handler first: a background job's children inherit SIG_IGN
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from trainlib._internal.cluster import _import_class; "
         "_import_class('dask_jobqueue.SLURMCluster'); "
         "print(signal.getsignal(signal.SIGINT) is signal.default_int_handler)"
     )
