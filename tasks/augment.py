@@ -11,8 +11,10 @@ def random_crop(
     """Pad every image by ``padding`` (zeros) and crop it back at a random offset."""
     n, _, h, w = images.shape
     padded = torch.nn.functional.pad(images, (padding, padding, padding, padding))
-    dy = torch.randint(0, 2 * padding + 1, (n,), generator=generator).to(images.device)
-    dx = torch.randint(0, 2 * padding + 1, (n,), generator=generator).to(images.device)
+    device = generator.device if generator is not None else images.device  # no host copy
+    dy = torch.randint(0, 2 * padding + 1, (n,), generator=generator, device=device)
+    dx = torch.randint(0, 2 * padding + 1, (n,), generator=generator, device=device)
+    dy, dx = dy.to(images.device), dx.to(images.device)
     rows = (dy[:, None] + torch.arange(h, device=images.device)[None, :])[:, None, :, None]
     cols = (dx[:, None] + torch.arange(w, device=images.device)[None, :])[:, None, None, :]
     batch = torch.arange(n, device=images.device)[:, None, None, None]
@@ -22,7 +24,8 @@ def random_crop(
 
 def random_flip(images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """Flip a random half of the images horizontally."""
-    flip = torch.rand(images.shape[0], generator=generator).to(images.device) < 0.5
+    device = generator.device if generator is not None else images.device
+    flip = torch.rand(images.shape[0], generator=generator, device=device).to(images.device) < 0.5
     return torch.where(flip[:, None, None, None], images.flip(3), images)
 
 

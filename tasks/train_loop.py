@@ -11,7 +11,7 @@ import logging
 import math
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -24,9 +24,11 @@ from tasks.errors import InvalidParameterError, TrainingDivergedError
 from tasks.model_checkpoint import ModelSpec, load_training_state, save_training_state
 from tasks.models import check_model_name
 from trainlib import Checkpoint
-from trainlib.torch import get_device, prepare_model
+from trainlib.torch import prepare_model
 
 logger = logging.getLogger(__name__)
+
+CHECK_EVERY_STEPS = 50  # how often a training pass looks for a non-finite loss
 
 
 @dataclass(frozen=True)
@@ -124,29 +126,31 @@ def _train_epoch(
     config: TrainConfig,
     epoch: int,
 ) -> tuple[float, float]:
-    """One pass; stops with TrainingDivergedError at the first non-finite loss."""
+    """One pass; stops with TrainingDivergedError once the loss is found non-finite.
+
+    Sums stay on the device: the host waits for the device only every ``CHECK_EVERY_STEPS``
+    steps (to look for a non-finite loss) and at the end, never at each step.
+    """
     model.train()
-    loss_sum = correct = seen = 0.0
-    for step, batch in enumerate(batches):
-        images, labels = augment(batch["image"]), batch["label"]
-        with _autocast(config):
+    dtype = _autocast_dtype(config)
+    scaler = torch.amp.GradScaler("cuda", enabled=dtype is torch.float16)
+    totals = torch.zeros(3, dtype=torch.float64, device=_device(model))  # loss, correct, seen
+    checked = step = 0  # steps known to be finite, steps taken
+    for step, batch in enumerate(batches, start=1):
+        images, labels = _inputs(augment(batch["image"]), config), batch["label"]
+        with _autocast(dtype):
             logits = model(images)
         loss = nn.functional.cross_entropy(logits.float(), labels)
-        value = loss.item()
-        if not math.isfinite(value):
-            raise TrainingDivergedError(
-                f"The training loss became {value} at epoch {epoch + 1}, step {step + 1} "
-                f"(lr={config.lr:g}): training diverged, and nothing was registered. Lower the "
-                f"learning rate (e.g. lr={config.lr / 10:g})."
-            )
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)  # optimizer.step() when the scaler is disabled
+        scaler.update()
         scheduler.step()
-        loss_sum += value * len(labels)
-        correct += (logits.argmax(1) == labels).sum().item()
-        seen += len(labels)
-    loss_sum, correct, seen = _sum_across_ranks([loss_sum, correct, seen])
+        totals += _batch_totals(loss.detach() * len(labels), logits, labels)
+        if step % CHECK_EVERY_STEPS == 0:
+            checked = _check_finite(totals, checked, step, config, epoch)
+    _check_finite(totals, checked, step, config, epoch)
+    loss_sum, correct, seen = _sum_across_ranks(totals)
     return loss_sum / seen, correct / seen
 
 
@@ -155,29 +159,70 @@ def _evaluate(
 ) -> tuple[float, float]:
     """Loss and accuracy over every rank's share of the validation set."""
     model.eval()
-    loss_sum = correct = seen = 0.0
+    dtype = _autocast_dtype(config)
+    totals = torch.zeros(3, dtype=torch.float64, device=_device(model))
     with torch.no_grad():
         for batch in batches:
-            images, labels = batch["image"], batch["label"]
-            with _autocast(config):
+            images, labels = _inputs(batch["image"], config), batch["label"]
+            with _autocast(dtype):
                 logits = model(images)
-            loss_sum += nn.functional.cross_entropy(logits.float(), labels, reduction="sum").item()
-            correct += (logits.argmax(1) == labels).sum().item()
-            seen += len(labels)
-    loss_sum, correct, seen = _sum_across_ranks([loss_sum, correct, seen])
+            batch_loss = nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
+            totals += _batch_totals(batch_loss, logits, labels)
+    loss_sum, correct, seen = _sum_across_ranks(totals)
     return loss_sum / seen, correct / seen
 
 
-def _sum_across_ranks(values: Sequence[float]) -> list[float]:
-    tensor = torch.tensor(values, dtype=torch.float64, device=get_device())
-    torch.distributed.all_reduce(tensor)
-    return [float(v) for v in tensor.tolist()]
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
 
 
-def _autocast(config: TrainConfig) -> contextlib.AbstractContextManager[Any]:
+def _batch_totals(
+    loss_sum: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor
+) -> torch.Tensor:
+    """A batch's loss sum, correct count and size, as one device tensor (no host sync)."""
+    correct = (logits.argmax(1) == labels).sum()
+    seen = torch.tensor(len(labels), device=labels.device)
+    return torch.stack([loss_sum.double(), correct.double(), seen.double()])
+
+
+def _check_finite(
+    totals: torch.Tensor, checked: int, steps: int, config: TrainConfig, epoch: int
+) -> int:
+    """Raise if a loss since step ``checked`` was not finite; else the steps now checked."""
+    value = float(totals[0])  # waits for the device
+    if not math.isfinite(value):
+        where = f"step {steps}" if steps - checked <= 1 else f"steps {checked + 1}-{steps}"
+        raise TrainingDivergedError(
+            f"The training loss became {value} at epoch {epoch + 1}, {where} "
+            f"(lr={config.lr:g}): training diverged, and nothing was registered. Lower the "
+            f"learning rate (e.g. lr={config.lr / 10:g})."
+        )
+    return steps
+
+
+def _sum_across_ranks(totals: torch.Tensor) -> list[float]:
+    torch.distributed.all_reduce(totals)
+    return [float(v) for v in totals.tolist()]
+
+
+def _inputs(images: torch.Tensor, config: TrainConfig) -> torch.Tensor:
+    """Images in the model's memory format (channels_last on GPU)."""
     if config.use_gpu:
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
+        return images.contiguous(memory_format=torch.channels_last)
+    return images
+
+
+def _autocast_dtype(config: TrainConfig) -> torch.dtype | None:
+    """bfloat16 on GPUs that have it, float16 (with loss scaling) on older ones, else None."""
+    if not config.use_gpu:
+        return None
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+
+
+def _autocast(dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast("cuda", dtype=dtype)
 
 
 def _resume(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> int:

@@ -50,9 +50,17 @@ class NotEnoughWorkersError(ClusterError):
         resources: str = "",
         num_workers: str = "",
         waiting_for: str = "",
+        gpu_shortage: str = "",
     ) -> None:
         super().__init__(
-            requested, available, address, timeout_s, resources, num_workers, waiting_for
+            requested,
+            available,
+            address,
+            timeout_s,
+            resources,
+            num_workers,
+            waiting_for,
+            gpu_shortage,
         )
         self.num_workers = num_workers or str(requested)
         self.requested = requested
@@ -61,11 +69,19 @@ class NotEnoughWorkersError(ClusterError):
         self.timeout_s = timeout_s
         self.resources = resources
         self.waiting_for = waiting_for  # e.g. the batch jobs not running yet, and why
+        self.gpu_shortage = gpu_shortage  # with use_gpu: the hosts with too few devices
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         return (partial(NotEnoughWorkersError, **self.__dict__), ())
 
     def __str__(self) -> str:
+        if self.gpu_shortage:
+            return (
+                f"ScalingConfig(num_workers={self.num_workers}, use_gpu=True) needs "
+                f"{self.requested} Dask workers with a GPU each but {self.address} has "
+                f"{self.available} ({self.gpu_shortage}); lower num_workers to the number of "
+                "GPUs, or run one Dask worker per GPU."
+            )
         kind = f"Dask workers with resources {self.resources}" if self.resources else "Dask workers"
         return (
             f"ScalingConfig(num_workers={self.num_workers}) needs {self.requested} {kind} but "

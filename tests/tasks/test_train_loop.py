@@ -8,6 +8,7 @@ import pickle
 import pytest
 import torch
 
+from tasks import train_loop
 from tasks.errors import InvalidParameterError, TrainingDivergedError
 from tasks.model_checkpoint import ModelSpec
 from tasks.train_loop import TrainConfig, _train_epoch, loop_config
@@ -41,15 +42,31 @@ def test_train_loop_config_is_plain_data_that_rebuilds_both_configs() -> None:
     assert loop["train_rows"] == 500
 
 
-def test_train_loop_stops_at_the_first_non_finite_loss_without_a_step() -> None:
+def _diverging_epoch(losses_nan_at: set[int], num_batches: int) -> None:
+    """One pass of ``num_batches`` batches whose images are NaN at the given 1-based steps."""
     torch.manual_seed(0)
     model = SPEC.build()
-    before = [p.detach().clone() for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    batch = {"image": torch.full((2, 3, 32, 32), math.nan), "label": torch.tensor([0, 1])}
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    batches = [
+        {
+            "image": torch.full((2, 3, 32, 32), math.nan if step in losses_nan_at else 0.5),
+            "label": torch.tensor([0, 1]),
+        }
+        for step in range(1, num_batches + 1)
+    ]
+    _train_epoch(model, batches, optimizer, scheduler, TrainConfig(lr=0.05), epoch=2)
+
+
+def test_train_loop_stops_at_a_non_finite_loss_naming_epoch_and_step() -> None:
     with pytest.raises(
         TrainingDivergedError,
         match=r"loss became nan at epoch 3, step 1 \(lr=0.05\).*\(e\.g\. lr=0\.005\)",
     ):
-        _train_epoch(model, [batch], optimizer, None, TrainConfig(lr=0.05), epoch=2)
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+        _diverging_epoch({1}, num_batches=1)
+
+
+def test_train_loop_names_the_steps_since_its_last_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(train_loop, "CHECK_EVERY_STEPS", 2)
+    with pytest.raises(TrainingDivergedError, match=r"at epoch 3, steps 3-4 \(lr"):
+        _diverging_epoch({3}, num_batches=5)  # steps 1-2 were checked, 3-4 are the range

@@ -86,7 +86,7 @@ def test_backend_destroy_without_a_group_does_nothing() -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a host without CUDA devices")
 @pytest.mark.usefixtures("one_rank_environment")
 def test_backend_init_with_gpu_but_no_cuda_names_the_fix() -> None:
-    with pytest.raises(RuntimeError, match=r"rank 0 on host .* sees no CUDA device; set use_gpu"):
+    with pytest.raises(RuntimeError, match=r"rank 0 on host .* sees no CUDA device; check"):
         init_process_group("nccl", timeout_s=30, use_gpu=True)
     assert not dist.is_initialized()
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import dask
 import pytest
@@ -12,6 +14,7 @@ from distributed import Client, Scheduler, SpecCluster, Worker
 
 from tests.helpers import local_cluster
 from trainlib import ConfigError, DaskConfig, NotEnoughWorkersError, ScalingConfig
+from trainlib._internal import devices
 from trainlib._internal.cluster import connect, live_workers, select_workers
 
 
@@ -179,3 +182,40 @@ def test_cluster_class_import_keeps_the_ctrl_c_handler() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "True"
+
+
+def _fake_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, count: int) -> None:
+    """This host seems to have ``count`` NVIDIA GPUs (the workers are threads of this
+    process, so they read the same driver folder) and no CUDA_VISIBLE_DEVICES."""
+    folder = tmp_path / "gpus"
+    folder.mkdir()
+    for index in range(count):
+        (folder / f"0000:0{index}:00.0").mkdir()
+    monkeypatch.setattr(devices, "_NVIDIA_GPUS_DIR", str(folder))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def test_cluster_gpu_ranks_take_one_device_each_by_worker_position(
+    client: Client, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _fake_gpus(monkeypatch, tmp_path, count=2)
+    slots = select_workers(client, ScalingConfig(num_workers=2, use_gpu=True), timeout_s=5)
+    assert [(s.address, s.device) for s in slots] == list(
+        zip(_workers(client), ["0", "1"], strict=True)
+    )
+
+
+def test_cluster_more_gpu_ranks_than_devices_fail_at_once_naming_the_host(
+    client: Client, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _fake_gpus(monkeypatch, tmp_path, count=1)
+    started = time.monotonic()
+    with pytest.raises(
+        NotEnoughWorkersError,
+        match=r"needs 2 Dask workers with a GPU each but .* has 1 \(host \S+ has 1 "
+        r"CUDA device\(s\) for its 2 Dask workers\); lower num_workers",
+    ):
+        select_workers(client, ScalingConfig(num_workers=2, use_gpu=True), timeout_s=60)
+    assert time.monotonic() - started < 5  # not after the 60 s wait for workers
+    [slot] = select_workers(client, ScalingConfig(num_workers=1, use_gpu=True), timeout_s=5)
+    assert (slot.address, slot.device) == (_workers(client)[0], "0")

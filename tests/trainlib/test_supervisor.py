@@ -1,12 +1,11 @@
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 
 from trainlib._internal.backend import rank_environment as rank_torch_environment
 from trainlib._internal.messages import RankLaunch
 from trainlib._internal.rank_pool import process_environment
-from trainlib._internal.supervisor import launch_environment
+from trainlib._internal.supervisor import launch_environment, thread_share
 
 
 def _launch(**changes: object) -> RankLaunch:
@@ -38,7 +37,7 @@ def test_supervisor_drops_the_nanny_environment() -> None:
     assert env["PATH"] == "/bin"
 
 
-def test_supervisor_launch_sets_torchrun_variables_and_thread_share() -> None:
+def test_supervisor_launch_sets_torchrun_variables_and_a_thread_count() -> None:
     env = launch_environment(_launch(), {"PATH": "/bin"})
     assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["MASTER_PORT"]) == (
         "1",
@@ -46,14 +45,26 @@ def test_supervisor_launch_sets_torchrun_variables_and_thread_share() -> None:
         "2",
         "29555",
     )
-    assert env["OMP_NUM_THREADS"] == str(max(1, (os.cpu_count() or 1) // 2))
+    assert int(env["OMP_NUM_THREADS"]) >= 1
+
+
+def test_supervisor_thread_share_divides_the_cores_between_a_hosts_ranks() -> None:
+    assert thread_share(16, 2) == 8
+    assert thread_share(16, 3) == 5
+    assert thread_share(2, 4) == 1  # never zero threads
+    assert thread_share(None, 1) == 1  # os.cpu_count() may not know
 
 
 def test_supervisor_keeps_thread_settings_the_user_chose() -> None:
     assert "OMP_NUM_THREADS" not in launch_environment(_launch(), {"OMP_NUM_THREADS": "3"})
 
 
-def test_supervisor_gives_each_gpu_rank_one_device() -> None:
-    assert launch_environment(_launch(use_gpu=True), {})["CUDA_VISIBLE_DEVICES"] == "1"
-    dask_cuda_env = {"CUDA_VISIBLE_DEVICES": "3,0,1,2"}
-    assert launch_environment(_launch(use_gpu=True), dask_cuda_env)["CUDA_VISIBLE_DEVICES"] == "3"
+def test_supervisor_gives_a_gpu_rank_the_device_the_driver_chose() -> None:
+    inherited = {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    env = launch_environment(_launch(use_gpu=True, device="2"), inherited)
+    assert env["CUDA_VISIBLE_DEVICES"] == "2"
+
+
+def test_supervisor_leaves_cpu_ranks_devices_alone() -> None:
+    env = launch_environment(_launch(), {"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert "CUDA_VISIBLE_DEVICES" not in env

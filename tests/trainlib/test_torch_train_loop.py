@@ -82,7 +82,7 @@ def test_train_loop_helpers_outside_a_training_function_say_where_to_call_them(
         call()
 
 
-def test_get_device_is_the_cpu_without_gpus(start_rank: StartRank) -> None:
+def test_get_device_is_the_cpu_when_use_gpu_is_false(start_rank: StartRank) -> None:
     start_rank()
     assert get_device() == torch.device("cpu")
 
@@ -227,7 +227,7 @@ def test_prepare_with_gpu_moves_model_and_batches_to_the_ranks_device(
     start_rank: StartRank,
 ) -> None:
     start_rank(use_gpu=True)
-    assert get_device() == torch.device("cuda", torch.cuda.current_device())
+    assert get_device() == torch.device("cuda", 0)  # the supervisor makes one device visible
     model = prepare_model(nn.Linear(2, 1))
     assert next(model.parameters()).device.type == "cuda"
     loader = prepare_data_loader(DataLoader(torch.arange(6.0).reshape(3, 2), batch_size=2))

@@ -7,6 +7,7 @@ import socket
 from datetime import timedelta
 from typing import Literal
 
+from trainlib._internal.devices import duplicate_devices
 from trainlib.config import TorchConfig
 
 
@@ -46,21 +47,47 @@ def rank_environment(
     }
 
 
-def init_process_group(backend: Literal["gloo", "nccl"], timeout_s: int, use_gpu: bool) -> None:
-    """Join the group described by the environment; with GPUs, bind this rank's device first."""
+def init_process_group(
+    backend: Literal["gloo", "nccl"], timeout_s: int, use_gpu: bool, host: str = ""
+) -> None:
+    """Join the group described by the environment; with GPUs, bind this rank's device first
+    and fail at once if two ranks of one host were given the same device."""
     import torch
     import torch.distributed as dist
 
+    device = None
     if use_gpu:
         if not torch.cuda.is_available():
             raise RuntimeError(
                 f"ScalingConfig(use_gpu=True) but rank {os.environ['RANK']} on host "
-                f"{socket.gethostname()} sees no CUDA device; set use_gpu=False or use GPU workers."
+                f"{host or socket.gethostname()} sees no CUDA device; check the Dask worker's "
+                "CUDA_VISIBLE_DEVICES and its driver, or set use_gpu=False."
             )
-        torch.cuda.set_device(0)  # the supervisor made exactly one device visible
+        device = torch.device("cuda", 0)  # the supervisor made exactly one device visible
+        torch.cuda.set_device(device)
     dist.init_process_group(
-        backend=backend, init_method="env://", timeout=timedelta(seconds=timeout_s)
+        backend=backend,
+        init_method="env://",
+        timeout=timedelta(seconds=timeout_s),
+        device_id=device if backend == "nccl" else None,  # NCCL binds its communicator at once
     )
+    if device is not None:
+        _check_own_device(host or socket.gethostname())
+
+
+def _check_own_device(host: str) -> None:
+    """Compare every rank's GPU (by UUID, per host): NCCL fails later and less clearly
+    ("Duplicate GPU detected") when two ranks share one."""
+    import torch
+    import torch.distributed as dist
+
+    mine = (dist.get_rank(), host, str(torch.cuda.get_device_properties(0).uuid))
+    every: list[tuple[int, str, str] | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    message = duplicate_devices([entry for entry in every if entry is not None])
+    if message is not None:
+        dist.destroy_process_group()
+        raise RuntimeError(message)
 
 
 def destroy_process_group() -> None:

@@ -21,6 +21,7 @@ import dask
 from distributed import Client, LocalCluster
 from distributed.utils import import_term
 
+from trainlib._internal import devices
 from trainlib._internal.batch_jobs import waiting_jobs
 from trainlib._internal.rank_pool import RankPoolPlugin
 from trainlib._internal.ranks import WorkerSlot, assign_ranks
@@ -189,27 +190,33 @@ def select_workers(
     if given, narrows the eligible addresses each time they are looked at (a Tuner trial's
     ``WorkerLease``: only the workers it holds). ``poll`` is called while waiting; it may
     raise to stop the wait (Ctrl-C). On a cluster class that ``connect`` started, lost workers
-    are replaced while waiting (once a second).
+    are replaced while waiting (once a second). With ``use_gpu``, only workers that have a
+    device of their own are eligible (see ``devices``).
 
     Raises:
         NotEnoughWorkersError: Fewer eligible workers than ``num_workers`` after ``timeout_s``;
-            on a job-queue cluster it names the jobs still waiting and, for SLURM, why.
+            on a job-queue cluster it names the jobs still waiting and, for SLURM, why. With
+            ``use_gpu``, at once when enough workers are there but too few have a GPU.
     """
     started = _started_cluster(client)
     deadline = time.monotonic() + timeout_s
     next_rescale = time.monotonic()
     while True:
-        eligible = [
+        found = [
             (host, address)
             for host, address in _eligible_workers(client, scaling.resources_per_worker)
             if address not in exclude
         ]
+        gpus = _worker_gpus(client) if scaling.use_gpu else None
+        eligible = found if gpus is None else [w for w in found if gpus.devices[w[1]]]
         if allowed is not None:
             permitted = allowed([address for _, address in eligible])
             eligible = [(host, address) for host, address in eligible if address in permitted]
         low, high = scaling.worker_range
         if len(eligible) >= low:
-            return assign_ranks(eligible[:high])
+            return assign_ranks(eligible[:high], gpus.devices if gpus else None)
+        if gpus is not None and len(found) >= low and allowed is None:
+            raise _gpu_shortage(client, scaling, eligible, gpus, timeout_s)
         if time.monotonic() >= deadline:
             waiting = ""
             if started is not None:
@@ -233,9 +240,56 @@ def select_workers(
         time.sleep(_WORKER_POLL_S)
 
 
-def eligible_workers(client: Client, resources: Mapping[str, float] | None) -> list[str]:
-    """Addresses of the workers that have ``resources`` now."""
-    return [address for _, address in _eligible_workers(client, resources)]
+def eligible_workers(
+    client: Client, resources: Mapping[str, float] | None, use_gpu: bool = False
+) -> list[str]:
+    """Addresses of the workers that have ``resources`` (and a GPU of their own) now."""
+    found = [address for _, address in _eligible_workers(client, resources)]
+    if not use_gpu:
+        return found
+    gpus = _worker_gpus(client)
+    return [address for address in found if gpus.devices[address]]
+
+
+@dataclass(frozen=True)
+class _WorkerGpus:
+    workers: list[devices.WorkerDevices]
+    devices: dict[str, str | None]
+
+
+def _worker_gpus(client: Client) -> _WorkerGpus:
+    """Each worker's device, from what every worker sees (asked of the workers at once)."""
+    hosts = {address: info["host"] for address, info in _workers(client).items()}
+    probed = client.run(devices.probe_worker_devices, workers=list(hosts), on_error="return")
+    views = [
+        devices.WorkerDevices(address, hosts[address], view[0], view[1])
+        for address, view in probed.items()
+        if address in hosts and isinstance(view, tuple)
+    ]
+    assigned = devices.assign_devices(views)
+    return _WorkerGpus(views, {a: assigned.get(a) for a in hosts})
+
+
+def _gpu_shortage(
+    client: Client,
+    scaling: ScalingConfig,
+    eligible: list[tuple[str, str]],
+    gpus: _WorkerGpus,
+    timeout_s: float,
+) -> NotEnoughWorkersError:
+    short = devices.shortages(gpus.workers, gpus.devices)
+    reason = "; ".join(
+        f"host {s.host} has {s.num_devices} CUDA device(s) for its {s.num_workers} Dask workers"
+        for s in short
+    )
+    return NotEnoughWorkersError(
+        requested=scaling.worker_range[0],
+        num_workers=str(scaling.num_workers),
+        available=len(eligible),
+        address=_scheduler(client).address,
+        timeout_s=timeout_s,
+        gpu_shortage=reason or "no worker sees a CUDA device",
+    )
 
 
 def live_workers(client: Client) -> set[str]:

@@ -273,6 +273,7 @@ class Run:
             sys_path=tuple(sys.path),
             spec_payload=cloudpickle.dumps(spec),
             feed=self._feed_plan(slots, slot, start_index),
+            device=slot.device,
         )
 
     def _feed_plan(

@@ -53,6 +53,7 @@ class RankLaunch:
     sys_path: tuple[str, ...]
     spec_payload: bytes
     feed: FeedPlan | None = None
+    device: str | None = None  # with use_gpu: the one CUDA_VISIBLE_DEVICES entry of the rank
 
 
 @dataclass(frozen=True)

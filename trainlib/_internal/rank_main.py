@@ -85,7 +85,7 @@ def _run(spec: RankSpec, session: Session) -> None:
         _forward_logs(session)
     if spec.setup_payload is not None:
         cloudpickle.loads(spec.setup_payload)()  # before the group: it may set NCCL's variables
-    backend.init_process_group(spec.backend, spec.timeout_s, spec.use_gpu)
+    backend.init_process_group(spec.backend, spec.timeout_s, spec.use_gpu, spec.host)
     session.send("started", RankStarted.here(spec.world_rank, spec.host))
     train_func()
     backend.destroy_process_group()  # on failure the process just exits

@@ -15,10 +15,14 @@ class WorkerSlot:
     local_rank: int
     local_world_size: int
     node_rank: int
+    device: str | None = None  # with use_gpu: the worker's CUDA_VISIBLE_DEVICES entry
 
 
-def assign_ranks(workers: list[tuple[str, str]]) -> list[WorkerSlot]:
-    """Ranks for ``(host, address)`` pairs: world rank in sorted order, local rank per host."""
+def assign_ranks(
+    workers: list[tuple[str, str]], devices: dict[str, str | None] | None = None
+) -> list[WorkerSlot]:
+    """Ranks for ``(host, address)`` pairs: world rank in sorted order, local rank per host;
+    ``devices`` gives each worker's GPU (see ``devices.assign_devices``)."""
     ordered = sorted(workers)
     hosts = sorted({host for host, _ in ordered})
     per_host = {host: [a for h, a in ordered if h == host] for host in hosts}
@@ -30,6 +34,7 @@ def assign_ranks(workers: list[tuple[str, str]]) -> list[WorkerSlot]:
             local_rank=per_host[host].index(address),
             local_world_size=len(per_host[host]),
             node_rank=hosts.index(host),
+            device=(devices or {}).get(address),
         )
         for world_rank, (host, address) in enumerate(ordered)
     ]

@@ -92,13 +92,15 @@ def launch_environment(launch: RankLaunch, process_env: dict[str, str]) -> dict[
     env = {k: v for k, v in process_env.items() if backend.is_private(k)}
     env.update(launch.torch_environment)
     if "OMP_NUM_THREADS" not in process_env:
-        env["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // launch.local_world_size))
-    if launch.use_gpu:
-        # One device per rank: a worker's own GPU is listed first (dask-cuda's convention);
-        # without CUDA_VISIBLE_DEVICES, local rank i takes device i.
-        visible = process_env.get("CUDA_VISIBLE_DEVICES", "")
-        env["CUDA_VISIBLE_DEVICES"] = visible.split(",")[0] if visible else str(launch.local_rank)
+        env["OMP_NUM_THREADS"] = str(thread_share(os.cpu_count(), launch.local_world_size))
+    if launch.use_gpu and launch.device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = launch.device  # chosen by the driver: see ``devices``
     return env
+
+
+def thread_share(cpu_count: int | None, local_world_size: int) -> int:
+    """A rank's share of its host's cores: at least one thread each."""
+    return max(1, (cpu_count or 1) // local_world_size)
 
 
 def _locked(send: Callable[[Any], None]) -> Callable[[Any], None]:

@@ -63,6 +63,7 @@ class TrialSetup:
     max_concurrent: int | None
     worker_timeout_s: float
     callbacks: Sequence[SearchCallback] = ()
+    use_gpu: bool = False  # only workers with a GPU of their own run trials
 
 
 class TrialRunner:
@@ -106,7 +107,9 @@ class TrialRunner:
         limit = self._setup.max_concurrent
         while remaining - started > 0 and (limit is None or len(self._threads) < limit):
             owner = uuid.uuid4().hex
-            live = cluster.eligible_workers(self._client, self._setup.resources)
+            live = cluster.eligible_workers(
+                self._client, self._setup.resources, self._setup.use_gpu
+            )
             if not self._book.reserve(owner, self._setup.num_workers, live):
                 break
             trial, run_name = self._study.ask("trial_{:05d}")
@@ -193,7 +196,7 @@ class TrialRunner:
         return ended
 
     def _not_enough_workers(self) -> NotEnoughWorkersError:
-        live = cluster.eligible_workers(self._client, self._setup.resources)
+        live = cluster.eligible_workers(self._client, self._setup.resources, self._setup.use_gpu)
         scheduler = self._client.scheduler
         return NotEnoughWorkersError(
             requested=self._setup.num_workers,

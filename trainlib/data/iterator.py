@@ -341,10 +341,6 @@ def _tensor(
 
 
 def _move(value: Any, device: torch.device) -> Any:
-    import torch
+    from trainlib._internal.transfer import move_to_device
 
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, Mapping):
-        return {k: _move(v, device) for k, v in value.items()}
-    return value
+    return move_to_device(value, device)

@@ -43,11 +43,12 @@ def train_epoch(
     total, count = 0.0, 0
     for features, target in train_iterator:
         with precision.autocast():
-            loss = criterion(model(features), target)
+            output = model(features)
+        loss = criterion(precision.to_float(output), target)
         optimizer.zero_grad()
         precision.backward(loss)
-        precision.step(optimizer)
-        if scheduler is not None and _step_freq == "batch":
+        stepped = precision.step(optimizer)
+        if scheduler is not None and _step_freq == "batch" and stepped:
             scheduler.step()
         total += loss.item() * len(target)
         count += len(target)
@@ -77,7 +78,7 @@ def validate_epoch(
         for features, target in val_iterator:
             with precision.autocast():
                 output = model(features)
-                loss = criterion(output, target)
+            loss = criterion(precision.to_float(output), target)
             total += loss.item() * len(target)
             count += len(target)
             if output.ndim == 2 and output.shape[1] > 1 and not target.is_floating_point():

@@ -26,7 +26,8 @@ class MixedPrecision:
     Example:
         >>> precision = trainlib.sgd.get_mixed_precision()
         >>> with precision.autocast():
-        ...     loss = criterion(model(features), target)
+        ...     output = model(features)
+        >>> loss = criterion(precision.to_float(output), target)  # CUDA forbids BCELoss in fp16
         >>> optimizer.zero_grad()
         >>> precision.backward(loss)
         >>> precision.step(optimizer)
@@ -42,16 +43,31 @@ class MixedPrecision:
         """The forward pass's context: ``torch.autocast`` in ``dtype`` when enabled."""
         return torch.autocast(self.device_type, dtype=self.dtype, enabled=self.enabled)
 
+    @staticmethod
+    def to_float(output: Any) -> Any:
+        """A half-precision output in float32, for the loss: computed outside autocast, as
+        CUDA allows some losses (``binary_cross_entropy``) only in float32."""
+        if isinstance(output, torch.Tensor) and output.is_floating_point():
+            return output.float()
+        return output
+
     def backward(self, loss: torch.Tensor) -> None:
         """``loss.backward()``, with the loss scaled first under float16."""
         self.scaler.scale(loss).backward()
 
-    def step(self, *optimizers: torch.optim.Optimizer) -> None:
+    def step(self, *optimizers: torch.optim.Optimizer) -> bool:
         """Step each optimizer (skipped by the scaler on inf/NaN gradients), then update the
-        scale once."""
+        scale once.
+
+        Returns:
+            False when the scaler skipped the step: a learning-rate scheduler must not step
+            then either.
+        """
+        scale = self.scaler.get_scale() if self.scaler.is_enabled() else 0.0
         for optimizer in optimizers:
             self.scaler.step(optimizer)
         self.scaler.update()
+        return not self.scaler.is_enabled() or self.scaler.get_scale() >= scale
 
 
 def get_mixed_precision() -> MixedPrecision:

@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 from torch.utils.data.distributed import DistributedSampler
 
 from trainlib._internal.session import current_session
+from trainlib._internal.transfer import move_to_device
 
 
 def get_device() -> torch.device:
@@ -131,17 +132,7 @@ class _DeviceDataLoader(DataLoader[Any]):
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         non_blocking = self._device.type == "cuda" and self._base.pin_memory
         for batch in iter(self._base):
-            yield _to_device(batch, self._device, non_blocking)
+            yield move_to_device(batch, self._device, non_blocking)
 
     def __len__(self) -> int:
         return len(self._base)
-
-
-def _to_device(batch: Any, device: torch.device, non_blocking: bool) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, Mapping):
-        return {k: _to_device(v, device, non_blocking) for k, v in batch.items()}
-    if isinstance(batch, (list, tuple)):
-        return type(batch)(_to_device(v, device, non_blocking) for v in batch)
-    return batch

@@ -168,6 +168,7 @@ class Tuner:
             config_of=self._space.config,
             num_workers=self._num_workers(),
             resources=scaling.resources_per_worker,
+            use_gpu=scaling.use_gpu,
             experiment_dir=experiment.run_dir,
             filesystem=experiment.filesystem,
             metric=self._tune_config.metric or "",
