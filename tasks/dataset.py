@@ -33,6 +33,8 @@ from tasks.errors import CorruptDataError
 if TYPE_CHECKING:
     import dask.array as da
 
+    from trainlib.data import DataConfig
+
 MANIFEST = "manifest.json"
 _IMAGE_BYTES = int(np.prod(IMAGE_SHAPE))
 
@@ -160,3 +162,13 @@ def split_arrays(dataset: Dataset, split: str) -> dict[str, da.Array]:
         for b, f in zip(batches, files, strict=True)
     ]
     return {"image": da.concatenate(images), "label": da.concatenate(labels)}
+
+
+def ingest_config(use_gpu: bool) -> DataConfig:
+    """How the splits reach the ranks: CIFAR's fit a rank's memory (150 MB for the whole
+    training split), so each rank keeps its share after the first epoch (on its GPU with
+    ``use_gpu``) and later epochs read no data from Dask. A larger dataset (over 2 GiB a rank)
+    streams every epoch; the ranks' logs say which happened."""
+    from trainlib.data import DataConfig
+
+    return DataConfig(cache_shards="device" if use_gpu else "host")

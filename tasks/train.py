@@ -12,7 +12,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State
 
 import trainlib
-from tasks.dataset import Dataset, split_arrays
+from tasks.dataset import Dataset, ingest_config, split_arrays
 from tasks.layout import StorageLayout
 from tasks.model_checkpoint import ModelSpec
 from tasks.tracking import MLflowCallback, start_run
@@ -83,6 +83,7 @@ def train(request: TrainRequest, callbacks: Sequence[trainlib.Callback] = ()) ->
             "train": split_arrays(request.dataset, "train"),
             "val": split_arrays(request.dataset, "val"),
         },
+        dataset_config=ingest_config(config.use_gpu),
         scaling_config=ScalingConfig(num_workers=request.num_workers, use_gpu=config.use_gpu),
         run_config=RunConfig(
             name=request.run_name,

@@ -16,7 +16,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 import trainlib
-from tasks.dataset import Dataset, split_arrays
+from tasks.dataset import Dataset, ingest_config, split_arrays
 from tasks.errors import InvalidParameterError
 from tasks.layout import StorageLayout
 from tasks.model_checkpoint import ModelSpec
@@ -210,6 +210,7 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
             "train": split_arrays(request.dataset, "train"),
             "val": split_arrays(request.dataset, "val"),
         },
+        dataset_config=ingest_config(request.base.use_gpu),
         scaling_config=ScalingConfig(num_workers=request.num_workers),
         dask_config=request.dask,
     )

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainlib.data.iterator import _batches, _prefetched, _shuffled_batches, _tensor
+from trainlib.data import _batching
+from trainlib.data.iterator import _prefetched, _tensor
 
 
 def _blocks(*sizes: int) -> Iterator[dict[str, np.ndarray]]:
@@ -20,20 +21,20 @@ def _blocks(*sizes: int) -> Iterator[dict[str, np.ndarray]]:
 
 
 def test_iterator_batches_cross_block_boundaries_in_order() -> None:
-    batches = list(_batches(_blocks(5, 2, 6), batch_size=4, drop_last=False))
+    batches = list(_batching.batches(_blocks(5, 2, 6), batch_size=4, drop_last=False))
     assert [b["id"].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12]]
     assert batches[1]["image"][:, 0, 0, 0].tolist() == [4, 5, 6, 7]
 
 
 def test_iterator_drop_last_drops_the_short_batch() -> None:
-    batches = list(_batches(_blocks(5, 2, 6), batch_size=4, drop_last=True))
+    batches = list(_batching.batches(_blocks(5, 2, 6), batch_size=4, drop_last=True))
     assert [len(b["id"]) for b in batches] == [4, 4, 4]
 
 
 def test_iterator_shuffle_buffer_yields_every_row_once_in_a_seeded_order() -> None:
     def ids(seed: int) -> list[int]:
         rng = np.random.default_rng(seed)
-        batches = _shuffled_batches(_blocks(7, 9, 4), 3, False, 8, rng)
+        batches = _batching.shuffled_batches(_blocks(7, 9, 4), 3, False, 8, rng)
         return [i for b in batches for i in b["id"].tolist()]
 
     assert sorted(ids(0)) == list(range(20))
@@ -42,7 +43,7 @@ def test_iterator_shuffle_buffer_yields_every_row_once_in_a_seeded_order() -> No
 
 def test_iterator_shuffle_buffer_holds_at_least_its_size_before_the_first_batch() -> None:
     rng = np.random.default_rng(0)
-    first = next(_shuffled_batches(_blocks(5, 5, 5), 2, False, 10, rng))
+    first = next(_batching.shuffled_batches(_blocks(5, 5, 5), 2, False, 10, rng))
     assert max(first["id"]) < 10  # drawn from the buffer of the first 10 rows
 
 

@@ -29,6 +29,7 @@ from trainlib._internal.watchdog import ProgressWatchdog
 from trainlib.callbacks import Report, RunInfo
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import DaskConfig, RunConfig, ScalingConfig, TorchConfig
+from trainlib.data.cache import CachePlan
 from trainlib.data.config import DataConfig
 from trainlib.errors import RankFailure, WorkerGroupError
 from trainlib.result import Result
@@ -253,6 +254,7 @@ class Run:
             train_func_payload=plan.train_func_payload,
             dataset_names=tuple(source.name for source in plan.datasets),
             setup_payload=self.setup_payload,
+            data_cache=self._cache_plans(slot.world_rank),
         )
         environment = backend.rank_environment(
             world_rank=slot.world_rank,
@@ -275,6 +277,13 @@ class Run:
             feed=self._feed_plan(slots, slot, start_index),
             device=slot.device,
         )
+
+    def _cache_plans(self, world_rank: int) -> dict[str, CachePlan]:
+        plans = {
+            source.name: self.plan.data_config.cache_plan(source.split, world_rank)
+            for source in self.plan.datasets
+        }
+        return {name: plan for name, plan in plans.items() if plan is not None}
 
     def _feed_plan(
         self, slots: list[WorkerSlot], slot: WorkerSlot, start_index: int

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainlib._internal.storage import FileEntry, RunStorage
@@ -11,6 +11,7 @@ from trainlib.checkpoint import Checkpoint
 
 if TYPE_CHECKING:  # a rank process never imports the feeder (nor Dask)
     from trainlib._internal.feeder import FeedPlan
+    from trainlib.data.cache import CachePlan
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,7 @@ class RankSpec:
     train_func_payload: bytes
     dataset_names: tuple[str, ...] = ()
     setup_payload: bytes | None = None  # ScalingConfig.worker_setup, pickled
+    data_cache: dict[str, CachePlan] = field(default_factory=dict)  # DataConfig.cache_shards
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 
 from trainlib._internal.session import Session, current_session
+from trainlib.data import _batching
+from trainlib.data.cache import CachedShard, CachePlan, ShardCollector
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,9 +35,11 @@ class DataIterator:
     ``iter_batches()`` or ``iter_torch_batches()`` returned starts a new pass each time.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, cache_plan: CachePlan | None = None) -> None:
         self._name = name
         self._passes = 0
+        self._cache_plan = cache_plan
+        self._cached: CachedShard | None = None  # after a complete first pass, if it fits
 
     def iter_batches(
         self,
@@ -65,9 +69,14 @@ class DataIterator:
             )
 
         def start() -> Iterator[Any]:
-            batches: Iterator[Any] = self._numpy_batches(
-                batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed
-            )
+            batches: Iterator[Any]
+            if self._cached is not None and batch_size is not None:
+                order = self._cached_order(local_shuffle_buffer_size, local_shuffle_seed)
+                batches = self._cached.numpy_batches(order, batch_size, drop_last)
+            else:
+                batches = self._numpy_batches(
+                    batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed
+                )
             if batch_format == "pandas":
                 batches = (_to_pandas(b) for b in batches)
             return _prefetched(batches, prefetch_batches)
@@ -110,6 +119,15 @@ class DataIterator:
             return {name: _tensor(name, values, dtypes, target) for name, values in batch.items()}
 
         def start() -> Iterator[Any]:
+            if self._cached is not None and batch_size is not None and collate_fn is None:
+                assert self._cache_plan is not None  # a shard is kept only with a plan
+                order = self._cached_order(local_shuffle_buffer_size, local_shuffle_seed)
+                on_device = self._cache_plan.location == "device"
+                tensors = self._cached.torch_batches(
+                    order, batch_size, drop_last, target, on_device
+                )
+                cast = (_cast(b, dtypes) for b in tensors)
+                return _prefetched(cast, prefetch_batches)
             batches = self._numpy_batches(
                 batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed
             )
@@ -131,13 +149,17 @@ class DataIterator:
             return blocks
         if shuffle_buffer is not None:
             rng = np.random.default_rng(shuffle_seed)
-            return _shuffled_batches(blocks, batch_size, drop_last, shuffle_buffer, rng)
-        return _batches(blocks, batch_size, drop_last)
+            return _batching.shuffled_batches(blocks, batch_size, drop_last, shuffle_buffer, rng)
+        return _batching.batches(blocks, batch_size, drop_last)
 
     def _blocks(self, session: Session) -> Iterator[Block]:
-        """This rank's blocks of a new pass, one block requested ahead."""
+        """This rank's blocks of a new pass, one block requested ahead; a first pass that
+        ends is kept when the plan says so (a pass left unfinished keeps nothing)."""
         pass_id = self._passes
         self._passes += 1
+        plan = self._cache_plan
+        keep = plan is not None and self._cached is None
+        collector = ShardCollector(self._name, plan) if keep and plan else None
         inbox = session.inbox(self._name)
         session.send("data_next", (self._name, pass_id))
         while True:
@@ -145,11 +167,25 @@ class DataIterator:
             if got != pass_id:
                 continue  # the answer to a request of a pass left unfinished
             if block is None:
+                if collector is not None:
+                    self._cached = collector.finish()
                 return
             if isinstance(block, Exception):
                 raise block
             session.send("data_next", (self._name, pass_id))
-            yield _writable(block)
+            block = _writable(block)
+            if collector is not None:
+                collector.add(block)
+            yield block
+
+    def _cached_order(self, shuffle_buffer: int | None, shuffle_seed: int | None) -> np.ndarray:
+        """The kept shard's row order for the next pass."""
+        assert self._cached is not None and self._cache_plan is not None
+        pass_id = self._passes
+        self._passes += 1
+        return self._cached.order(
+            self._cache_plan, pass_id, shuffle_buffer is not None, shuffle_seed
+        )
 
 
 class _Passes(Iterable[T]):
@@ -162,109 +198,10 @@ class _Passes(Iterable[T]):
         return self._start()
 
 
-class _RowBuffer:
-    """Rows of blocks, taken at random (swap-remove: O(batch) work per batch taken)."""
-
-    def __init__(self) -> None:
-        self._columns: Block = {}
-        self.size = 0
-
-    def append(self, block: Block) -> None:
-        rows = len(next(iter(block.values()))) if block else 0
-        if not self._columns:
-            self._columns = {
-                k: np.empty((max(rows, 1) * 2, *v.shape[1:]), v.dtype) for k, v in block.items()
-            }
-        capacity = len(next(iter(self._columns.values())))
-        if self.size + rows > capacity:
-            grown = max(capacity * 2, self.size + rows)
-            for name, values in self._columns.items():
-                bigger = np.empty((grown, *values.shape[1:]), values.dtype)
-                bigger[: self.size] = values[: self.size]
-                self._columns[name] = bigger
-        for name, values in block.items():
-            self._columns[name][self.size : self.size + rows] = values
-        self.size += rows
-
-    def take_random(self, count: int, rng: np.random.Generator) -> Block:
-        chosen = np.sort(rng.choice(self.size, size=count, replace=False))
-        batch = {k: v[chosen] for k, v in self._columns.items()}
-        tail_start = self.size - count
-        holes = chosen[chosen < tail_start]
-        tail = np.setdiff1d(np.arange(tail_start, self.size), chosen, assume_unique=True)
-        for values in self._columns.values():
-            values[holes] = values[tail]
-        self.size -= count
-        return batch
-
-
-def _batches(blocks: Iterator[Block], batch_size: int, drop_last: bool) -> Iterator[Block]:
-    """Blocks re-cut into batches of ``batch_size`` rows, in order."""
-    pending: list[Block] = []
-    rows = 0
-    for block in blocks:
-        pending.append(block)
-        rows += _num_rows(block)
-        while rows >= batch_size:
-            batch, pending = _split_front(pending, batch_size)
-            rows -= batch_size
-            yield batch
-    if rows and not drop_last:
-        yield _concat(pending)
-
-
-def _shuffled_batches(
-    blocks: Iterator[Block],
-    batch_size: int,
-    drop_last: bool,
-    buffer_rows: int,
-    rng: np.random.Generator,
-) -> Iterator[Block]:
-    """Batches sampled at random from a buffer of at least ``buffer_rows`` rows."""
-    buffer = _RowBuffer()
-    minimum = max(buffer_rows, batch_size)
-    for block in blocks:
-        buffer.append(block)
-        while buffer.size >= minimum:
-            yield buffer.take_random(batch_size, rng)
-    while buffer.size >= batch_size:
-        yield buffer.take_random(batch_size, rng)
-    if buffer.size and not drop_last:
-        yield buffer.take_random(buffer.size, rng)
-
-
-def _split_front(pending: list[Block], count: int) -> tuple[Block, list[Block]]:
-    """The first ``count`` rows of the pending blocks, and what is left of them."""
-    taken: list[Block] = []
-    needed = count
-    rest = list(pending)
-    while needed:
-        block = rest.pop(0)
-        rows = _num_rows(block)
-        if rows <= needed:
-            taken.append(block)
-            needed -= rows
-        else:
-            taken.append({k: v[:needed] for k, v in block.items()})
-            rest.insert(0, {k: v[needed:] for k, v in block.items()})
-            needed = 0
-    return _concat(taken), rest
-
-
-def _concat(blocks: list[Block]) -> Block:
-    if len(blocks) == 1:
-        return blocks[0]
-    return {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]}
-
-
 def _writable(block: Block) -> Block:
     """The block with every array writable, as tensors need: an array that was read-only where
     the block was computed (``np.frombuffer``) arrives sharing the message's immutable bytes."""
     return {k: v if v.flags.writeable else v.copy() for k, v in block.items()}
-
-
-def _num_rows(block: Block) -> int:
-    return len(next(iter(block.values()))) if block else 0
 
 
 def _prefetched(batches: Iterator[T], count: int) -> Iterator[T]:
@@ -338,6 +275,18 @@ def _tensor(
     dtype = dtypes.get(name) if isinstance(dtypes, Mapping) else dtypes
     tensor = torch.as_tensor(values, dtype=dtype)
     return tensor.to(device, non_blocking=True) if device.type != "cpu" else tensor
+
+
+def _cast(
+    batch: dict[str, torch.Tensor], dtypes: torch.dtype | Mapping[str, torch.dtype] | None
+) -> dict[str, torch.Tensor]:
+    if dtypes is None:
+        return batch
+    cast = {}
+    for name, tensor in batch.items():
+        dtype = dtypes.get(name) if isinstance(dtypes, Mapping) else dtypes
+        cast[name] = tensor if dtype is None else tensor.to(dtype)
+    return cast
 
 
 def _move(value: Any, device: torch.device) -> Any:

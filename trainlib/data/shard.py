@@ -21,4 +21,7 @@ def get_dataset_shard(name: str) -> DataIterator:
             f"get_dataset_shard({name!r}): the trainer has no dataset {name!r}; "
             f"TorchTrainer(datasets=...) gave {sorted(names) or 'none'}."
         )
-    return _iterators.setdefault(name, DataIterator(name))
+    if name not in _iterators:
+        plan = current_session("get_dataset_shard()").spec.data_cache.get(name)
+        _iterators[name] = DataIterator(name, plan)
+    return _iterators[name]

@@ -1,0 +1,90 @@
+"""A rank's kept shard: kept only within budget, read back in a seeded order per pass."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from trainlib import ConfigError
+from trainlib.data import DataConfig
+from trainlib.data.cache import CachedShard, CachePlan, ShardCollector
+
+SHUFFLED = CachePlan(location="host", budget_bytes=10**6, shuffle=True, seed=7)
+IN_ORDER = CachePlan(location="host", budget_bytes=10**6, shuffle=False, seed=7)
+
+
+def _block(start: int, rows: int) -> dict[str, np.ndarray]:
+    ids = np.arange(start, start + rows)
+    return {"id": ids, "image": np.repeat(ids.astype(np.uint8)[:, None], 4, axis=1)}
+
+
+def _kept(*sizes: int, budget: int = 10**6) -> CachedShard | None:
+    collector = ShardCollector("train", replace(SHUFFLED, budget_bytes=budget))
+    start = 0
+    for size in sizes:
+        collector.add(_block(start, size))
+        start += size
+    return collector.finish()
+
+
+def test_cache_keeps_a_shard_within_its_budget_as_columns() -> None:
+    shard = _kept(3, 4)
+    assert shard is not None
+    assert shard.num_rows == 7 and shard.nbytes == 7 * 8 + 7 * 4
+    assert shard.columns["id"].tolist() == list(range(7))
+
+
+def test_cache_keeps_nothing_over_budget() -> None:
+    assert _kept(3, 4, budget=7 * 12 - 1) is None
+    assert _kept(3, 4, budget=7 * 12) is not None
+
+
+def test_cache_passes_of_a_shuffled_split_differ_and_each_holds_every_row_once() -> None:
+    shard = _kept(50, 50)
+    assert shard is not None
+    first, second = (shard.order(SHUFFLED, p, False, None) for p in (1, 2))
+    assert sorted(first.tolist()) == sorted(second.tolist()) == list(range(100))
+    assert first.tolist() != second.tolist()
+    assert first.tolist() == shard.order(SHUFFLED, 1, False, None).tolist()  # seeded
+
+
+def test_cache_keeps_the_first_order_unless_asked_to_shuffle() -> None:
+    shard = _kept(10)
+    assert shard is not None
+    assert shard.order(IN_ORDER, 3, False, None).tolist() == list(range(10))
+    local = shard.order(IN_ORDER, 3, True, 5)  # local_shuffle_buffer_size given
+    assert sorted(local.tolist()) == list(range(10)) and local.tolist() != list(range(10))
+
+
+@pytest.mark.parametrize("on_device", [False, True])
+def test_cache_torch_batches_gather_rows_in_order_and_drop_the_short_one(on_device: bool) -> None:
+    shard = _kept(5, 5)
+    assert shard is not None
+    order = np.array([9, 0, 8, 1, 7, 2, 6, 3, 5, 4])
+    batches = list(shard.torch_batches(order, 4, True, torch.device("cpu"), on_device))
+    assert [b["id"].tolist() for b in batches] == [[9, 0, 8, 1], [7, 2, 6, 3]]
+    assert batches[0]["image"][:, 0].tolist() == [9, 0, 8, 1]
+    numpy_batches = list(shard.numpy_batches(order, 4, False))
+    assert [b["id"].tolist() for b in numpy_batches][-1] == [5, 4]
+
+
+def test_cache_plan_follows_the_data_config() -> None:
+    assert DataConfig().cache_plan(split=True, world_rank=0) is None
+    config = DataConfig(cache_shards="device", cache_budget_bytes=5)
+    plan = config.cache_plan(split=True, world_rank=1)
+    assert plan is not None and (plan.location, plan.budget_bytes, plan.shuffle) == (
+        "device",
+        5,
+        True,
+    )
+    assert plan.seed != config.cache_plan(split=True, world_rank=0).seed  # type: ignore[union-attr]
+    unshuffled = DataConfig(cache_shards="host", shuffle_seed=None)
+    assert unshuffled.cache_plan(split=True, world_rank=0).shuffle is False  # type: ignore[union-attr]
+
+
+def test_cache_config_rejects_an_unknown_place() -> None:
+    with pytest.raises(ConfigError, match="needs 'off', 'host' or 'device'"):
+        DataConfig(cache_shards="gpu")  # type: ignore[arg-type]
