@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import pytest
 import torch
 
 from trainlib._internal.transfer import move_to_device
@@ -32,3 +33,19 @@ def test_transfer_moves_nested_mappings_and_lists_and_leaves_other_values() -> N
     moved = move_to_device({"x": [torch.zeros(1), 3], "name": "a"}, META)
     assert moved["x"][0].device.type == "meta"
     assert moved["x"][1] == 3 and moved["name"] == "a"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_transfer_stager_copies_on_a_side_stream_and_keeps_values() -> None:
+    from trainlib._internal.transfer import DeviceStager
+
+    device = torch.device("cuda", 0)
+    stager = DeviceStager(device)
+    staged = [
+        stager.stage({"x": torch.full((4, 3), float(i)), "y": (torch.arange(4),)}) for i in range(3)
+    ]
+    batches = [stager.ready(s) for s in staged]
+    assert [b["x"].device for b in batches] == [device] * 3
+    assert [float(b["x"].sum()) for b in batches] == [0.0, 12.0, 24.0]
+    assert batches[2]["y"][0].tolist() == [0, 1, 2, 3]

@@ -111,17 +111,16 @@ class CachedShard:
         order: np.ndarray,
         batch_size: int,
         drop_last: bool,
-        device: torch.device,
-        on_device: bool,
+        where: torch.device,
+        pinned: bool = False,
     ) -> Iterator[dict[str, torch.Tensor]]:
-        """Batches as tensors on ``device``, gathered where the rows are kept: on the device
-        itself (``on_device``), else in host memory, into pinned memory when the rank has a
-        GPU, so that the copy to it is asynchronous."""
+        """Batches as tensors gathered on ``where``: the rank's GPU (the ``"device"``
+        location: the rows are copied there once) or the host, into pinned memory when
+        ``pinned`` (a GPU rank's copies from it are then asynchronous)."""
         import torch
 
-        tensors = self._tensors(device if on_device else torch.device("cpu"))
-        where = next(iter(tensors.values())).device
-        pinned = device.type == "cuda" and not on_device
+        tensors = self._tensors(where)
+        pinned = pinned and where.type == "cpu"
         for part in _slices(order, batch_size, drop_last):
             rows = torch.from_numpy(part).to(where)
             batch = {}
@@ -132,15 +131,14 @@ class CachedShard:
                     device=values.device,
                     pin_memory=pinned,
                 )
-                torch.index_select(values, 0, rows, out=gathered)
-                batch[name] = gathered.to(device, non_blocking=True)
+                batch[name] = torch.index_select(values, 0, rows, out=gathered)
             yield batch
 
     def _tensors(self, where: torch.device) -> dict[str, torch.Tensor]:
         """The columns as tensors on ``where`` (made once; no copy in host memory)."""
         import torch
 
-        if self._kept is None:
+        if self._kept is None or next(iter(self._kept.values())).device != where:
             self._kept = {k: torch.from_numpy(v).to(where) for k, v in self.columns.items()}
         return self._kept
 

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     import pandas as pd
     import torch
 
+    from trainlib._internal.transfer import DeviceStager
+
 Block = dict[str, np.ndarray]
 T = TypeVar("T")
 
@@ -97,7 +99,9 @@ class DataIterator:
     ) -> Iterable[Any]:
         """Batches as dicts of column name -> tensor on the rank's device.
 
-        A column of fixed-shape arrays (an image column) is one stacked tensor.
+        A column of fixed-shape arrays (an image column) is one stacked tensor. On a GPU the
+        ``prefetch_batches`` batches prepared ahead are also copied ahead, from pinned memory on
+        a side stream, so the copies overlap compute.
 
         Args:
             dtypes: A torch dtype for every column, or one per column name.
@@ -112,26 +116,28 @@ class DataIterator:
                 "dtypes inside collate_fn."
             )
         target = _device(device)
+        stager = _stager(target)
+        host = _host() if stager is not None else target  # where batches are made
 
         def convert(batch: Block) -> Any:
             if collate_fn is not None:
-                return _move(collate_fn(batch), target)
-            return {name: _tensor(name, values, dtypes, target) for name, values in batch.items()}
+                return _move(collate_fn(batch), host)
+            return {name: _tensor(name, values, dtypes, host) for name, values in batch.items()}
 
         def start() -> Iterator[Any]:
             if self._cached is not None and batch_size is not None and collate_fn is None:
                 assert self._cache_plan is not None  # a shard is kept only with a plan
                 order = self._cached_order(local_shuffle_buffer_size, local_shuffle_seed)
-                on_device = self._cache_plan.location == "device"
+                on_device = self._cache_plan.location == "device" and target.type != "cpu"
                 tensors = self._cached.torch_batches(
-                    order, batch_size, drop_last, target, on_device
+                    order, batch_size, drop_last, target if on_device else host, stager is not None
                 )
                 cast = (_cast(b, dtypes) for b in tensors)
-                return _prefetched(cast, prefetch_batches)
+                return _delivered(cast, prefetch_batches, None if on_device else stager)
             batches = self._numpy_batches(
                 batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed
             )
-            return _prefetched((convert(b) for b in batches), prefetch_batches)
+            return _delivered((convert(b) for b in batches), prefetch_batches, stager)
 
         return _Passes(start)
 
@@ -239,6 +245,28 @@ def _prefetched(batches: Iterator[T], count: int) -> Iterator[T]:
             yield item
     finally:
         stopped.set()
+
+
+def _delivered(batches: Iterator[T], count: int, stager: DeviceStager | None) -> Iterator[T]:
+    """``batches`` prefetched, and on a GPU copied to it ahead, on a side stream."""
+    if stager is None:
+        return _prefetched(batches, count)
+    staged = _prefetched((stager.stage(b) for b in batches), count)
+    return (stager.ready(s) for s in staged)
+
+
+def _stager(device: torch.device) -> DeviceStager | None:
+    if device.type != "cuda":
+        return None
+    from trainlib._internal.transfer import DeviceStager
+
+    return DeviceStager(device)
+
+
+def _host() -> torch.device:
+    import torch
+
+    return torch.device("cpu")
 
 
 def _to_pandas(batch: Block) -> pd.DataFrame:

@@ -59,12 +59,11 @@ def test_cache_keeps_the_first_order_unless_asked_to_shuffle() -> None:
     assert sorted(local.tolist()) == list(range(10)) and local.tolist() != list(range(10))
 
 
-@pytest.mark.parametrize("on_device", [False, True])
-def test_cache_torch_batches_gather_rows_in_order_and_drop_the_short_one(on_device: bool) -> None:
+def test_cache_torch_batches_gather_rows_in_order_and_drop_the_short_one() -> None:
     shard = _kept(5, 5)
     assert shard is not None
     order = np.array([9, 0, 8, 1, 7, 2, 6, 3, 5, 4])
-    batches = list(shard.torch_batches(order, 4, True, torch.device("cpu"), on_device))
+    batches = list(shard.torch_batches(order, 4, True, torch.device("cpu")))
     assert [b["id"].tolist() for b in batches] == [[9, 0, 8, 1], [7, 2, 6, 3]]
     assert batches[0]["image"][:, 0].tolist() == [9, 0, 8, 1]
     numpy_batches = list(shard.numpy_batches(order, 4, False))
