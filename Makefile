@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-offline test check clean slurm
+.PHONY: run run-offline test check clean slurm gpu-benchmark
 
 run: $(STAMP)
 	$(VENV)/bin/train-cifar $(ARGS)
@@ -21,6 +21,13 @@ test: $(STAMP) slurm
 slurm:
 	@command -v slurmctld >/dev/null && command -v munged >/dev/null || \
 		(apt-get update -qq && apt-get install -y -qq slurm-wlm munge)
+
+# On a GPU machine: the pipeline's training against a plain script on one GPU (bf16,
+# channels_last), compile off and on, both models; figures go to docs/benchmarks.md.
+gpu-benchmark: $(STAMP)
+	for model in small_cnn resnet18; do for compile in "" --compile; do \
+		$(VENV)/bin/python benchmarks/epoch_throughput.py --gpu --model $$model $$compile \
+			--images 45000 --epochs 4 --rounds 3 || exit 1; done; done
 
 check: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -69,6 +69,7 @@ def _parser() -> argparse.ArgumentParser:
     add("--lr", type=float, help="peak learning rate (one-cycle)")
     add("--num-workers", type=int, help="DDP ranks")
     add("--use-gpu", action="store_true", help="one GPU per rank, NCCL, bf16 autocast")
+    add("--compile", action="store_true", help="torch.compile the model on every rank")
     add(
         "--dask-cluster-class",
         help="cluster class to start, e.g. dask_jobqueue.SLURMCluster",

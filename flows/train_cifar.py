@@ -32,6 +32,7 @@ def train_cifar(
     lr: float = 0.05,
     num_workers: int = 2,
     use_gpu: bool = False,
+    compile: bool = False,
     dask_address: str | None = None,
     dask_cluster_class: str | None = None,
     dask_cluster_kwargs: dict[str, Any] | None = None,
@@ -51,13 +52,16 @@ def train_cifar(
     ``./mlflow.db`` is used. Dask: ``dask_address`` (an existing scheduler), else
     ``dask_cluster_class`` started with ``dask_cluster_kwargs`` (e.g.
     ``"dask_jobqueue.SLURMCluster"``), else $DASK_SCHEDULER_ADDRESS, else a LocalCluster.
+    ``compile`` wraps the model in ``torch.compile`` on every rank.
     ``shard_size`` is the number of images per dataset file (a partition when training).
     ``run_name`` names the training run (checkpoints and the MLflow run); running the flow again
     with the same ``run_name`` and ``storage_path`` resumes it. Default: one per flow run.
     Returns the MLflow run id, model version, test accuracy and whether the version was
     promoted to ``@champion``.
     """
-    config = TrainConfig(model=model, epochs=epochs, batch_size=batch_size, lr=lr, use_gpu=use_gpu)
+    config = TrainConfig(
+        model=model, epochs=epochs, batch_size=batch_size, lr=lr, use_gpu=use_gpu, compile=compile
+    )
     layout = StorageLayout.at(storage_path)
     tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
     dask = DaskConfig(

@@ -43,6 +43,7 @@ class TrainConfig:
     weight_decay: float = 5e-4
     use_gpu: bool = False
     seed: int = 0
+    compile: bool = False  # torch.compile the model (see docs/benchmarks.md: when it pays)
 
     def __post_init__(self) -> None:
         check_model_name(self.model)
@@ -71,6 +72,8 @@ def cifar_train_func(loop: dict[str, Any]) -> None:
     if config.use_gpu:
         classifier = classifier.to(memory_format=torch.channels_last)
     model = prepare_model(classifier)
+    if config.compile:
+        model = torch.compile(model)  # type: ignore[assignment]  # checkpoints keep `classifier`
     optimizer = torch.optim.SGD(
         model.parameters(),
         lr=config.lr,

@@ -35,7 +35,7 @@ def test_train_loop_config_accepts_a_zero_learning_rate() -> None:
 
 
 def test_train_loop_config_is_plain_data_that_rebuilds_both_configs() -> None:
-    config = TrainConfig(model="resnet18", epochs=2, lr=0.1, seed=3)
+    config = TrainConfig(model="resnet18", epochs=2, lr=0.1, seed=3, compile=True)
     loop = pickle.loads(pickle.dumps(loop_config(config, SPEC, train_rows=500)))
     assert TrainConfig(**loop["hyperparameters"]) == config
     assert ModelSpec(**loop["model_spec"]) == SPEC
