@@ -12,6 +12,8 @@ import fsspec
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
+from trainlib._internal.retries import call_storage
+
 
 class Checkpoint:
     """A directory of files on a local or remote filesystem (a ``(path, filesystem)`` value).
@@ -45,7 +47,7 @@ class Checkpoint:
     def files(self) -> list[str]:
         """Paths of all files, relative to the checkpoint directory, sorted."""
         root = self.path.rstrip("/")
-        found = self.filesystem.find(root)
+        found = call_storage("list the checkpoint", self._url(), lambda: self.filesystem.find(root))
         return sorted(os.path.relpath(p, root) for p in found)
 
     def to_directory(self, path: str | os.PathLike[str] | None = None) -> str:
@@ -63,10 +65,17 @@ class Checkpoint:
         for rel in relpaths:
             os.makedirs(os.path.dirname(os.path.join(target, rel)), exist_ok=True)
         root = self.path.rstrip("/")
-        self.filesystem.get(
-            [f"{root}/{r}" for r in relpaths], [os.path.join(target, r) for r in relpaths]
+        call_storage(
+            "download the checkpoint",
+            self._url(),
+            lambda: self.filesystem.get(
+                [f"{root}/{r}" for r in relpaths], [os.path.join(target, r) for r in relpaths]
+            ),
         )
         return target
+
+    def _url(self) -> str:
+        return str(self.filesystem.unstrip_protocol(self.path))
 
     @contextmanager
     def as_directory(self) -> Iterator[str]:

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from trainlib import Checkpoint
-from trainlib._internal.storage import COMMIT_MARKER, RunStorage
+from trainlib import Checkpoint, CheckpointError
+from trainlib._internal.storage import COMMIT_MARKER, UPLOADING_MARKER, RunStorage
 
 
 @pytest.fixture
@@ -52,3 +52,31 @@ def test_storage_remove_uncommitted_keeps_committed(storage: RunStorage, tmp_pat
     removed = storage.remove_uncommitted()
     assert removed == [storage.checkpoint_dir(1)]
     assert sorted(p.name for p in Path(storage.run_dir).iterdir()) == ["checkpoint_000000"]
+
+
+def test_storage_named_checkpoint_is_listed_once_committed(
+    storage: RunStorage, tmp_path: Path
+) -> None:
+    files = storage.upload(_checkpoint(tmp_path, b"full"), 4, "full_model")
+    directory = Path(storage.run_dir, "full_model")
+    assert sorted(p.name for p in directory.iterdir()) == [UPLOADING_MARKER, "model.pt"]
+    assert storage.list_committed() == []
+    storage.commit(4, files, {"epoch": 3}, "full_model")
+    [listed] = storage.list_committed()
+    assert (listed.index, listed.checkpoint.path) == (4, str(directory))
+    assert listed.checkpoint.files() == [COMMIT_MARKER, "model.pt"]
+
+
+def test_storage_remove_uncommitted_spares_directories_not_its_own(
+    storage: RunStorage, tmp_path: Path
+) -> None:
+    storage.upload(_checkpoint(tmp_path, b"cut"), 2, "full_model")  # never committed
+    Path(storage.run_dir, "tensorboard").mkdir()  # the user's own folder in the run folder
+    assert storage.remove_uncommitted() == [f"{storage.run_dir}/full_model"]
+    assert sorted(p.name for p in Path(storage.run_dir).iterdir()) == ["tensorboard"]
+
+
+def test_storage_refused_write_fails_naming_the_path(storage: RunStorage, tmp_path: Path) -> None:
+    Path(storage.checkpoint_dir(1)).write_text("a file where the directory goes")
+    with pytest.raises(CheckpointError, match=r"Could not upload the checkpoint to .*000001"):
+        storage.upload(_checkpoint(tmp_path, b"w1"), 1)
