@@ -1,1 +1,1 @@
-"""Prefect flows of the train-cifar pipeline (see the pipeline issue); empty for now."""
+"""The Prefect flows train-cifar, tune-cifar and predict-cifar, and their command-line front end."""

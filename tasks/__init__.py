@@ -1,1 +1,2 @@
-"""Prefect tasks of the train-cifar pipeline (see the pipeline issue); empty for now."""
+"""The train-cifar pipeline's Prefect tasks, the request and result types they pass, and the
+CIFAR domain code its rank processes run (format, dataset, models, training loop)."""
