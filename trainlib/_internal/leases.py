@@ -46,11 +46,6 @@ class WorkerBook:
         """The view a run of ``owner`` selects its workers through."""
         return WorkerLease(self, owner, count)
 
-    def held_by(self, owner: str) -> set[str]:
-        """Addresses ``owner`` holds now."""
-        with self._lock:
-            return {a for a, o in self._holder.items() if o == owner}
-
     def release(self, owner: str) -> None:
         """Free every worker ``owner`` holds."""
         with self._lock:
