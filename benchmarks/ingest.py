@@ -11,7 +11,10 @@ the default LocalCluster:
   ``arrays``: the files as Dask arrays, no transform (``tasks.dataset.split_arrays``: what the
   pipeline trains on); ``dataloader``: a torch ``DataLoader(num_workers=2)`` whose workers read
   the same files; ``memory``: the limit, slicing a tensor already in the rank's memory.
-  The four alternate, pass by pass, in the same rank.
+  The four alternate, pass by pass, in the same rank. ``cached``: the ``arrays`` source with
+  ``DataConfig(cache_shards="host")`` in a run of its own (its warm-up pass streams and is
+  kept; the measured passes read the kept shard). Each pass also gives its start: the time to
+  its first batch.
 - ``training`` (2 ranks, gloo DDP): the pipeline's small CNN trained on the ``arrays`` source
   through ``datasets=``, and on the same rows sliced from a tensor in the rank's memory,
   alternating pass by pass (which goes first alternates too); the step time is the median
@@ -47,7 +50,7 @@ from tasks.dataset import DataFile, Dataset, Manifest
 
 ROWS_PER_FILE = 2500  # the pipeline's default shard size
 BATCH_SIZE = 256
-THROUGHPUT_SOURCES = ("transform", "arrays", "dataloader", "memory")
+THROUGHPUT_SOURCES = ("transform", "arrays", "dataloader", "memory", "cached")
 MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
 
 
@@ -129,12 +132,15 @@ def memory_status_mib() -> dict[str, float]:
     return found
 
 
-def timed_pass(batches: Iterable[dict[str, Any]]) -> tuple[int, float]:
-    """Rows and seconds of one pass, from asking for the first batch to receiving the last."""
-    started, rows = time.perf_counter(), 0
+def timed_pass(batches: Iterable[dict[str, Any]]) -> tuple[int, float, float]:
+    """Rows and seconds of one pass, from asking for the first batch to receiving the last,
+    and the seconds to the first batch."""
+    started, rows, first = time.perf_counter(), 0, 0.0
     for batch in batches:
+        if not rows:
+            first = time.perf_counter() - started
         rows += len(batch["label"])
-    return rows, time.perf_counter() - started
+    return rows, time.perf_counter() - started, first
 
 
 def memory_batches(images: Any, labels: Any, batch_size: int) -> Iterator[dict[str, Any]]:
@@ -181,21 +187,22 @@ def throughput_loop(config: dict[str, Any]) -> None:
     loader = torch.utils.data.DataLoader(
         ParquetBatches(dataset, BATCH_SIZE), batch_size=None, num_workers=2
     )
-    sources = {
-        "transform": trainlib.get_dataset_shard("transform").iter_torch_batches(
-            batch_size=BATCH_SIZE
-        ),
-        "arrays": trainlib.get_dataset_shard("arrays").iter_torch_batches(batch_size=BATCH_SIZE),
+    sources: dict[str, Iterable[dict[str, Any]]] = {
         "dataloader": loader,
         "memory": _Restartable(lambda: memory_batches(images, labels, BATCH_SIZE)),
     }
+    for name in ("transform", "arrays", "cached"):
+        if name in config["sources"]:
+            shard = trainlib.get_dataset_shard(name)
+            sources[name] = shard.iter_torch_batches(batch_size=BATCH_SIZE)
     for round_index in range(config["warmup_rounds"] + config["rounds"]):
         metrics: dict[str, Any] = {"round": round_index - config["warmup_rounds"]}
         for name in config["sources"]:
             batches = sources[name]
             cpu_started = time.process_time()
-            rows, seconds = timed_pass(batches)
+            rows, seconds, first = timed_pass(batches)
             metrics[f"{name}_images_per_s"] = rows / seconds
+            metrics[f"{name}_start_ms"] = first * 1e3
             metrics[f"{name}_rank_cpu_s"] = time.process_time() - cpu_started
             metrics[f"{name}_rows"] = rows
         trainlib.report(metrics)
@@ -303,15 +310,17 @@ def fit(
     datasets: dict[str, Any],
     num_workers: int,
     storage: str,
+    cache: bool = False,
 ) -> list[dict[str, Any]]:
     """Run ``train_func`` on ``num_workers`` ranks; rank 0's reports."""
-    from trainlib import RunConfig, ScalingConfig
+    from trainlib import DataConfig, RunConfig, ScalingConfig
     from trainlib.torch import TorchTrainer
 
     result = TorchTrainer(
         train_func,
         train_loop_config=config,
         datasets=datasets,
+        dataset_config=DataConfig(cache_shards="host" if cache else "off"),
         scaling_config=ScalingConfig(num_workers=num_workers),
         run_config=RunConfig(storage_path=storage),
     ).fit()
@@ -323,23 +332,32 @@ def measure_throughput(
 ) -> None:
     from tasks.dataset import split_arrays
 
-    history = fit(
-        throughput_loop,
-        {"dataset": dataset, "rounds": rounds, "warmup_rounds": 1, "sources": sources},
-        {"transform": transformed_frame(dataset), "arrays": split_arrays(dataset, "train")},
-        1,
-        storage,
-    )
+    streamed = tuple(s for s in sources if s != "cached")
+    config = {"dataset": dataset, "rounds": rounds, "warmup_rounds": 1, "sources": streamed}
+    datasets = {"transform": transformed_frame(dataset), "arrays": split_arrays(dataset, "train")}
+    history = fit(throughput_loop, config, datasets, 1, storage) if streamed else []
+    if "cached" in sources:  # a run of its own: DataConfig applies to every dataset
+        config = {**config, "sources": ("cached",)}
+        datasets = {"cached": split_arrays(dataset, "train")}
+        kept = fit(throughput_loop, config, datasets, 1, storage, cache=True)
+        history = [{**a, **b} for a, b in zip(history, kept, strict=True)] if history else kept
     measured = [m for m in history if m["round"] >= 0]
     medians = {s: statistics.median(m[f"{s}_images_per_s"] for m in measured) for s in sources}
     base = medians.get("arrays", 0.0)
     print(f"\nImages/s into one rank, iter_torch_batches(batch_size={BATCH_SIZE}), {rounds} rounds")
-    print(f"{'source':10s} {'median':>12s} {'vs arrays':>10s} {'rank CPU/pass':>14s}  per round")
+    print(
+        f"{'source':10s} {'median':>12s} {'vs arrays':>10s} {'rank CPU/pass':>14s} "
+        f"{'pass start':>11s}  per round"
+    )
     for source in sources:
         per_round = " / ".join(f"{m[f'{source}_images_per_s']:,.0f}" for m in measured)
         cpu = statistics.median(m[f"{source}_rank_cpu_s"] for m in measured)
+        start = statistics.median(m[f"{source}_start_ms"] for m in measured)
         ratio = medians[source] / (base or medians[source])
-        print(f"{source:10s} {medians[source]:12,.0f} {ratio:9.3f}x {cpu:12.2f} s  {per_round}")
+        print(
+            f"{source:10s} {medians[source]:12,.0f} {ratio:9.3f}x {cpu:12.2f} s "
+            f"{start:8.1f} ms  {per_round}"
+        )
     rows = measured[0][f"{sources[0]}_rows"]
     print(
         f"(each pass: {rows:,} rows; rank CPU: process time of the rank during the pass, "
