@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import fsspec
 from fsspec import AbstractFileSystem
 
 from trainlib.checkpoint import Checkpoint
-from trainlib.errors import RankFailure
+from trainlib.errors import CheckpointError, RankFailure
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,3 +54,71 @@ class Result:
         import pandas as pd  # imported on use: rank processes never need pandas
 
         return pd.DataFrame(self.metrics_history)
+
+    @classmethod
+    def from_path(
+        cls, path: str | os.PathLike[str], storage_filesystem: AbstractFileSystem | None = None
+    ) -> Result:
+        """The Result of a finished run, read back from its run directory (as Ray's).
+
+        What storage keeps is what it has: ``metrics`` are the latest checkpoint's,
+        ``best_checkpoints`` every committed checkpoint (newest first: the run's
+        ``CheckpointConfig`` is not stored), ``metrics_history`` the checkpoints' metrics,
+        oldest first. ``error`` is None.
+
+        Args:
+            path: The run directory, ``{storage_path}/{name}`` (a path or fsspec URL).
+            storage_filesystem: The fsspec filesystem of ``path``; inferred if omitted.
+
+        Raises:
+            CheckpointError: ``path`` is not a directory.
+        """
+        from trainlib._internal.storage import RunStorage
+
+        if storage_filesystem is None:
+            storage_filesystem, root = fsspec.core.url_to_fs(os.path.expanduser(os.fspath(path)))
+        else:
+            root = storage_filesystem._strip_protocol(os.fspath(path))
+        storage = RunStorage(storage_filesystem, str(root))
+        if not storage_filesystem.isdir(storage.run_dir):
+            raise CheckpointError(
+                f"Result.from_path({os.fspath(path)!r}): no run directory there; pass the "
+                "folder of one run, {storage_path}/{name}."
+            )
+        committed = storage.list_committed()
+        latest = committed[-1] if committed else None
+        return cls(
+            metrics=dict(latest.metrics) if latest else {},
+            checkpoint=latest.checkpoint if latest else None,
+            best_checkpoints=[(c.checkpoint, c.metrics) for c in reversed(committed)],
+            path=storage.run_dir,
+            filesystem=storage_filesystem,
+            metrics_history=[c.metrics for c in committed],
+        )
+
+    def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
+        """The kept checkpoint with the best ``metric`` (as Ray's ``Result.get_best_checkpoint``).
+
+        Checkpoints whose metrics lack ``metric`` are left out.
+
+        Args:
+            metric: The metric to order by.
+            mode: ``"max"`` or ``"min"``.
+
+        Raises:
+            RuntimeError: The run has no checkpoint, or none has ``metric``.
+            ValueError: ``mode`` is neither ``"max"`` nor ``"min"``.
+        """
+        if not self.best_checkpoints:
+            raise RuntimeError(f"Run {self.path} has no checkpoint.")
+        if mode not in ("max", "min"):
+            raise ValueError(f"get_best_checkpoint(mode={mode!r}) must be 'max' or 'min'.")
+        scored = [(c, m) for c, m in self.best_checkpoints if metric in m]
+        if not scored:
+            names = sorted({name for _, m in self.best_checkpoints for name in m})
+            raise RuntimeError(
+                f"No checkpoint of run {self.path} has metric {metric!r}; its checkpoints have "
+                f"{names}."
+            )
+        choose = max if mode == "max" else min
+        return choose(scored, key=lambda entry: entry[1][metric])[0]
