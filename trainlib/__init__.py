@@ -4,6 +4,7 @@ Port a Ray Train loop by changing imports: ``ray.train`` -> ``trainlib``,
 ``ray.train.torch`` -> ``trainlib.torch``.
 """
 
+from trainlib import collective  # noqa: F401  (trainlib.collective, as ray.train.collective)
 from trainlib.callbacks import Callback, Report, RunInfo
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import (
@@ -27,7 +28,13 @@ from trainlib.errors import (
     TrainlibError,
     WorkerGroupError,
 )
-from trainlib.reporting import get_checkpoint, report
+from trainlib.reporting import (
+    CheckpointUploadMode,
+    ReportedCheckpoint,
+    get_all_reported_checkpoints,
+    get_checkpoint,
+    report,
+)
 from trainlib.result import Result
 
 __all__ = [
@@ -35,6 +42,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointConfig",
     "CheckpointError",
+    "CheckpointUploadMode",
     "ClusterError",
     "ConfigError",
     "DaskConfig",
@@ -44,6 +52,7 @@ __all__ = [
     "NotEnoughWorkersError",
     "RankFailure",
     "Report",
+    "ReportedCheckpoint",
     "Result",
     "RunConfig",
     "RunInfo",
@@ -53,6 +62,7 @@ __all__ = [
     "TrainingFailedError",
     "TrainlibError",
     "WorkerGroupError",
+    "get_all_reported_checkpoints",
     "get_checkpoint",
     "get_context",
     "get_dataset_shard",

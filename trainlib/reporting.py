@@ -1,38 +1,119 @@
-"""report() and get_checkpoint(): what a training function tells the driver and resumes from."""
+"""report(), get_checkpoint() and get_all_reported_checkpoints(): what a training function
+tells the driver and resumes from."""
 
 from __future__ import annotations
 
+import enum
+import os
+import queue
+import re
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
-from trainlib._internal.messages import ReportMessage
-from trainlib._internal.session import current_session
+from trainlib._internal import uploads
+from trainlib._internal.messages import REPORTED_CHECKPOINTS, CheckpointsQuery, ReportMessage
+from trainlib._internal.session import Session, current_session
 from trainlib.checkpoint import Checkpoint
+from trainlib.errors import CheckpointError
+
+_DEFAULT_DIR_NAME = re.compile(r"checkpoint_\d{6,}$")
 
 
-def report(metrics: Mapping[str, Any], checkpoint: Checkpoint | None = None) -> None:
+class CheckpointUploadMode(str, enum.Enum):
+    """How ``report()`` uploads a checkpoint (Ray's ``ray.train.CheckpointUploadMode``).
+
+    Members:
+        SYNC: Upload before ``report()`` returns.
+        ASYNC: Hand the files over and return; a background thread uploads them.
+    """
+
+    SYNC = "sync"
+    ASYNC = "async"
+
+
+@dataclass(frozen=True)
+class ReportedCheckpoint:
+    """A committed checkpoint of this run and the metrics reported with it.
+
+    Attributes:
+        checkpoint: The committed checkpoint.
+        metrics: Rank 0's metrics of the report that saved it.
+    """
+
+    checkpoint: Checkpoint
+    metrics: dict[str, Any]
+
+
+def report(
+    metrics: Mapping[str, Any],
+    checkpoint: Checkpoint | None = None,
+    *,
+    checkpoint_dir_name: str | None = None,
+    checkpoint_upload_mode: CheckpointUploadMode | Literal["sync", "async"] = "sync",
+    delete_local_checkpoint_after_upload: bool | None = None,
+) -> None:
     """Report metrics, and optionally a checkpoint, from every rank.
 
     Every rank must call ``report`` the same number of times. Rank 0's metrics are kept. The
-    files of ``checkpoint`` (from any rank) are uploaded before this returns, so the directory
-    may be deleted afterwards; the driver commits the checkpoint once every rank has reported.
+    files every rank reports with the same call are merged into one checkpoint directory,
+    committed by the driver once every rank's files are uploaded.
 
     Args:
         metrics: Picklable values keyed by name, e.g. ``{"loss": 0.3, "epoch": 2}``.
         checkpoint: A checkpoint to save with this report, usually ``Checkpoint.from_directory``.
+        checkpoint_dir_name: The checkpoint's directory name in the run folder (default
+            ``checkpoint_{index:06d}``); unique within the run, the same on every rank.
+        checkpoint_upload_mode: ``"sync"`` uploads before returning. ``"async"`` copies the
+            files into a staging directory (moves them, when they are deleted afterwards) and
+            returns; a background thread uploads them. At most one upload runs at a time: the
+            next report with a checkpoint waits for it.
+        delete_local_checkpoint_after_upload: Delete the local checkpoint directory once its
+            files are handed over. ``None``: True with ``"async"``, False with ``"sync"``.
 
     Raises:
         RuntimeError: Called outside a training function.
         TypeError: ``metrics`` is not a mapping with string keys.
+        ValueError: An unknown upload mode, or a directory name that is not one plain name.
+        CheckpointError: The storage refused the upload, or an earlier async upload failed.
     """
     session = current_session("report()")
     if not isinstance(metrics, Mapping) or not all(isinstance(k, str) for k in metrics):
         raise TypeError(f"report() needs a dict of metrics keyed by str, got {metrics!r}.")
+    mode = _mode(checkpoint_upload_mode)
+    name = _dir_name(checkpoint_dir_name)
+    delete = mode is CheckpointUploadMode.ASYNC
+    if delete_local_checkpoint_after_upload is not None:
+        delete = delete_local_checkpoint_after_upload
     index = session.next_index
     session.next_index += 1
-    files = session.spec.storage.upload(checkpoint, index) if checkpoint is not None else None
-    own_metrics = dict(metrics) if session.spec.world_rank == 0 else None
-    session.send("report", ReportMessage(session.spec.world_rank, index, own_metrics, files))
+    rank = session.spec.world_rank
+    own_metrics = dict(metrics) if rank == 0 else None
+    if checkpoint is None:
+        session.uploads.send(ReportMessage(rank, index, own_metrics, None))
+        return
+    session.uploads.wait()  # one upload at a time; raises if the last one failed
+    storage = session.spec.storage
+    if name is not None and storage.is_committed(storage.checkpoint_dir(index, name)):
+        raise CheckpointError(
+            f"report(checkpoint_dir_name={name!r}): this run already has a committed checkpoint "
+            f"{storage.url(storage.checkpoint_dir(index, name))}; give each checkpoint a "
+            "unique name, e.g. with the epoch in it."
+        )
+    if mode is CheckpointUploadMode.SYNC:
+        files = storage.upload(checkpoint, index, name)
+        if delete:
+            uploads.delete_local(checkpoint)
+        session.uploads.send(ReportMessage(rank, index, own_metrics, files, name))
+        return
+    staged = uploads.stage(checkpoint, move=delete)
+    session.uploads.start(
+        index,
+        staged,
+        lambda local: ReportMessage(
+            rank, index, own_metrics, storage.upload_directory(local, index, name), name
+        ),
+    )
 
 
 def get_checkpoint() -> Checkpoint | None:
@@ -41,3 +122,57 @@ def get_checkpoint() -> Checkpoint | None:
     After a restart (``FailureConfig``) or when a run name is re-used, resume from it.
     """
     return current_session("get_checkpoint()").spec.latest_checkpoint
+
+
+def get_all_reported_checkpoints(*, timeout_s: float | None = None) -> list[ReportedCheckpoint]:
+    """The run's committed checkpoints with their metrics, oldest first, on any rank.
+
+    Waits until this rank's own uploads have finished and the driver has processed every
+    report made so far (so a checkpoint reported by another rank at the same call is in).
+    Checkpoints deleted by ``CheckpointConfig(num_to_keep=...)`` are not.
+
+    Args:
+        timeout_s: Give up after this many seconds (``None``: wait as long as it takes).
+
+    Raises:
+        RuntimeError: Called outside a training function.
+        TimeoutError: No answer within ``timeout_s``.
+        CheckpointError: An async upload of this rank failed.
+    """
+    session = current_session("get_all_reported_checkpoints()")
+    session.uploads.send(CheckpointsQuery(session.spec.world_rank, session.next_index))
+    session.uploads.wait()
+    try:
+        answer: list[tuple[Checkpoint, dict[str, Any]]] = _answers(session).get(timeout=timeout_s)
+    except queue.Empty:
+        raise TimeoutError(
+            f"get_all_reported_checkpoints(timeout_s={timeout_s}) had no answer in time: the "
+            "driver processes a report once every rank has made it."
+        ) from None
+    return [ReportedCheckpoint(checkpoint, metrics) for checkpoint, metrics in answer]
+
+
+def _answers(session: Session) -> queue.Queue[Any]:
+    return session.inbox(REPORTED_CHECKPOINTS)
+
+
+def _mode(value: CheckpointUploadMode | str) -> CheckpointUploadMode:
+    try:
+        return CheckpointUploadMode(value.lower() if isinstance(value, str) else value)
+    except ValueError:
+        raise ValueError(
+            f"report(checkpoint_upload_mode={value!r}) must be 'sync' or 'async' "
+            "(or trainlib.CheckpointUploadMode.SYNC / ASYNC)."
+        ) from None
+
+
+def _dir_name(name: str | None) -> str | None:
+    if name is None:
+        return None
+    plain = isinstance(name, str) and name not in ("", ".", "..") and os.sep not in name
+    if not plain or name.startswith(".") or "/" in name or _DEFAULT_DIR_NAME.match(name):
+        raise ValueError(
+            f"report(checkpoint_dir_name={name!r}) must be one plain directory name, not "
+            "starting with '.' nor of the form checkpoint_NNNNNN (trainlib's own names)."
+        )
+    return name

@@ -3,6 +3,7 @@ from __future__ import annotations
 import trainlib
 import trainlib.air
 import trainlib.air.session
+import trainlib.collective
 import trainlib.data
 import trainlib.sgd
 import trainlib.torch
@@ -13,6 +14,7 @@ DOCUMENTED_TRAINLIB = {
     "Checkpoint",
     "CheckpointConfig",
     "CheckpointError",
+    "CheckpointUploadMode",
     "ClusterError",
     "ConfigError",
     "DaskConfig",
@@ -22,6 +24,7 @@ DOCUMENTED_TRAINLIB = {
     "NotEnoughWorkersError",
     "RankFailure",
     "Report",
+    "ReportedCheckpoint",
     "Result",
     "RunConfig",
     "RunInfo",
@@ -31,11 +34,13 @@ DOCUMENTED_TRAINLIB = {
     "TrainingFailedError",
     "TrainlibError",
     "WorkerGroupError",
+    "get_all_reported_checkpoints",
     "get_checkpoint",
     "get_context",
     "get_dataset_shard",
     "report",
 }
+DOCUMENTED_COLLECTIVE = {"barrier", "broadcast_from_rank_zero"}
 DOCUMENTED_DATA = {"DataConfig", "DataIterator", "get_dataset_shard"}
 DOCUMENTED_AIR = {
     "Checkpoint",
@@ -69,6 +74,7 @@ DOCUMENTED_TORCH = {
     "TorchConfig",
     "TorchTrainer",
     "get_device",
+    "get_devices",
     "prepare_data_loader",
     "prepare_model",
 }
@@ -101,6 +107,7 @@ DOCUMENTED_TUNE = {
 def test_public_api_matches_documented_names() -> None:
     for package, documented in (
         (trainlib, DOCUMENTED_TRAINLIB),
+        (trainlib.collective, DOCUMENTED_COLLECTIVE),
         (trainlib.data, DOCUMENTED_DATA),
         (trainlib.torch, DOCUMENTED_TORCH),
         (trainlib.air, DOCUMENTED_AIR),
@@ -120,7 +127,7 @@ def test_public_api_import_does_not_load_dask() -> None:
 
     code = (
         "import sys, trainlib, trainlib.torch, trainlib.data, trainlib.air, trainlib.sgd, "
-        "trainlib.tune; "
+        "trainlib.tune, trainlib.collective; "
         "print('distributed' in sys.modules or 'dask' in sys.modules or 'optuna' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

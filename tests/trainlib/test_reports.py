@@ -9,7 +9,13 @@ import pytest
 
 from trainlib import Callback, Checkpoint, CheckpointConfig, TrainingFailedError
 from trainlib._internal.checkpoint_manager import CheckpointManager
-from trainlib._internal.messages import RankStarted, ReportMessage
+from trainlib._internal.messages import (
+    REPORTED_CHECKPOINTS,
+    CheckpointsQuery,
+    Command,
+    RankStarted,
+    ReportMessage,
+)
 from trainlib._internal.ranks import assign_ranks
 from trainlib._internal.reports import ReportCollector
 from trainlib._internal.storage import FileEntry, RunStorage
@@ -186,3 +192,33 @@ def test_reports_rank_0_log_records_go_to_driver_handlers(
     with caplog.at_level(logging.INFO):
         collector.handle("log", record)
     assert [(r.name, r.getMessage()) for r in caplog.records] == [("tasks.train_loop", "epoch 1/5")]
+
+
+def test_reports_refuse_a_checkpoint_named_differently_on_two_ranks(tmp_path: Path) -> None:
+    collector, storage, _, _, _ = _collector(tmp_path)
+    for rank, name in ((0, "full_model"), (1, "final")):
+        source = tmp_path / f"named-{rank}"
+        source.mkdir()
+        (source / f"rank{rank}.pt").write_bytes(b"w")
+        files = storage.upload(Checkpoint.from_directory(source), 0, name)
+        message = ReportMessage(rank, 0, {"loss": 1.0} if rank == 0 else None, files, name)
+        if rank == 0:
+            collector.handle("report", message)
+    with pytest.raises(TrainingFailedError, match="final, full_model"):
+        collector.handle("report", message)
+
+
+def test_reports_answer_a_checkpoints_query_once_its_reports_are_processed(
+    tmp_path: Path,
+) -> None:
+    collector, storage, _, _, _ = _collector(tmp_path)
+    answers: list[tuple[int, Command]] = []
+    collector.reply_with(lambda rank, command: answers.append((rank, command)))
+    _report(collector, 0, 0, {"loss": 1.0}, _upload(storage, tmp_path, 0, "a"))
+    collector.handle("report", CheckpointsQuery(world_rank=0, index=1))
+    assert answers == []  # rank 1 has not made report 0 yet
+    _report(collector, 1, 0, None, _upload(storage, tmp_path, 0, "b"))
+    [(rank, command)] = answers
+    assert rank == 0 and command.kind == REPORTED_CHECKPOINTS
+    [(checkpoint, metrics)] = command.payload
+    assert checkpoint.path == storage.checkpoint_dir(0) and metrics == {"loss": 1.0}

@@ -113,14 +113,20 @@ def test_prepare_model_wraps_in_ddp_with_its_kwargs(start_rank: StartRank) -> No
 def test_prepare_model_twice_names_the_mistake(start_rank: StartRank) -> None:
     start_rank(world_size=2)
     wrapped = prepare_model(nn.Linear(2, 1))
-    with pytest.raises(TypeError, match="already wrapped in DistributedDataParallel; pass the"):
+    with pytest.raises(TypeError, match=r"already prepared \(DistributedDataParallel\); pass the"):
         prepare_model(wrapped)
 
 
 def test_prepare_model_unknown_strategy_names_the_choices(start_rank: StartRank) -> None:
     start_rank()
-    with pytest.raises(ValueError, match=r"parallel_strategy='fsdp'\) must be 'ddp' or None"):
-        prepare_model(nn.Linear(2, 1), parallel_strategy="fsdp")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"='deepspeed'\) must be 'ddp', 'fsdp' or None"):
+        prepare_model(nn.Linear(2, 1), parallel_strategy="deepspeed")  # type: ignore[arg-type]
+
+
+def test_prepare_model_fsdp_with_one_rank_returns_the_model(start_rank: StartRank) -> None:
+    start_rank(world_size=1)
+    model = nn.Linear(2, 1)
+    assert prepare_model(model, parallel_strategy="fsdp") is model
 
 
 def test_prepare_data_loader_with_one_rank_returns_the_loader(start_rank: StartRank) -> None:

@@ -35,6 +35,11 @@ class CheckpointManager:
         return max(self._kept, key=lambda c: c.index, default=None)
 
     @property
+    def committed(self) -> list[CommittedCheckpoint]:
+        """Kept checkpoints in the order they were reported."""
+        return sorted(self._kept, key=lambda c: c.index)
+
+    @property
     def kept(self) -> list[tuple[Checkpoint, dict[str, Any]]]:
         """Kept checkpoints with their metrics, best first."""
         return [(c.checkpoint, c.metrics) for c in sorted(self._kept, key=self._rank)]

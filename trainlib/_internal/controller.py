@@ -167,6 +167,7 @@ class Run:
         group: WorkerGroup | None = None
         try:
             with WorkerGroup.start(client, slots, build, resources) as group:
+                self.collector.reply_with(group.send_to)
                 yield group, watchdog
         finally:  # also when the run stops by raising (a pruned trial, Ctrl-C)
             if group is not None:  # known once the group was stopped

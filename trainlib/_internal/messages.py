@@ -60,12 +60,27 @@ class RankLaunch:
 
 @dataclass(frozen=True)
 class ReportMessage:
-    """One rank's ``report()`` call: rank 0 sends its metrics, every rank its uploaded files."""
+    """One rank's ``report()`` call: rank 0 sends its metrics, every rank its uploaded files
+    (and the ``checkpoint_dir_name`` they went under, if one was given)."""
 
     world_rank: int
     index: int
     metrics: dict[str, Any] | None
     files: dict[str, FileEntry] | None
+    dir_name: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointsQuery:
+    """A rank asks for the run's committed checkpoints once the driver has processed every
+    report before ``index`` (``get_all_reported_checkpoints``). It travels as a ``report``
+    message: supervisors relay those (and only those, logs and ``started``) to the driver."""
+
+    world_rank: int
+    index: int
+
+
+REPORTED_CHECKPOINTS = "reported_checkpoints"  # the driver's answer: a Command of this kind
 
 
 # Variables a batch system sets in a job's processes (a Dask worker started by dask-jobqueue,

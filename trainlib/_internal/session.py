@@ -8,7 +8,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from trainlib._internal.messages import Command, RankSpec
+from trainlib._internal.messages import REPORTED_CHECKPOINTS, Command, RankSpec
+from trainlib._internal.uploads import Uploads
 
 _current: Session | None = None
 
@@ -23,6 +24,7 @@ class Session:
         self._inboxes: defaultdict[str, queue.Queue[Any]] = defaultdict(queue.Queue)
         self.commands: queue.Queue[Command] = queue.Queue()  # a live group's, in order
         self.next_index = spec.start_index
+        self.uploads = Uploads(lambda message: self.send("report", message))
 
     def send(self, kind: str, payload: Any) -> None:
         """Send one message to the supervisor (thread-safe)."""
@@ -39,11 +41,13 @@ class Session:
         if kind == "data":
             name, *rest = payload
             self._inboxes[name].put(tuple(rest))
+        elif kind == "command" and payload.kind == REPORTED_CHECKPOINTS:
+            self._inboxes[REPORTED_CHECKPOINTS].put(payload.payload)
         elif kind == "command":
             self.commands.put(payload)
 
     def inbox(self, name: str) -> queue.Queue[Any]:
-        """The messages filed for dataset ``name``."""
+        """The messages filed for dataset ``name`` (or the driver's ``REPORTED_CHECKPOINTS``)."""
         return self._inboxes[name]
 
 

