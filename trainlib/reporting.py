@@ -111,7 +111,7 @@ def report(
         index,
         staged,
         lambda local: ReportMessage(
-            rank, index, own_metrics, storage.upload_directory(local, index, name), name
+            rank, index, own_metrics, uploads.upload_in_helper(storage, local, index, name), name
         ),
     )
 

@@ -28,8 +28,12 @@ BUCKET = "ckpt"
 
 
 @contextmanager
-def seaweed_s3(root: Path) -> Iterator[str]:
-    """Run ``weed mini`` with one identity and bucket ``BUCKET``; yield its S3 endpoint."""
+def seaweed_s3(root: Path, remote_like: bool = False) -> Iterator[str]:
+    """Run ``weed mini`` with one identity and bucket ``BUCKET``; yield its S3 endpoint.
+
+    ``remote_like`` gives the server the lowest CPU share of the machine (Linux: its session's
+    autogroup at nice 19), as if it ran on another machine: for benchmarks on few cores.
+    """
     identity = {
         "name": "admin",
         "credentials": [{"accessKey": KEY, "secretKey": SECRET}],
@@ -61,6 +65,8 @@ def seaweed_s3(root: Path) -> Iterator[str]:
             start_new_session=True,
         )
     endpoint = f"http://127.0.0.1:{base}"
+    if remote_like:
+        Path(f"/proc/{process.pid}/autogroup").write_text("19")
     try:
         deadline = time.monotonic() + WAIT_S
         while not _bucket_ready(filesystem(endpoint)):  # S3 answers before -bucket= made it

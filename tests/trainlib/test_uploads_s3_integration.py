@@ -46,7 +46,8 @@ def _work(seconds: float) -> None:
 
 def timed_steps(config: dict[str, Any]) -> None:
     """Sync steps, then async ones; a checkpoint every ``every`` steps; rank 0 reports each
-    step's time (work + report)."""
+    step's time (work + report). One thread: the other core serves the uploads."""
+    torch.set_num_threads(1)
     for mode in ("sync", "async"):
         for step in range(config["steps"]):
             started = time.perf_counter()
@@ -70,7 +71,7 @@ def test_uploads_async_keeps_the_step_time_a_slow_storage_adds_to_sync_steps(
 ) -> None:
     endpoint, script = proxy
     script.put_delay_s = 1.0  # every upload takes at least a second
-    config = {"steps": 6, "every": 3, "work_s": 0.5}
+    config = {"steps": 4, "every": 4, "work_s": 0.5}
     result = TorchTrainer(
         timed_steps,
         train_loop_config=config,
@@ -91,7 +92,7 @@ def test_uploads_async_keeps_the_step_time_a_slow_storage_adds_to_sync_steps(
     plain = statistics.median(by_kind[("sync", False)] + by_kind[("async", False)])
     assert min(by_kind[("sync", True)]) > plain + 0.8  # the upload is in the step
     assert max(by_kind[("async", True)]) < plain + 0.4  # the upload is not
-    assert len(result.best_checkpoints) == 4  # every upload finished and was committed
+    assert len(result.best_checkpoints) == 2  # every upload finished and was committed
     storage = RunStorage(result.filesystem, result.path)
     assert all(storage.verify(committed) is None for committed in storage.list_committed())
 
