@@ -162,10 +162,10 @@ def upload_in_helper(
 ) -> dict[str, FileEntry]:
     """``storage.upload_directory`` in a helper process of this rank, started on first use.
 
-    Run in a thread of the rank instead, the upload's Python work (hashing, HTTP, request
-    signing) held the GIL so often that the training step after an async 256 MB checkpoint took
-    5.1 s instead of 0.5 s (benchmarks/checkpoint_upload.py). The helper's log records (each
-    retry) are handled by this process's loggers, so rank 0's reach the driver.
+    Run in a thread of the rank instead, the training step after an async 256 MB checkpoint
+    took 5.1 s instead of 0.5 s (the upload's hashing, HTTP and signing share the GIL and the
+    CPU; benchmarks/checkpoint_upload.py); in this process at the lowest priority, 0.5 s. The
+    helper's log records (each retry) go to this process's loggers: rank 0's reach the driver.
     """
     global _helper
     with _helper_lock:
