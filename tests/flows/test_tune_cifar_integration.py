@@ -7,12 +7,17 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterKey,
+)
 
 from flows.tune_cifar import tune_cifar
 from tasks.cifar import write_synthetic_archive
@@ -26,36 +31,41 @@ MODEL = "tune-e2e-classifier"
 @pytest.fixture(scope="module")
 def searched(
     prefect_server: None, http_dir: HttpDir, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[dict[str, Any], str]:
+) -> tuple[dict[str, Any], str, UUID]:
+    """The summary, MLflow tracking URI and flow run of a search of 2 trials, one at a time:
+    lr=0.05 first, which completes both epochs; then lr=0.0, which never learns and so is
+    below it at epoch 1, where ASHA stops it. (Run at once, either could reach epoch 1
+    first: the first trial at a rung always goes on, so lr=0.0 would complete.)"""
     root = tmp_path_factory.mktemp("tune-flow")
     md5 = write_synthetic_archive(str(http_dir.path / "tune-cifar.tar.gz"), images_per_batch=100)
     tracking_uri = f"sqlite:///{root}/mlflow.db"
     old_cwd = os.getcwd()
     os.chdir(root)  # MLflow's sqlite store keeps artifacts in ./mlruns
     try:
-        summary = tune_cifar(
+        state = tune_cifar(
             data_url=f"{http_dir.url}/tune-cifar.tar.gz",
             data_md5=md5,
             storage_path=str(root / "store"),
             search_space={"lr": ["grid_search", [0.05, 0.0]], "batch_size": ["choice", [64]]},
             num_samples=1,
-            max_concurrent_trials=2,
+            max_concurrent_trials=1,
             epochs=2,
             num_workers=1,
             shard_size=250,
             mlflow_tracking_uri=tracking_uri,
             registered_model_name=MODEL,
             study_storage=f"sqlite:///{root}/optuna.db",  # as a postgresql:// URL would be
+            return_state=True,
         )
     finally:
         os.chdir(old_cwd)
-    return summary, tracking_uri
+    return state.result(), tracking_uri, state.state_details.flow_run_id
 
 
 def test_tune_flow_registers_and_promotes_the_best_trial(
-    searched: tuple[dict[str, Any], str],
+    searched: tuple[dict[str, Any], str, UUID],
 ) -> None:
-    summary, tracking_uri = searched
+    summary, tracking_uri, _ = searched
     assert summary["best_config"]["lr"] == 0.05  # lr=0 never learns
     assert (summary["model_version"], summary["promoted"]) == ("1", True)
     client = MlflowClient(tracking_uri)
@@ -65,17 +75,19 @@ def test_tune_flow_registers_and_promotes_the_best_trial(
 
 
 def test_tune_flow_keeps_its_study_in_the_storage_given(
-    searched: tuple[dict[str, Any], str],
+    searched: tuple[dict[str, Any], str, UUID],
 ) -> None:
-    _, tracking_uri = searched
+    _, tracking_uri, _ = searched
     root = tracking_uri.removeprefix("sqlite:///").rsplit("/", 1)[0]
     (study,) = optuna.get_all_study_summaries(f"sqlite:///{root}/optuna.db")
     assert study.n_trials == 2
     assert not list(Path(root, "store").rglob("*.db"))  # no sqlite study beside the runs
 
 
-def test_tune_flow_tracks_one_nested_run_per_trial(searched: tuple[dict[str, Any], str]) -> None:
-    summary, tracking_uri = searched
+def test_tune_flow_tracks_one_nested_run_per_trial(
+    searched: tuple[dict[str, Any], str, UUID],
+) -> None:
+    summary, tracking_uri, _ = searched
     client = MlflowClient(tracking_uri)
     experiment = client.get_experiment_by_name("tune-cifar")
     assert experiment is not None
@@ -83,23 +95,27 @@ def test_tune_flow_tracks_one_nested_run_per_trial(searched: tuple[dict[str, Any
         [experiment.experiment_id],
         filter_string=f"tags.mlflow.parentRunId = '{summary['search_run_id']}'",
     )
-    assert sorted(float(r.data.params["lr"]) for r in children) == [0.0, 0.05]
+    states = {float(r.data.params["lr"]): r.data.tags["trial_state"] for r in children}
+    assert states == {0.05: "complete", 0.0: "pruned"}
     assert summary["mlflow_run_id"] in {r.info.run_id for r in children}
-    assert {r.data.tags["trial_state"] for r in children} <= {"complete", "pruned"}
 
 
 def test_tune_flow_shows_a_table_of_trials(
-    searched: tuple[dict[str, Any], str], prefect_server: None
+    searched: tuple[dict[str, Any], str, UUID], prefect_server: None
 ) -> None:
+    _, _, flow_run_id = searched
+
     async def tables() -> Any:
         async with get_client() as client:
             return await client.read_artifacts(
-                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[TRIALS_KEY]))
+                artifact_filter=ArtifactFilter(
+                    key=ArtifactFilterKey(any_=[TRIALS_KEY]),
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]),
+                )
             )
 
     versions = asyncio.run(tables())
     final = max(versions, key=lambda a: a.created)
     rows = json.loads(final.data) if isinstance(final.data, str) else final.data
-    assert sorted(row["lr"] for row in rows) == [0.0, 0.05]
-    assert {row["state"] for row in rows} <= {"complete", "pruned"}
-    assert len(versions) >= 4  # updated as each of the 2 trials started and ended
+    assert {row["lr"]: row["state"] for row in rows} == {0.05: "complete", 0.0: "pruned"}
+    assert len(versions) == 4  # updated as each of the 2 trials started and ended

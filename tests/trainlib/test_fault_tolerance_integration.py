@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,30 +29,59 @@ from trainlib._internal.storage import COMMIT_MARKER
 from trainlib.torch import TorchTrainer
 
 HANG_TIMEOUT_S = 3.0
+# Measured here: the hang was named 3.007 s after the driver saw the last report complete
+# (its loop polls every 0.5 s), and fit() raised 0.16-0.18 s later (5 runs).
+HANG_DETECTED_WITHIN_S = 1.5  # beyond HANG_TIMEOUT_S
+HANG_STOPPED_WITHIN_S = 5.0  # a rank ignoring SIGTERM is killed after 3 s
 
 
 def block_after_first_report(config: dict[str, Any]) -> None:
-    """Both ranks report once; then rank 1 blocks forever and rank 0 waits for it."""
+    """Both ranks report once; then rank 1 blocks forever and rank 0 waits for it. Rank 1
+    writes the time of its last report."""
+    rank = trainlib.get_context().get_world_rank()
+    reported = time.time()
     trainlib.report({"step": 0})
-    if trainlib.get_context().get_world_rank() == 1:
+    if rank == 1:
+        Path(config["out_dir"], "rank-1-reported").write_text(repr(reported))
         threading.Event().wait()
     trainlib.report({"step": 1})
     dist.barrier()
 
 
+class _ReportTimes(trainlib.Callback):
+    """When the driver saw each report complete (the watchdog's clock restarts then)."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def on_report(self, report: trainlib.Report) -> None:
+        self.times.append(time.time())
+
+
 def test_hung_rank_is_detected_and_named(dask_client: Client, tmp_path: Path) -> None:
+    report_times = _ReportTimes()
     trainer = TorchTrainer(
         block_after_first_report,
+        train_loop_config={"out_dir": str(tmp_path)},
         scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(
-            storage_path=str(tmp_path), failure_config=FailureConfig(hang_timeout_s=HANG_TIMEOUT_S)
+            storage_path=str(tmp_path),
+            failure_config=FailureConfig(hang_timeout_s=HANG_TIMEOUT_S),
+            callbacks=[report_times],
         ),
         client=dask_client,
     )
-    started = time.monotonic()
     with pytest.raises(WorkerGroupError) as caught:
         trainer.fit()
-    assert time.monotonic() - started < HANG_TIMEOUT_S + 20
+    ended = time.time()
+    hang = caught.value.failures[1]
+    assert hang.kind == "hang"
+    # Fired no earlier than HANG_TIMEOUT_S after rank 1's last report, and within the driver's
+    # poll (0.5 s) and some slack of HANG_TIMEOUT_S after that report reached the driver.
+    assert hang.time - float((tmp_path / "rank-1-reported").read_text()) > HANG_TIMEOUT_S
+    assert len(report_times.times) == 1
+    assert hang.time - report_times.times[0] < HANG_TIMEOUT_S + HANG_DETECTED_WITHIN_S
+    assert ended - hang.time < HANG_STOPPED_WITHIN_S  # the ranks stopped, fit() raised
     text = str(caught.value)
     assert text.startswith("Training failed: rank 1 on host 127.0.0.1: made no progress for")
     assert "its last report was #0" in text
@@ -107,7 +137,8 @@ def test_lost_dask_worker_restarts_from_checkpoint(
     assert list(result.metrics_dataframe["epoch"]) == [0, 1, 2]
     assert result.num_restarts == 1
     assert result.failures[0].world_rank == 1
-    assert result.failures[0].kind in ("worker_lost", "exit")
+    assert result.failures[0].kind == "worker_lost", result.failures
+    assert re.fullmatch(r"Dask worker tcp://\S+ left the cluster", result.failures[0].summary)
     assert rank_processes() == []
 
 

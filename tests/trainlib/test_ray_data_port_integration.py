@@ -10,6 +10,7 @@ each row, as docs/porting-from-ray.md shows.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -177,16 +178,23 @@ def swap_imports(source: str) -> str:
     return source.replace("ray.train", "trainlib")
 
 
+CLASS_PATTERNS = np.random.default_rng(1234).integers(0, 256, size=(10, 32, 32, 3))
+NOISE = 32  # per pixel, at most: each class's images are its pattern, a little disturbed
+
+
 def _write_cifar_parquet(directory: Path, rows: int, seed: int) -> None:
-    """The schema of Ray's cifar10-parquet example data: HWC uint8 images and int labels."""
+    """The schema of Ray's cifar10-parquet example data: HWC uint8 images and int labels.
+    Learnable: an image is its label's fixed random pattern (``CLASS_PATTERNS``) plus noise."""
     directory.mkdir(parents=True)
     rng = np.random.default_rng(seed)
-    images = rng.integers(0, 256, size=(rows, 32, 32, 3), dtype=np.uint8)
+    labels = rng.integers(0, 10, size=rows)
+    noise = rng.integers(-NOISE, NOISE + 1, size=(rows, 32, 32, 3))
+    images = np.clip(CLASS_PATTERNS[labels] + noise, 0, 255).astype(np.uint8)
     image_type = pa.list_(pa.list_(pa.list_(pa.uint8(), 3), 32), 32)
     table = pa.table(
         {
             "image": pa.array(images.tolist(), type=image_type),
-            "label": pa.array(rng.integers(0, 10, size=rows)),
+            "label": pa.array(labels),
         }
     )
     pq.write_table(table, directory / "part-0.parquet", row_group_size=rows // 2)
@@ -200,5 +208,10 @@ def test_ray_data_cifar_example_runs_with_imports_swapped(tmp_path: Path) -> Non
     metrics = run_script_for_result(
         script, str(tmp_path / "data"), str(tmp_path / "results"), cwd=tmp_path
     )
-    assert metrics["loss"] > 0 and 0 <= metrics["accuracy"] <= 1
+    # One epoch is one optimizer step per rank (48 rows each, batches of 256). Untrained, the
+    # loss is ln 10 (torchvision's ViT starts with a zero head) and the accuracy that of one
+    # class (at most 6/32 here); one step on the patterns already does better. Measured in 13
+    # runs: loss 2.16-2.19, accuracy 0.44-0.75.
+    assert metrics["loss"] < math.log(10) - 0.05
+    assert metrics["accuracy"] > 0.3
     assert rank_processes() == []

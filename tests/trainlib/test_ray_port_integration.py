@@ -100,7 +100,11 @@ with result.checkpoint.as_directory() as checkpoint_dir:
     model.load_state_dict(model_state_dict)
 """
 
-PRINT_RESULT = '\nimport json\nprint("RESULT", json.dumps(result.metrics))\n'
+PRINT_RESULT = """
+import json
+losses = result.metrics_dataframe["loss"].tolist()  # every epoch's, oldest first
+print("RESULT", json.dumps({"metrics": result.metrics, "losses": losses}))
+"""
 
 
 def swap_imports(source: str) -> str:
@@ -111,7 +115,11 @@ def swap_imports(source: str) -> str:
 def test_ray_get_started_loop_runs_with_imports_swapped(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(swap_imports(RAY_EXAMPLE) + PRINT_RESULT)
-    metrics = run_script_for_result(script, cwd=tmp_path)
-    assert metrics["epoch"] == 1
-    assert metrics["loss"] > 0
+    result = run_script_for_result(script, cwd=tmp_path)
+    assert result["metrics"]["epoch"] == 1
+    # Each epoch is one optimizer step per rank (128 images each). Epoch 0's loss is the
+    # untrained model's, epoch 1's that after one step on the same 256 images (their random
+    # labels are memorised fast). Measured in 6 runs: 2.53-2.66, then 0.58-0.74.
+    first, last = result["losses"]
+    assert last < first - 1.0
     assert rank_processes() == []

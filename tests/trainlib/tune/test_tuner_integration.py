@@ -15,7 +15,7 @@ from tests.helpers import rank_processes
 from tests.trainlib.tune.trainables import (
     fail_when_told,
     interrupted_once,
-    record_and_sleep,
+    record_and_meet_a_partner,
     report_until_pruned,
 )
 from trainlib import FailureConfig, RunConfig, ScalingConfig, tune
@@ -30,7 +30,7 @@ def test_tuner_runs_as_many_trials_at_once_as_free_workers(
     dask_client: Client, tmp_path: Path
 ) -> None:
     grid = tune.Tuner(
-        record_and_sleep,
+        record_and_meet_a_partner,
         param_space={"x": tune.grid_search([1, 2, 3, 4]), "out": str(tmp_path)},
         tune_config=tune.TuneConfig(
             metric="score", mode="max", max_concurrent_trials=4, scheduler=tune.FIFOScheduler()
@@ -38,13 +38,18 @@ def test_tuner_runs_as_many_trials_at_once_as_free_workers(
         run_config=RunConfig(storage_path=str(tmp_path / "runs")),
         client=dask_client,
     ).fit()
-    assert grid.trial_states == ["complete"] * 4
+    # A trial fails if the trial it pairs with (by start order) does not start while it runs.
+    assert grid.trial_states == ["complete"] * 4, grid.errors
     assert grid.get_best_result().config["x"] == 4
     events = _events(tmp_path)
     start = {e["x"]: e["time"] for e in events if e["event"] == "start"}
     end = {e["x"]: e["time"] for e in events if e["event"] == "end"}
-    running_at_each_start = [sum(start[x] <= t < end[x] for x in start) for t in start.values()]
-    assert max(running_at_each_start) <= 2  # 1-rank trials on 2 workers
+    by_number = {e["number"]: e["x"] for e in events if e["event"] == "start"}
+    assert sorted(by_number) == [0, 1, 2, 3]
+    for first, second in [(by_number[0], by_number[1]), (by_number[2], by_number[3])]:
+        assert max(start[first], start[second]) < min(end[first], end[second])  # they overlapped
+    running_at_each_start = [sum(start[y] <= start[x] < end[y] for y in start) for x in start]
+    assert max(running_at_each_start) == 2  # 1-rank trials on 2 workers: 2 at once, never 3
     assert len({e["pid"] for e in events}) == 4  # every trial's rank is a fresh process
     assert [e["left"] for e in events if e["event"] == "start"] == [None] * 4
     assert rank_processes() == []

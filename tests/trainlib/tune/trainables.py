@@ -30,12 +30,41 @@ def _log(config: dict[str, Any], event: str, **fields: Any) -> None:
         f.write(json.dumps(line) + "\n")
 
 
-def record_and_sleep(config: dict[str, Any]) -> None:
-    """Records its interval, its pid and what an earlier trial left in this process."""
+PARTNER_WAIT_S = 60.0
+
+
+def _take_start_number(out: Path) -> int:
+    """This trial's place in the order trials started: the first free ``started-N`` marker,
+    claimed atomically (``open(..., "x")``), so concurrent trials never share a number."""
+    number = 0
+    while True:
+        try:
+            open(out / f"started-{number}", "x").close()
+            return number
+        except FileExistsError:
+            number += 1
+
+
+def record_and_meet_a_partner(config: dict[str, Any]) -> None:
+    """Records its interval, its pid and what an earlier trial left in this process.
+
+    Trials pair up in the order they start (0 with 1, 2 with 3, ...): each waits until its
+    partner has started, so a pair's intervals overlap by construction. Trials run one at a
+    time never meet: the first of a pair then fails after ``PARTNER_WAIT_S``.
+    """
     left_over = getattr(builtins, "_trainlib_tune_marker", None)
     builtins._trainlib_tune_marker = config["x"]  # type: ignore[attr-defined]
-    _log(config, "start", left=left_over)
-    time.sleep(0.5)  # the work: long enough for concurrent trials to overlap
+    out = Path(config["out"])
+    started = time.time()  # before the marker: a partner that sees it has seen this start
+    number = _take_start_number(out)
+    _log(config, "start", left=left_over, number=number, time=started)
+    try:
+        wait_for_path(out / f"started-{number ^ 1}", PARTNER_WAIT_S)
+    except TimeoutError as exc:
+        raise TimeoutError(
+            f"trial x={config['x']} (started #{number}) ran alone: trial #{number ^ 1} did not "
+            f"start within {PARTNER_WAIT_S:g} s"
+        ) from exc
     trainlib.report({"score": config["x"]})
     _log(config, "end")
 
