@@ -75,7 +75,6 @@ def test_train_cifar_cli_runs_every_step_in_slurm_jobs(
     assert status == 0, err
     summary = json.loads(out[out.index("{") :])
     assert (summary["model_version"], summary["promoted"]) == ("1", True)
-    print("MEASURE", summary)
     assert 0.0 <= summary["test_accuracy"] <= 1.0
 
     # Preprocessing: each Parquet file was written by a task that ran in a SLURM job.

@@ -102,7 +102,7 @@ def _configuration(environment: dict[str, str]) -> dict[str, str]:
 def keeps(worker: str) -> int:
     """How many idle processes the worker keeps now (1 unless a search asked for more)."""
     with _lock:
-        return _wanted.get(worker, 2)  # BREAK ON PURPOSE
+        return _wanted.get(worker, 1)
 
 
 def refill(worker: str, environment: dict[str, str]) -> None:
