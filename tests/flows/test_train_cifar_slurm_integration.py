@@ -75,7 +75,9 @@ def test_train_cifar_cli_runs_every_step_in_slurm_jobs(
     assert status == 0, err
     summary = json.loads(out[out.index("{") :])
     assert (summary["model_version"], summary["promoted"]) == ("1", True)
-    assert 0.0 <= summary["test_accuracy"] <= 1.0
+    # One epoch learns the synthetic classes' patterns: 0.71 on the test split here (2 runs;
+    # seeded, so every run alike). Chance is 0.1.
+    assert summary["test_accuracy"] > 0.4
 
     # Preprocessing: each Parquet file was written by a task that ran in a SLURM job.
     ran = tasks_by_job(probe)
