@@ -40,8 +40,8 @@ $(STAMP): pyproject.toml
 	# torch first, pinned: the preinstalled 2.13.0+cpu wheel cannot load torchvision
 	$(VENV)/bin/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
 	$(VENV)/bin/python -m pip install --quiet -e ".[dev]"
-	# Prefect's database template (flows/database_template.py): a new PREFECT_HOME starts fast
-	$(VENV)/bin/python -m flows.local_server
+	# Prefect's database template (cli/database_template.py): a new PREFECT_HOME starts fast
+	$(VENV)/bin/python -m cli.local_server
 	touch $(STAMP)
 
 clean:

@@ -17,7 +17,7 @@ and end, measured here:
     exit               -> the command has exited (Prefect server stop)
 
 A new PREFECT_HOME's database is copied from the template the install made in the user's cache
-(flows/database_template.py). With --no-template each run has an empty cache of its own: an
+(cli/database_template.py). With --no-template each run has an empty cache of its own: an
 installation without `make`, whose first run has Prefect create and migrate the database.
 With --returning, the runs share one PREFECT_HOME, made by an untimed run first: a returning
 user's run, whose Prefect database exists.
@@ -98,7 +98,7 @@ def cold_run(
         env["PREFECT_HOME"] = prefect_home or os.path.join(folder, "prefect-home")
         if not template:
             env["XDG_CACHE_HOME"] = os.path.join(folder, "empty-cache")
-        command = [sys.executable, "-m", "flows.cli", "--synthetic", "--epochs", str(epochs)]
+        command = [sys.executable, "-m", "cli.commands", "--synthetic", "--epochs", str(epochs)]
         started = time.time()
         done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
         ended = time.time()

@@ -28,8 +28,8 @@ def measure(
     import torch
     from torch import nn
 
-    from tasks.augment import augment
-    from tasks.model_checkpoint import ModelSpec
+    from cifar.augment import augment
+    from cifar.checkpoint import ModelSpec
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

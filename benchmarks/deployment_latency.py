@@ -45,7 +45,7 @@ def main() -> None:
     from prefect.deployments import run_deployment
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    from tasks.cifar import write_synthetic_archive
+    from cifar.format import write_synthetic_archive
     from tests.prefect_stack import deploy_all, prefect_stack
 
     with tempfile.TemporaryDirectory() as tmp, prefect_stack(Path(tmp)) as env:

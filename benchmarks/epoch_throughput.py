@@ -4,7 +4,7 @@ Both train the same model with the same augmentation, optimizer (SGD, Nesterov m
 one-cycle schedule), global batch (256: 128 a rank), per-epoch validation over every rank and
 a per-epoch checkpoint written by rank 0, on the same Parquet files (the pipeline's format):
 
-- ``trainlib``: ``TorchTrainer(tasks.train_loop.cifar_train_func, datasets=...)`` with the
+- ``trainlib``: ``TorchTrainer(cifar.train_loop.cifar_train_func, datasets=...)`` with the
   pipeline's ``ingest_config`` (each rank keeps its share after the first epoch) on the default
   LocalCluster of 2 workers; an epoch is the interval between two reports reaching the driver
   (the checkpoint committed).
@@ -42,7 +42,7 @@ MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
 
 def write_dataset(root: str, train_rows: int, val_rows: int) -> Any:
     """Random CIFAR-shaped images in the pipeline's Parquet format (train and val)."""
-    from tasks.dataset import Dataset, Manifest, write_file, write_manifest
+    from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 
     os.makedirs(root)
     rng = np.random.default_rng(0)
@@ -63,9 +63,9 @@ def write_dataset(root: str, train_rows: int, val_rows: int) -> Any:
 def run_trainlib(dataset: Any, options: argparse.Namespace, storage: str) -> list[float]:
     """Epoch durations of the pipeline's training function under TorchTrainer."""
     import trainlib
-    from tasks.dataset import ingest_config, split_arrays
-    from tasks.model_checkpoint import ModelSpec
-    from tasks.train_loop import TrainConfig, cifar_train_func, loop_config
+    from cifar.checkpoint import ModelSpec
+    from cifar.dataset import ingest_config, split_arrays
+    from cifar.train_loop import TrainConfig, cifar_train_func, loop_config
     from trainlib.torch import TorchTrainer
 
     class EpochClock(trainlib.Callback):
@@ -110,9 +110,9 @@ def plain_main(dataset_uri: str, options: argparse.Namespace, out: str) -> None:
     import torch.distributed as dist
     from torch import nn
 
-    from tasks.augment import augment
-    from tasks.dataset import Dataset, read_manifest, read_split
-    from tasks.model_checkpoint import ModelSpec
+    from cifar.augment import augment
+    from cifar.checkpoint import ModelSpec
+    from cifar.dataset import Dataset, read_manifest, read_split
 
     gpu = options.gpu
     device = torch.device("cuda", 0) if gpu else torch.device("cpu")

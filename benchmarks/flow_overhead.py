@@ -32,8 +32,8 @@ def main() -> None:
 
     from mlflow.tracking import MlflowClient
 
+    from cifar.format import write_synthetic_archive
     from flows.train_cifar import train_cifar
-    from tasks.cifar import write_synthetic_archive
 
     with tempfile.TemporaryDirectory() as tmp:
         os.chdir(tmp)

@@ -1,6 +1,6 @@
 """Data ingest into the ranks: images/s, CNN step time and rank memory, measured inside ranks.
 
-A Parquet dataset in the pipeline's format (``tasks/dataset.py``: an image column of 3,072
+A Parquet dataset in the pipeline's format (``cifar/dataset.py``: an image column of 3,072
 fixed-size bytes, a 3x32x32 uint8 image, plus an int64 label; 2,500 rows a file) is written to a
 temporary folder, then three measurements run, each inside ``TorchTrainer`` rank processes on
 the default LocalCluster:
@@ -8,7 +8,7 @@ the default LocalCluster:
 - ``throughput`` (1 rank): images/s delivered by one pass of
   ``get_dataset_shard(...).iter_torch_batches(batch_size=256)`` over all rows, for
   ``transform``: ``dd.read_parquet(...).map_partitions(decode_images)`` (bytes to arrays);
-  ``arrays``: the files as Dask arrays, no transform (``tasks.dataset.split_arrays``: what the
+  ``arrays``: the files as Dask arrays, no transform (``cifar.dataset.split_arrays``: what the
   pipeline trains on); ``dataloader``: a torch ``DataLoader(num_workers=2)`` whose workers read
   the same files; ``memory``: the limit, slicing a tensor already in the rank's memory.
   The four alternate, pass by pass, in the same rank. ``cached``: the ``arrays`` source with
@@ -46,7 +46,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from tasks.dataset import DataFile, Dataset, Manifest
+from cifar.dataset import DataFile, Dataset, Manifest
 
 ROWS_PER_FILE = 2500  # the pipeline's default shard size
 BATCH_SIZE = 256
@@ -59,7 +59,7 @@ MEAN, STD = (0.49, 0.48, 0.45), (0.25, 0.24, 0.26)
 
 def write_dataset(root: str, rows: int) -> Dataset:
     """``rows`` random CIFAR-shaped images in the pipeline's Parquet format, with a manifest."""
-    from tasks.dataset import write_file, write_manifest
+    from cifar.dataset import write_file, write_manifest
 
     os.makedirs(root)
     rng = np.random.default_rng(0)
@@ -154,13 +154,13 @@ def memory_batches(images: Any, labels: Any, batch_size: int) -> Iterator[dict[s
 
 class ParquetBatches(torch.utils.data.IterableDataset[dict[str, Any]]):
     """A torch IterableDataset: each DataLoader worker reads its share of the Parquet files
-    (``tasks.dataset.read_file``, as the Dask tasks do) and yields batches of ``batch_size``."""
+    (``cifar.dataset.read_file``, as the Dask tasks do) and yields batches of ``batch_size``."""
 
     def __init__(self, dataset: Dataset, batch_size: int) -> None:
         self.dataset, self.batch_size = dataset, batch_size
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        from tasks.dataset import read_file
+        from cifar.dataset import read_file
 
         info = torch.utils.data.get_worker_info()
         worker, workers = (info.id, info.num_workers) if info is not None else (0, 1)
@@ -179,7 +179,7 @@ class ParquetBatches(torch.utils.data.IterableDataset[dict[str, Any]]):
 def throughput_loop(config: dict[str, Any]) -> None:
     """Alternates one pass of each source per round; reports images/s of each."""
     import trainlib
-    from tasks.dataset import read_split
+    from cifar.dataset import read_split
 
     dataset: Dataset = config["dataset"]
     whole = read_split(dataset, "train")
@@ -223,8 +223,8 @@ def training_loop(config: dict[str, Any]) -> None:
     from torch import nn
 
     import trainlib
-    from tasks.dataset import read_split
-    from tasks.models import build_model
+    from cifar.dataset import read_split
+    from cifar.models import build_model
     from trainlib.torch import prepare_model
 
     context = trainlib.get_context()
@@ -330,7 +330,7 @@ def fit(
 def measure_throughput(
     dataset: Dataset, rounds: int, sources: tuple[str, ...], storage: str
 ) -> None:
-    from tasks.dataset import split_arrays
+    from cifar.dataset import split_arrays
 
     streamed = tuple(s for s in sources if s != "cached")
     config = {"dataset": dataset, "rounds": rounds, "warmup_rounds": 1, "sources": streamed}
@@ -369,7 +369,7 @@ def measure_throughput(
 
 
 def measure_training(dataset: Dataset, rounds: int, batch_size: int, storage: str) -> None:
-    from tasks.dataset import split_arrays
+    from cifar.dataset import split_arrays
 
     history = fit(
         training_loop,
@@ -402,7 +402,7 @@ def measure_training(dataset: Dataset, rounds: int, batch_size: int, storage: st
 
 
 def measure_memory(small: Dataset, large: Dataset, scale: int, storage: str) -> None:
-    from tasks.dataset import split_arrays
+    from cifar.dataset import split_arrays
 
     print("\nRank peak RSS after one pass (1 rank, a fresh rank process each)")
     peaks = []

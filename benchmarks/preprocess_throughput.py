@@ -24,9 +24,9 @@ def main() -> None:
     parser.add_argument("--dask-address", default=None, help="existing cluster (else local)")
     args = parser.parse_args()
 
-    from tasks.cifar import write_synthetic_archive
+    from cifar.format import write_synthetic_archive
+    from cifar.layout import StorageLayout
     from tasks.download import Archive
-    from tasks.layout import StorageLayout
     from tasks.preprocess import preprocess_archive
     from trainlib import DaskConfig
 

@@ -22,7 +22,8 @@ REPO = Path(__file__).resolve().parents[1]
 _RUN = """
 import sys, time
 started = time.perf_counter()
-from flows import cli, local_server
+from cli import commands as cli
+from cli import local_server
 
 server_class = local_server.LocalPrefectServer
 start, use = server_class.start.__func__, server_class.use

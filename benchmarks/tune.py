@@ -49,7 +49,7 @@ def train_cnn(config: dict[str, Any]) -> None:
     from torch import nn
 
     import trainlib
-    from tasks.models import build_model
+    from cifar.models import build_model
 
     generator = torch.Generator().manual_seed(0)
     # Each class a blocky colour pattern (4x4 cells) under noise: learnable in a few epochs.

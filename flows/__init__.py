@@ -1,1 +1,1 @@
-"""The Prefect flows train-cifar, tune-cifar and predict-cifar, and their command-line front end."""
+"""The Prefect flows: train-cifar, tune-cifar, predict-cifar and the publish subflow they share."""

@@ -7,17 +7,17 @@ from typing import Any
 from prefect import flow
 from prefect.runtime import flow_run
 
-from tasks.cifar import OFFICIAL_URL
+from cifar.format import OFFICIAL_URL
+from cifar.layout import StorageLayout
+from cifar.train_loop import TrainConfig
+from flows.publish import publish
 from tasks.download import download_task, expected_md5
-from tasks.evaluate import evaluate_task
-from tasks.layout import StorageLayout
-from tasks.monitoring import run_summary, summarize_task, tag_flow_run
+from tasks.monitoring import tag_flow_run
 from tasks.predict import predict_task
 from tasks.preprocess import preprocess_task
-from tasks.registry import CHAMPION, promote_task, register_task
+from tasks.registry import CHAMPION
 from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
 from tasks.train import EXPERIMENT, TrainRequest, run_tags, train_task, training_run_name
-from tasks.train_loop import TrainConfig
 from trainlib import DaskConfig
 
 
@@ -97,11 +97,7 @@ def train_cifar(
         tracking.result()
         trained = train_task(request)
     name = registered_model_name
-    version = register_task(trained.best_checkpoint_uri, trained.run_id, name, tracking_uri)
-    evaluation = evaluate_task(name, version, dataset, trained.run_id, tracking_uri)
-    promotion = promote_task(name, version, evaluation.accuracy, promote_margin, tracking_uri)
-    summary = run_summary(trained, name, version, evaluation, promotion, archive)
-    summarize_task(summary, tracking_uri, promotion.reason)
+    summary = publish(trained, archive, dataset, name, promote_margin, tracking_uri)
     if predict_input:
         output = layout.predictions(trained.run_id)
         predictions = predict_task(name, CHAMPION, predict_input, output, tracking_uri)

@@ -8,20 +8,20 @@ from typing import Any
 from prefect import flow
 from prefect.runtime import flow_run
 
-from tasks.cifar import OFFICIAL_URL
+from cifar.format import OFFICIAL_URL
+from cifar.layout import StorageLayout
+from cifar.train_loop import TrainConfig
+from flows.publish import publish
 from tasks.download import download_task, expected_md5
-from tasks.evaluate import evaluate_task
-from tasks.layout import StorageLayout
-from tasks.monitoring import run_summary, summarize_task, tag_flow_run
+from tasks.monitoring import tag_flow_run
 from tasks.preprocess import preprocess_task
-from tasks.registry import promote_task, register_task
 from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
-from tasks.train_loop import TrainConfig
 from tasks.tune import (
     DEFAULT_SEARCH_SPACE,
     EXPERIMENT,
     TuneRequest,
     check_search_space,
+    largest_batch_size,
     search_name,
     tune_task,
 )
@@ -39,6 +39,8 @@ def tune_cifar(
     epochs: int = 5,
     num_workers: int = 1,
     dask_address: str | None = None,
+    dask_cluster_class: str | None = None,
+    dask_cluster_kwargs: dict[str, Any] | None = None,
     dask_worker_timeout_s: float = 60.0,
     mlflow_tracking_uri: str | None = None,
     registered_model_name: str = "cifar10-classifier",
@@ -60,9 +62,15 @@ def tune_cifar(
     """
     space = search_space or DEFAULT_SEARCH_SPACE
     check_search_space(space)  # a mistake fails before anything is downloaded
+    base = TrainConfig(epochs=epochs)
     layout = StorageLayout.at(storage_path)
     tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
-    dask = DaskConfig(address=dask_address, worker_timeout_s=dask_worker_timeout_s)
+    dask = DaskConfig(
+        address=dask_address,
+        cluster_class=dask_cluster_class,
+        cluster_kwargs=dask_cluster_kwargs or {},
+        worker_timeout_s=dask_worker_timeout_s,
+    )
     tag_flow_run({"search": "tune-cifar", "trials": str(num_samples)})
     tracking = prepare_experiment_task.submit(tracking_uri, EXPERIMENT)
     archive = download_task(data_url, layout, expected_md5(data_url, data_md5))
@@ -74,11 +82,11 @@ def tune_cifar(
             layout,
             dask=cluster,
             num_workers=num_workers,
-            batch_size=256,
+            batch_size=largest_batch_size(space, base),
             rows_per_file=shard_size,
         )
         request = TuneRequest(
-            base=TrainConfig(epochs=epochs),
+            base=base,
             search_space=space,
             num_samples=num_samples,
             max_concurrent_trials=max_concurrent_trials,
@@ -92,12 +100,7 @@ def tune_cifar(
         )
         tracking.result()
         searched = tune_task(request)
-    model_name = registered_model_name
-    best = searched.best
-    version = register_task(best.best_checkpoint_uri, best.run_id, model_name, tracking_uri)
-    evaluation = evaluate_task(model_name, version, dataset, best.run_id, tracking_uri)
-    promotion = promote_task(model_name, version, evaluation.accuracy, promote_margin, tracking_uri)
-    summary = run_summary(best, model_name, version, evaluation, promotion, archive)
-    summary.update(search_run_id=searched.parent_run_id, best_config=searched.best_config)
-    summarize_task(summary, tracking_uri, promotion.reason)
-    return summary
+    extra = {"search_run_id": searched.parent_run_id, "best_config": searched.best_config}
+    return publish(
+        searched.best, archive, dataset, registered_model_name, promote_margin, tracking_uri, extra
+    )

@@ -1,2 +1,1 @@
-"""The train-cifar pipeline's Prefect tasks, the request and result types they pass, and the
-CIFAR domain code its rank processes run (format, dataset, models, training loop)."""
+"""The pipeline's Prefect tasks and the request and result types they pass between them."""

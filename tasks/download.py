@@ -21,9 +21,9 @@ from urllib.parse import urlparse
 import fsspec
 from prefect import task
 
-from tasks.cifar import OFFICIAL_MD5, OFFICIAL_URL
-from tasks.errors import ChecksumError, DownloadError
-from tasks.layout import StorageLayout
+from cifar.errors import ChecksumError, DownloadError
+from cifar.format import OFFICIAL_MD5, OFFICIAL_URL
+from cifar.layout import StorageLayout
 
 logger = logging.getLogger(__name__)
 

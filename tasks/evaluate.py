@@ -13,7 +13,7 @@ from prefect import task
 from prefect.artifacts import create_table_artifact
 from torch import nn
 
-from tasks.dataset import Dataset, read_split
+from cifar.dataset import Dataset, read_split
 from tasks.predict import score
 from tasks.registry import load_version
 

@@ -13,7 +13,7 @@ from PIL import Image
 from prefect import task
 from torch import nn
 
-from tasks.cifar import CLASS_NAMES, DataFormatError, parse_batch
+from cifar.format import CLASS_NAMES, DataFormatError, parse_batch
 from tasks.registry import load_model
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")

@@ -14,8 +14,18 @@ import tempfile
 import numpy as np
 from prefect import task
 
-from tasks.archive import extract_archive
-from tasks.cifar import (
+from cifar.archive import extract_archive
+from cifar.dataset import (
+    DataFile,
+    Dataset,
+    Manifest,
+    per_rank_batch_size,
+    read_manifest,
+    write_file,
+    write_manifest,
+)
+from cifar.errors import DatasetTooSmallError, NotCifarArchiveError
+from cifar.format import (
     META,
     TEST_BATCH,
     TRAIN_BATCHES,
@@ -24,10 +34,8 @@ from tasks.cifar import (
     parse_batch,
     parse_meta,
 )
-from tasks.dataset import DataFile, Dataset, Manifest, read_manifest, write_file, write_manifest
+from cifar.layout import StorageLayout
 from tasks.download import Archive
-from tasks.errors import DatasetTooSmallError, NotCifarArchiveError
-from tasks.layout import StorageLayout
 from trainlib import DaskConfig
 
 logger = logging.getLogger(__name__)
@@ -78,7 +86,7 @@ def check_trainable(train_rows: int, val_rows: int, num_workers: int, batch_size
     Raises:
         DatasetTooSmallError: Naming the counts and what to change.
     """
-    per_rank_batch = max(1, batch_size // num_workers)
+    per_rank_batch = per_rank_batch_size(batch_size, num_workers)
     if train_rows // num_workers < per_rank_batch or val_rows < num_workers:
         raise DatasetTooSmallError(
             f"The dataset has {train_rows} training and {val_rows} validation images: too few "

@@ -23,8 +23,8 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from torch import nn
 
-from tasks.errors import ModelNotFoundError
-from tasks.model_checkpoint import load_classifier
+from cifar.checkpoint import load_classifier
+from cifar.errors import ModelNotFoundError
 
 logger = logging.getLogger(__name__)
 

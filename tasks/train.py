@@ -5,18 +5,19 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State
 
 import trainlib
-from tasks.dataset import Dataset, ingest_config, split_arrays
-from tasks.layout import StorageLayout
-from tasks.model_checkpoint import ModelSpec
+from cifar.checkpoint import ModelSpec
+from cifar.dataset import Dataset, ingest_config, split_arrays
+from cifar.layout import StorageLayout
+from cifar.train_loop import TrainConfig, cifar_train_func, loop_config
+from tasks.monitoring import PrefectProgressCallback, pipeline_info_logs
+from tasks.results import TrainedRun
 from tasks.tracking import MLflowCallback, start_run
-from tasks.train_loop import TrainConfig, cifar_train_func, loop_config
 from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, WorkerGroupError
 from trainlib.torch import TorchTrainer
 
@@ -34,17 +35,6 @@ class TrainRequest:
     num_workers: int
     tracking_uri: str
     dask: DaskConfig
-
-
-@dataclass(frozen=True)
-class TrainedRun:
-    """A finished training run: its MLflow run, its best checkpoint (by val_accuracy)."""
-
-    run_id: str
-    best_checkpoint_uri: str
-    best_metrics: dict[str, Any]
-    final_metrics: dict[str, Any]
-    run_path: str
 
 
 def training_run_name(run_name: str | None, flow_run_id: str | None) -> str:
@@ -126,7 +116,5 @@ def is_infrastructure_failure(task: object, task_run: object, state: State) -> b
 )
 def train_task(request: TrainRequest) -> TrainedRun:
     """Train, with progress and per-epoch metrics shown as Prefect artifacts and logs."""
-    from tasks.monitoring import PrefectProgressCallback, pipeline_info_logs
-
     with pipeline_info_logs():
         return train(request, callbacks=[PrefectProgressCallback(request.config.epochs)])

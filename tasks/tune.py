@@ -16,13 +16,14 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 import trainlib
-from tasks.dataset import Dataset, ingest_config, split_arrays
-from tasks.errors import InvalidParameterError
-from tasks.layout import StorageLayout
-from tasks.model_checkpoint import ModelSpec
+from cifar.checkpoint import ModelSpec
+from cifar.dataset import Dataset, ingest_config, split_arrays
+from cifar.errors import InvalidParameterError
+from cifar.layout import StorageLayout
+from cifar.train_loop import TrainConfig, cifar_train_func, loop_config
+from tasks.monitoring import pipeline_info_logs
+from tasks.results import TrainedRun
 from tasks.tracking import MLflowCallback, start_run, terminated_run
-from tasks.train import TrainedRun
-from tasks.train_loop import TrainConfig, cifar_train_func, loop_config
 from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, tune
 from trainlib.torch import TorchTrainer
 
@@ -70,6 +71,17 @@ def search_space(spec: Mapping[str, Sequence[Any]]) -> dict[str, Any]:
 def check_search_space(spec: Mapping[str, Sequence[Any]]) -> None:
     """Raise ``InvalidParameterError`` naming the fix unless ``spec`` is a valid search space."""
     search_space(spec)
+
+
+def largest_batch_size(spec: Mapping[str, Sequence[Any]], base: TrainConfig) -> int:
+    """The largest global batch size a trial of ``spec`` can get (``base``'s if not searched):
+    the dataset must hold a batch of it for every rank."""
+    entry = spec.get("batch_size")
+    if not entry:
+        return base.batch_size
+    kind, *args = entry
+    values = args[0] if kind in ("choice", "grid_search") else args[:2]
+    return int(max(values))
 
 
 @dataclass(frozen=True)
@@ -252,8 +264,6 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
 def tune_task(request: TuneRequest) -> TunedSearch:
     """Run the search, with the trials' table as a Prefect artifact updated as trials end."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact
-
-    from tasks.monitoring import pipeline_info_logs
 
     # The tracker calls back from each trial's thread: run the artifact call in this task's
     # context (contextvars do not reach threads), one thread at a time.

@@ -30,9 +30,9 @@ from distributed import Client
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
-from flows import cli
-from tasks.cifar import write_synthetic_archive
-from tasks.models import build_model
+from cifar.format import write_synthetic_archive
+from cifar.models import build_model
+from cli import commands as cli
 from tasks.registry import CHAMPION, register_model
 from tests.conftest import HttpDir
 from tests.helpers import WAIT_S, free_port
@@ -522,13 +522,13 @@ def test_ctrl_c_ends_train_cifar_within_10_s(workspace: Workspace) -> None:
     `make run-offline` runs: Prefect's temporary server on a new PREFECT_HOME (it stops too)."""
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
     env["PREFECT_HOME"] = str(workspace.root / "prefect-home")
-    args = ["-m", "flows.cli", *_train_args(workspace, "--epochs", "50")]
+    args = ["-m", "cli.commands", *_train_args(workspace, "--epochs", "50")]
     _assert_ctrl_c_ends(args, env)
 
 
 def test_ctrl_c_ends_tune_cifar_within_10_s(workspace: Workspace, prefect_server: None) -> None:
     """The same for a search: its running trial's ranks stop, nothing is left."""
-    tune = "import sys; from flows.cli import tune_main; sys.exit(tune_main())"
+    tune = "import sys; from cli.commands import tune_main; sys.exit(tune_main())"
     search_space = json.dumps({"lr": ["choice", [0.05]], "batch_size": ["choice", [64]]})
     _assert_ctrl_c_ends(
         [

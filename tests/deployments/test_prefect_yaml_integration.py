@@ -24,7 +24,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import StateType
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from tasks.cifar import write_synthetic_archive
+from cifar.format import write_synthetic_archive
 from tests.conftest import HttpDir
 from tests.prefect_stack import deploy_all
 

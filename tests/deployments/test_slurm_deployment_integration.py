@@ -13,7 +13,7 @@ from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from tasks.cifar import write_synthetic_archive
+from cifar.format import write_synthetic_archive
 from tests.prefect_stack import deploy_all
 from tests.slurm_rig import SlurmCluster
 
@@ -67,7 +67,9 @@ def test_deployment_run_by_a_worker_trains_in_slurm_jobs(
             },
             # How a site points the pool's flow runs at its SLURM cluster (a run's env
             # replaces the deployment's: keep its logging setting).
-            job_variables={"env": {**slurm.env, "PREFECT_LOGGING_EXTRA_LOGGERS": "trainlib,tasks"}},
+            job_variables={
+                "env": {**slurm.env, "PREFECT_LOGGING_EXTRA_LOGGERS": "trainlib,cifar,tasks"}
+            },
             timeout=RUN_TIMEOUT_S,
             poll_interval=1,
         )

@@ -16,10 +16,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
+from cifar.errors import UnsafeArchiveError
+from cifar.format import write_synthetic_archive
 from flows.predict_cifar import predict_cifar
 from flows.train_cifar import train_cifar
-from tasks.cifar import write_synthetic_archive
-from tasks.errors import UnsafeArchiveError
 from tests.conftest import HttpDir
 
 MODEL = "e2e-classifier"

@@ -13,7 +13,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from prefect.settings import PREFECT_API_URL
 
-from tasks.cifar import write_synthetic_archive
+from cifar.format import write_synthetic_archive
 from tasks.tracking import TRAINING_RUN_TAG
 from tests.conftest import HttpDir
 from tests.helpers import rank_processes, wait_for_path
@@ -28,7 +28,7 @@ def _command(url: str, md5: str, root: Path) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "flows.cli",
+        "cli.commands",
         "--data-url",
         url,
         "--data-md5",

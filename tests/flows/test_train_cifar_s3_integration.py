@@ -22,8 +22,8 @@ from mlflow.tracking import MlflowClient
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
+from cifar.format import write_synthetic_archive
 from flows.train_cifar import train_cifar
-from tasks.cifar import write_synthetic_archive
 from tests.conftest import S3_BUCKET
 from tests.helpers import free_port
 

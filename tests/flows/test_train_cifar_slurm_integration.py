@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 import tests.slurm_probe
-from flows.cli import main
-from tasks.cifar import write_synthetic_archive
+from cifar.format import write_synthetic_archive
+from cli.commands import main
 from tests.prefect_stack import REPO
 from tests.slurm_probe import PROBE_DIR, tasks_by_job
 from tests.slurm_rig import SlurmCluster

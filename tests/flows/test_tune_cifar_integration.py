@@ -19,8 +19,8 @@ from prefect.client.schemas.filters import (
     ArtifactFilterKey,
 )
 
+from cifar.format import write_synthetic_archive
 from flows.tune_cifar import tune_cifar
-from tasks.cifar import write_synthetic_archive
 from tasks.tune import TRIALS_KEY
 from tests.conftest import HttpDir
 from tests.helpers import rank_processes

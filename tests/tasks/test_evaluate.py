@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tasks.cifar import CLASS_NAMES
-from tasks.dataset import Dataset, Manifest, write_file, write_manifest
+from cifar.dataset import Dataset, Manifest, write_file, write_manifest
+from cifar.format import CLASS_NAMES
+from cifar.models import build_model
 from tasks.evaluate import confusion_figure, evaluate_version
-from tasks.models import build_model
 from tasks.registry import register_model
 from tasks.tracking import start_run
 

@@ -20,5 +20,6 @@ def test_monitoring_info_logs_only_while_the_task_runs() -> None:
     before = logger.level
     with pipeline_info_logs():
         assert logging.getLogger("tasks").isEnabledFor(logging.INFO)
+        assert logging.getLogger("cifar").isEnabledFor(logging.INFO)
         assert logger.isEnabledFor(logging.INFO)
     assert logger.level == before

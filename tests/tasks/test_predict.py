@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from PIL import Image
 
-from tasks.models import build_model
+from cifar.models import build_model
 from tasks.predict import read_inputs, score, write_predictions
 
 

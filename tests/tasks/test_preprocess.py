@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 from distributed import Client
 
-from tasks.cifar import Batch, write_synthetic_archive
-from tasks.dataset import Dataset, read_split
+from cifar.dataset import Dataset, read_split
+from cifar.errors import DatasetTooSmallError
+from cifar.format import Batch, write_synthetic_archive
+from cifar.layout import StorageLayout
 from tasks.download import Archive
-from tasks.errors import DatasetTooSmallError
-from tasks.layout import StorageLayout
 from tasks.preprocess import channel_stats, check_trainable, preprocess_archive, split_validation
 from trainlib import DaskConfig
 

@@ -13,8 +13,8 @@ import mlflow
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tasks.errors import ModelNotFoundError
-from tasks.models import build_model
+from cifar.errors import ModelNotFoundError
+from cifar.models import build_model
 from tasks.registry import load_model, promote, register_model
 from tasks.tracking import start_run
 

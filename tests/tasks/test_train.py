@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from prefect.states import Completed, Failed
 
-from tasks.errors import InvalidParameterError
+from cifar.errors import InvalidParameterError
+from cifar.train_loop import TrainConfig
 from tasks.train import is_infrastructure_failure, run_tags, training_run_name
-from tasks.train_loop import TrainConfig
 from trainlib import RankFailure, WorkerGroupError
 
 

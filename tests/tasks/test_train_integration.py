@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from tasks.cifar import write_synthetic_archive
+from cifar.format import write_synthetic_archive
+from cifar.layout import StorageLayout
+from cifar.train_loop import TrainConfig
 from tasks.download import Archive
-from tasks.layout import StorageLayout
 from tasks.preprocess import preprocess_archive
 from tasks.train import TrainRequest, train
-from tasks.train_loop import TrainConfig
 from trainlib import DaskConfig
 
 HEAVY = ("prefect", "mlflow", "torchvision")
@@ -55,7 +55,7 @@ def test_train_ranks_import_what_training_needs_only(
         match.group(1)
         for match in re.finditer(r"^import time:.*\|\s+(\S+)$", capfd.readouterr().err, re.M)
     }
-    assert {"torch", "trainlib", "tasks.train_loop", "tasks.models"} <= imported
+    assert {"torch", "trainlib", "cifar.train_loop", "cifar.models"} <= imported
     assert sorted(m for m in imported if m.split(".")[0] in HEAVY) == []
     run = MlflowClient(tracking_uri).get_run(trained.run_id)
     assert run.info.status == "FINISHED"

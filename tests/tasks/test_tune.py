@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.errors import InvalidParameterError
+from cifar.errors import InvalidParameterError
 from tasks.tune import DEFAULT_SEARCH_SPACE, search_space
 from trainlib import tune
 

@@ -8,10 +8,10 @@ import pickle
 import pytest
 import torch
 
-from tasks import train_loop
-from tasks.errors import InvalidParameterError, TrainingDivergedError
-from tasks.model_checkpoint import ModelSpec
-from tasks.train_loop import TrainConfig, _train_epoch, loop_config
+from cifar import train_loop
+from cifar.checkpoint import ModelSpec
+from cifar.errors import InvalidParameterError, TrainingDivergedError
+from cifar.train_loop import TrainConfig, _train_epoch, loop_config
 
 SPEC = ModelSpec("small_cnn", (0.4, 0.5, 0.6), (0.2, 0.2, 0.2))
 

@@ -19,10 +19,11 @@ import torch
 from torch import nn
 
 import trainlib
-from tasks.augment import augment
-from tasks.errors import InvalidParameterError, TrainingDivergedError
-from tasks.model_checkpoint import ModelSpec, load_training_state, save_training_state
-from tasks.models import check_model_name
+from cifar.augment import augment
+from cifar.checkpoint import ModelSpec, load_training_state, save_training_state
+from cifar.dataset import per_rank_batch_size
+from cifar.errors import InvalidParameterError, TrainingDivergedError
+from cifar.models import check_model_name
 from trainlib import Checkpoint
 from trainlib.torch import prepare_model
 
@@ -65,7 +66,7 @@ def cifar_train_func(loop: dict[str, Any]) -> None:
     # The model named by the hyperparameters (a search may choose it), normalised as the dataset.
     spec = ModelSpec(**{**loop["model_spec"], "name": config.model})
     world_size = trainlib.get_context().get_world_size()
-    per_rank_batch = max(1, config.batch_size // world_size)
+    per_rank_batch = per_rank_batch_size(config.batch_size, world_size)
     steps = (loop["train_rows"] // world_size) // per_rank_batch
     torch.manual_seed(config.seed)
     classifier = spec.build()

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks.cifar import (
+from cifar.format import (
     ARCHIVE_DIR,
     CLASS_NAMES,
     META,

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from flows.local_server import LocalPrefectServer
+    from cli.local_server import LocalPrefectServer
 
 SYNTHETIC_IMAGES_PER_BATCH = 1000
 EXIT_FAILED = 1
@@ -35,7 +35,7 @@ EXIT_INTERRUPTED = 130
 # Set before Prefect is imported: offline-safe, quiet, and logging the run's own lines.
 _ENVIRONMENT = {
     "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-    "PREFECT_LOGGING_EXTRA_LOGGERS": "trainlib,tasks",  # rank 0's lines reach the flow's logs
+    "PREFECT_LOGGING_EXTRA_LOGGERS": "trainlib,cifar,tasks",  # rank 0's lines reach the flow's logs
     "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",  # records of Dask's threads
     "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",  # a busy 2-core machine
     "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
@@ -113,8 +113,8 @@ def make_synthetic_archive(storage_path: str) -> tuple[str, str]:
     """Write a synthetic CIFAR-10 archive under ``storage_path``; return its URL and md5."""
     import fsspec
 
-    from tasks.cifar import write_synthetic_archive
-    from tasks.layout import StorageLayout
+    from cifar.format import write_synthetic_archive
+    from cifar.layout import StorageLayout
 
     target = StorageLayout.at(storage_path).synthetic_archive
     with tempfile.TemporaryDirectory() as tmp:
@@ -240,7 +240,7 @@ def predict_main(argv: list[str] | None = None) -> int:
 
 def _local_server(argv: list[str] | None) -> LocalPrefectServer | None:
     """Prefect's temporary server, started now (None: a server of the user's, or only --help)."""
-    from flows.local_server import LocalPrefectServer
+    from cli.local_server import LocalPrefectServer
 
     if {"-h", "--help"} & set(sys.argv[1:] if argv is None else argv):
         return None  # only the usage is printed: no flow runs
@@ -292,7 +292,7 @@ def _run_command(
 
     ``exits``: the process ends with the command (run from the command line, not called).
     """
-    from flows.console import console_logging, explain
+    from cli.console import console_logging, explain
 
     log_file = Path(f"{command}.log").resolve()
     try:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tasks.models import build_model
+from cifar.models import build_model
 
 
 @pytest.mark.parametrize("name", ["small_cnn", "resnet18"])

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from tasks.archive import extract_archive
-from tasks.cifar import write_synthetic_archive
-from tasks.errors import NotCifarArchiveError, UnsafeArchiveError
+from cifar.archive import extract_archive
+from cifar.errors import NotCifarArchiveError, UnsafeArchiveError
+from cifar.format import write_synthetic_archive
 
 
 def _tar_with(tmp_path: Path, member: tarfile.TarInfo, data: bytes = b"") -> str:

@@ -11,8 +11,10 @@
     ├── DatasetTooSmallError      too few images for the ranks and batch size  (also a ValueError)
     ├── CorruptDataError          a dataset file does not match its sha256  (also a ValueError)
     ├── TrainingDivergedError     the loss became NaN or infinite
-    ├── ModelNotFoundError        no such registered model, version or alias  (also a LookupError)
-    └── PrefectServerError        Prefect's temporary server for a local run did not start
+    └── ModelNotFoundError        no such registered model, version or alias  (also a LookupError)
+
+``cli.local_server.PrefectServerError`` (a PipelineError too): Prefect's temporary server for a
+local run did not start.
 """
 
 from __future__ import annotations
@@ -78,7 +80,3 @@ class TrainingDivergedError(PipelineError):
 
 class ModelNotFoundError(PipelineError, LookupError):
     """The registry has no such model, version or alias."""
-
-
-class PrefectServerError(PipelineError):
-    """Prefect's temporary server (a local run without PREFECT_API_URL) did not start."""

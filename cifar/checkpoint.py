@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from tasks.models import Classifier, build_model
+from cifar.models import Classifier, build_model
 from trainlib import Checkpoint
 
 CHECKPOINT_FILE = "checkpoint.pt"

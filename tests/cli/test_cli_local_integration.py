@@ -1,7 +1,7 @@
 """`make run-offline` as a new user runs it: no PREFECT_API_URL, a new PREFECT_HOME, a new
-folder. The command starts Prefect's temporary server itself (flows/local_server.py), records
+folder. The command starts Prefect's temporary server itself (cli/local_server.py), records
 its flow run there, and leaves no server behind. A new PREFECT_HOME's database is copied from
-a template (flows/database_template.py) where there is one."""
+a template (cli/database_template.py) where there is one."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from flows import database_template
+from cli import database_template
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ def _train_cifar(
 ) -> subprocess.CompletedProcess[str]:
     """``train-cifar --synthetic --epochs 1`` in ``folder``."""
     return subprocess.run(
-        [sys.executable, "-m", "flows.cli", "--synthetic", "--epochs", "1"],
+        [sys.executable, "-m", "cli.commands", "--synthetic", "--epochs", "1"],
         cwd=folder,
         env=_environment(home, cache),
         capture_output=True,
@@ -57,7 +57,7 @@ def template_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A user's cache with the database template the install makes."""
     cache = tmp_path_factory.mktemp("cache")
     env = _environment(tmp_path_factory.mktemp("unused-home"), cache)
-    subprocess.run([sys.executable, "-m", "flows.local_server"], env=env, check=True, timeout=240)
+    subprocess.run([sys.executable, "-m", "cli.local_server"], env=env, check=True, timeout=240)
     return cache
 
 
@@ -75,7 +75,7 @@ def test_a_new_prefect_home_starts_from_the_template(template_cache: Path, tmp_p
     home = tmp_path / "prefect-home"
     script = (
         "from prefect import flow\n"
-        "from flows.local_server import LocalPrefectServer\n"
+        "from cli.local_server import LocalPrefectServer\n"
         "LocalPrefectServer.start().use()\n"
         "assert flow(name='hello')(lambda: 1)() == 1\n"
     )
@@ -148,7 +148,7 @@ def test_a_mistyped_option_fails_before_anything_starts(tmp_path: Path) -> None:
     folder, home = tmp_path / "folder", tmp_path / "prefect-home"
     folder.mkdir()
     done = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "--synthetic", "--epochz", "1"],
+        [sys.executable, "-m", "cli.commands", "--synthetic", "--epochz", "1"],
         cwd=folder,
         env=_environment(home, tmp_path / "cache"),
         capture_output=True,

@@ -9,8 +9,8 @@ import zlib
 
 import fsspec
 
-from tasks.cifar import ARCHIVE_DIR, META, TEST_BATCH, TRAIN_BATCHES
-from tasks.errors import NotCifarArchiveError, UnsafeArchiveError
+from cifar.errors import NotCifarArchiveError, UnsafeArchiveError
+from cifar.format import ARCHIVE_DIR, META, TEST_BATCH, TRAIN_BATCHES
 
 MAX_MEMBER_BYTES = 200 * 1024 * 1024  # a real CIFAR-10 batch is 30 MB
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tasks.model_checkpoint import (
+from cifar.checkpoint import (
     CHECKPOINT_FILE,
     ModelSpec,
     load_classifier,

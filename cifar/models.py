@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from tasks.errors import InvalidParameterError
+from cifar.errors import InvalidParameterError
 
 NUM_CLASSES = 10
 

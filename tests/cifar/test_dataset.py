@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tasks.dataset import (
+from cifar.dataset import (
     Dataset,
     Manifest,
     read_file,
@@ -17,7 +17,7 @@ from tasks.dataset import (
     write_file,
     write_manifest,
 )
-from tasks.errors import CorruptDataError
+from cifar.errors import CorruptDataError
 
 
 def _dataset(root: Path) -> tuple[Dataset, np.ndarray]:

@@ -11,8 +11,8 @@ imports and data preparation. ``use()`` then points this process's Prefect clien
 PREFECT_API_URL.
 
 Most of a first start is creating the database, so a new sqlite database is copied from a
-template (``flows.database_template``). ``prepare_template()`` (``python -m
-flows.local_server``, run by the install) makes the template with a server of its own; a
+template (``cli.database_template``). ``prepare_template()`` (``python -m
+cli.local_server``, run by the install) makes the template with a server of its own; a
 command that finds none makes it from the database its server has just made.
 """
 
@@ -33,12 +33,16 @@ from prefect.context import refresh_global_settings_context
 from prefect.settings import get_current_settings
 from pydantic import SecretStr
 
-from flows import database_template
-from tasks.errors import PrefectServerError
+from cifar.errors import PipelineError
+from cli import database_template
 
 _STARTUP_FAILED = 3  # uvicorn's exit status: port taken, or the app failed to start
 _POLL_S = 0.1
 _SQLITE_URL = "sqlite+aiosqlite:///"
+
+
+class PrefectServerError(PipelineError):
+    """Prefect's temporary server (a local run without PREFECT_API_URL) did not start."""
 
 
 class LocalPrefectServer:

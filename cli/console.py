@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks.errors import PipelineError
+from cifar.errors import PipelineError
 from trainlib import ClusterError, ConfigError, DatasetError, WorkerGroupError
 
 TRACE_LOGGER = "flows.trace"
@@ -25,7 +25,7 @@ _EXPLAINED_BY_THEIR_MESSAGE = (
     PermissionError,
     FileNotFoundError,
 )
-_OWN_LOGGERS = ("trainlib", "tasks", "train-cifar", "predict-cifar", "mlflow")
+_OWN_LOGGERS = ("trainlib", "cifar", "tasks", "train-cifar", "predict-cifar", "mlflow")
 
 
 class _WithoutTraceback(logging.Formatter):

@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.cifar import IMAGE_SHAPE, Batch
-from tasks.errors import CorruptDataError
+from cifar.errors import CorruptDataError
+from cifar.format import IMAGE_SHAPE, Batch
 
 if TYPE_CHECKING:
     import dask.array as da
@@ -83,6 +83,11 @@ class Dataset:
 
     uri: str
     manifest: Manifest
+
+
+def per_rank_batch_size(global_batch_size: int, world_size: int) -> int:
+    """The batch each rank trains on: the global batch shared between the ranks (at least 1)."""
+    return max(1, global_batch_size // world_size)
 
 
 def read_manifest(uri: str) -> Manifest | None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import torch
 
-from tasks.augment import random_crop, random_flip
+from cifar.augment import random_crop, random_flip
 
 
 def test_augment_crop_shifts_each_image_within_padding() -> None:

@@ -1,0 +1,2 @@
+"""The command-line front end: ``train-cifar``, ``tune-cifar`` and ``predict-cifar`` run the
+flows locally (a temporary Prefect server, a LocalCluster, MLflow in a sqlite file)."""
