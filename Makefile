@@ -32,7 +32,8 @@ gpu-benchmark: $(STAMP)
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy trainlib tasks flows
+	$(VENV)/bin/mypy trainlib cifar tasks flows cli
+	$(VENV)/bin/lint-imports
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
