@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from cifar.errors import InvalidParameterError
+from cifar.model_names import check_model_name
 
 NUM_CLASSES = 10
 
@@ -61,14 +61,6 @@ def cifar_resnet18() -> nn.Module:
 
 
 BACKBONES: dict[str, Callable[[], nn.Module]] = {"small_cnn": small_cnn, "resnet18": cifar_resnet18}
-
-
-def check_model_name(name: str) -> None:
-    """Raise an InvalidParameterError naming the choices if ``name`` is not a known model."""
-    if name not in BACKBONES:
-        raise InvalidParameterError(
-            f"Unknown model {name!r}; choose one of {', '.join(sorted(BACKBONES))} (model)."
-        )
 
 
 def build_model(name: str, mean: Sequence[float], std: Sequence[float]) -> Classifier:

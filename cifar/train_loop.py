@@ -23,7 +23,7 @@ from cifar.augment import augment
 from cifar.checkpoint import ModelSpec, load_training_state, save_training_state
 from cifar.dataset import per_rank_batch_size
 from cifar.errors import InvalidParameterError, TrainingDivergedError
-from cifar.models import check_model_name
+from cifar.model_names import check_model_name
 from trainlib import Checkpoint
 from trainlib.torch import prepare_model
 

@@ -1,4 +1,4 @@
-"""What ``train-cifar`` and ``predict-cifar`` print: one line per log record, one paragraph per
+"""What the commands print: one line per log record, one paragraph per
 error.
 
 The terminal gets no tracebacks (``--debug`` brings them back); the log file gets everything.
@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import logging.handlers
 from collections.abc import Iterator
 from pathlib import Path
 
 from cifar.errors import PipelineError
 from trainlib import ClusterError, ConfigError, DatasetError, WorkerGroupError
 
-TRACE_LOGGER = "flows.trace"
+TRACE_LOGGER = "cli.trace"
+LOG_FILE_MAX_BYTES = 10 * 2**20  # then the file moves to <name>.1 and a new one starts
 _RUN_LOGGERS = ("prefect.task_runs", "prefect.flow_runs")
 _EXPLAINED_BY_THEIR_MESSAGE = (
     ClusterError,
@@ -61,7 +63,10 @@ def console_logging(log_file: Path, *, debug: bool) -> Iterator[None]:
     levels = {name: logging.getLogger(name).level for name in _OWN_LOGGERS}
     for name in _OWN_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING if name == "mlflow" else logging.INFO)
-    file_handler = logging.FileHandler(log_file)
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    file_handler = logging.handlers.RotatingFileHandler(
+        log_file, maxBytes=LOG_FILE_MAX_BYTES, backupCount=1
+    )
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     quieted: list[tuple[logging.Handler, logging.Formatter]] = []

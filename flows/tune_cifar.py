@@ -38,6 +38,8 @@ def tune_cifar(
     max_concurrent_trials: int = 2,
     epochs: int = 5,
     num_workers: int = 1,
+    use_gpu: bool = False,
+    compile: bool = False,
     dask_address: str | None = None,
     dask_cluster_class: str | None = None,
     dask_cluster_kwargs: dict[str, Any] | None = None,
@@ -52,17 +54,18 @@ def tune_cifar(
     """Download, preprocess, search, register the best trial, evaluate and promote it.
 
     ``search_space`` maps TrainConfig fields to ``[kind, args...]`` with kind one of uniform,
-    loguniform, quniform, randint, choice, grid_search (default: lr, batch size and model).
-    ``num_samples`` trials of ``num_workers`` ranks each run ``max_concurrent_trials`` at a time
-    on one cluster; ASHA stops the unpromising ones early. ``name`` names the search (the same
-    name and storage path resume it). The Optuna study is a sqlite file under the storage path,
-    or ``study_storage`` (an RDB URL such as ``postgresql://...``; needed with ``s3://``
-    storage). The best trial's model goes through train-cifar's rule:
-    registered, evaluated on the test split, promoted to ``@champion`` if it beats it.
+    loguniform, quniform, randint, choice, grid_search (default: lr and batch size, with the
+    model fixed to small_cnn). ``num_samples`` trials of ``num_workers`` ranks each run
+    ``max_concurrent_trials`` at a time on one cluster; ASHA stops the unpromising ones early.
+    ``use_gpu``, ``compile`` and the Dask options are train-cifar's. ``name`` names the search
+    (the same name and storage path resume it). The Optuna study is a sqlite file under the
+    storage path, or ``study_storage`` (an RDB URL such as ``postgresql://...``; needed with
+    ``s3://`` storage). The best trial's model goes through train-cifar's rule: registered,
+    evaluated on the test split, promoted to ``@champion`` if it beats it.
     """
     space = search_space or DEFAULT_SEARCH_SPACE
     check_search_space(space)  # a mistake fails before anything is downloaded
-    base = TrainConfig(epochs=epochs)
+    base = TrainConfig(epochs=epochs, use_gpu=use_gpu, compile=compile)
     layout = StorageLayout.at(storage_path)
     tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
     dask = DaskConfig(

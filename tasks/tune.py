@@ -223,7 +223,7 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
             "val": split_arrays(request.dataset, "val"),
         },
         dataset_config=ingest_config(request.base.use_gpu),
-        scaling_config=ScalingConfig(num_workers=request.num_workers),
+        scaling_config=ScalingConfig(num_workers=request.num_workers, use_gpu=request.base.use_gpu),
         dask_config=request.dask,
     )
     space = search_space(request.search_space)

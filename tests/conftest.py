@@ -21,6 +21,25 @@ from tests.prefect_stack import prefect_stack
 from tests.slurm_rig import SlurmCluster, slurm_cluster
 
 S3_BUCKET = "trainlib-test"
+# Fixtures that start a server, a cluster or rank processes: a test using one is an
+# integration test (``make test-fast`` leaves those out, as it does *_integration.py files).
+STARTS_SERVERS = {"dask_client", "prefect_env", "prefect_server", "slurm", "s3_filesystem"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if item.path.stem.endswith("_integration") or fixtures & STARTS_SERVERS:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def command_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The commands' log file in a temporary folder, not in the working directory."""
+    path = tmp_path_factory.mktemp("logs") / "command.log"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("CIFAR_LOG_FILE", str(path))
+        yield path
 
 
 @pytest.fixture(scope="session")

@@ -29,14 +29,17 @@ import s3fs
 from distributed import Client
 from mlflow.tracking import MlflowClient
 from PIL import Image
+from trainlib._internal.storage import COMMIT_MARKER
 
+from cifar.errors import InvalidParameterError
 from cifar.format import write_synthetic_archive
 from cifar.models import build_model
 from cli import commands as cli
+from cli import running
+from cli.options import LOG_FILE_VARIABLE
 from tasks.registry import CHAMPION, register_model
 from tests.conftest import HttpDir
 from tests.helpers import WAIT_S, free_port
-from trainlib._internal.storage import COMMIT_MARKER
 
 ARCHIVE = "bad-inputs-cifar.tar.gz"
 MODEL = "bad-inputs-model"
@@ -89,8 +92,9 @@ def workspace(
 ) -> Iterator[Workspace]:
     """A fresh folder as the working directory, the commands' environment restored after."""
     monkeypatch.chdir(tmp_path)
-    for key, value in cli._ENVIRONMENT.items():
+    for key, value in running.ENVIRONMENT.items():
         monkeypatch.setenv(key, value)
+    monkeypatch.setenv(LOG_FILE_VARIABLE, str(tmp_path / "train-cifar.log"))
     children = _children()
     yield Workspace(tmp_path, http_dir, archive_md5)
     _assert_nothing_left(tmp_path, children)
@@ -181,7 +185,7 @@ def _train_args(workspace: Workspace, *extra: str) -> list[str]:
 
 def _assert_failed(outcome: Outcome, *phrases: str) -> str:
     """The command failed with one paragraph containing ``phrases``, and no traceback."""
-    assert outcome.status == cli.EXIT_FAILED, outcome
+    assert outcome.status == running.EXIT_FAILED, outcome
     paragraph = outcome.stderr.strip().split("\n\n")[-1]
     for phrase in phrases:
         assert phrase in paragraph, paragraph
@@ -251,8 +255,25 @@ def test_http_404(workspace: Workspace, capsys: pytest.CaptureFixture[str]) -> N
 
 
 def test_unknown_model_name(workspace: Workspace, capsys: pytest.CaptureFixture[str]) -> None:
-    outcome = train_cifar(capsys, *_train_args(workspace, "--model", "resnet-18"))
-    _assert_failed(outcome, "Unknown model 'resnet-18'", "small_cnn")
+    with pytest.raises(SystemExit) as exit:  # the option's choices: refused before anything
+        train_cifar(capsys, *_train_args(workspace, "--model", "resnet-18"))
+    assert exit.value.code == 2
+    assert "invalid choice: 'resnet-18' (choose from 'small_cnn', 'resnet18')" in (
+        capsys.readouterr().err
+    )
+    assert not workspace.store.exists()
+
+
+def test_unknown_model_name_as_a_flow_parameter(workspace: Workspace) -> None:
+    from flows.train_cifar import train_cifar as flow
+
+    with pytest.raises(InvalidParameterError, match="Unknown model 'resnet-18'; choose one of"):
+        flow(
+            data_url=workspace.archive_url,
+            storage_path=str(workspace.store),
+            model="resnet-18",
+            mlflow_tracking_uri=workspace.tracking_uri,
+        )
     assert not workspace.store.exists()  # refused before anything was downloaded
 
 
@@ -477,7 +498,7 @@ def test_predict_with_a_model_or_alias_that_does_not_exist(
         str(images),
         "--output",
         str(output),
-        "--model-name",
+        "--registered-model-name",
         model,
         "--alias",
         alias,
@@ -499,7 +520,7 @@ def test_predict_corrupt_image_goes_to_the_errors_file(
         str(images),
         "--output",
         str(output),
-        "--model-name",
+        "--registered-model-name",
         MODEL,
         "--mlflow-tracking-uri",
         workspace.tracking_uri,
@@ -577,7 +598,7 @@ def _assert_ctrl_c_ends(python_args: list[str], env: dict[str, str] | None = Non
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert process.returncode == cli.EXIT_INTERRUPTED, stderr
+    assert process.returncode == running.EXIT_INTERRUPTED, stderr
     assert elapsed <= 10.0
     assert "Interrupted (Ctrl-C)" in stderr and "Traceback" not in stderr
     assert [p.pid for p in started if _alive(p)] == []

@@ -15,5 +15,12 @@ def test_models_take_uint8_images_and_give_ten_scores(name: str) -> None:
 
 
 def test_models_unknown_name_lists_the_choices() -> None:
-    with pytest.raises(ValueError, match="Unknown model 'vit'; choose one of resnet18, small_cnn"):
+    with pytest.raises(ValueError, match="Unknown model 'vit'; choose one of small_cnn, resnet18"):
         build_model("vit", (0.5,) * 3, (0.2,) * 3)
+
+
+def test_the_light_list_of_model_names_is_the_list_of_backbones() -> None:
+    from cifar.model_names import MODEL_NAMES
+    from cifar.models import BACKBONES
+
+    assert tuple(BACKBONES) == MODEL_NAMES

@@ -1,0 +1,224 @@
+"""The commands' options: the types that explain a wrong value, deprecated spellings, and the
+options all three commands share.
+
+Nothing here imports Prefect, torch or the flows: ``--help``, ``--version`` and a mistyped
+option answer at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from cifar.format import OFFICIAL_URL
+
+LOG_FILE_VARIABLE = "CIFAR_LOG_FILE"
+_PACKAGE = "dask-train-cifar"
+
+
+def parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """A parser whose ``--help`` shows every option's default, with ``--version``."""
+    made = argparse.ArgumentParser(
+        prog=prog,
+        description=description,
+        formatter_class=_ShowsDefaults,
+        allow_abbrev=False,  # "--epoch" is a typo, not --epochs: an option added later can't clash
+    )
+    made.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {importlib.metadata.version(_PACKAGE)}",
+    )
+    return made
+
+
+class _ShowsDefaults(argparse.HelpFormatter):
+    """Each option's help ends with its default, unless it says it already (or is a flag)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help = action.help or ""
+        flag = action.nargs == 0
+        if "(default" in help or flag or action.default is argparse.SUPPRESS:
+            return help
+        shown = "none" if action.default is None else "%(default)s"
+        return f"{help} (default: {shown})"
+
+
+def add_run_options(made: argparse.ArgumentParser, command: str) -> None:
+    """``--debug`` and ``--log-file``: where the full log of a run goes."""
+    made.add_argument("--debug", action="store_true", help="print full tracebacks of errors")
+    made.add_argument(
+        "--log-file",
+        default=os.environ.get(LOG_FILE_VARIABLE, f"{command}.log"),
+        help=f"the full log of the run (also ${LOG_FILE_VARIABLE}); kept under 10 MB, with one "
+        "older file beside it",
+    )
+
+
+def deprecated(made: argparse.ArgumentParser, old: str, new: str, dest: str) -> None:
+    """Accept the old spelling ``old`` of ``new``, hidden from ``--help``, with a note."""
+    made.add_argument(
+        old,
+        dest=dest,
+        action=_Deprecated,
+        replacement=new,
+        default=argparse.SUPPRESS,
+        help=argparse.SUPPRESS,
+    )
+
+
+class _Deprecated(argparse.Action):
+    def __init__(self, option_strings: list[str], dest: str, replacement: str, **kwargs: Any):
+        super().__init__(option_strings, dest, **kwargs)
+        self.replacement = replacement
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(
+            f"{parser.prog}: {option_string} is deprecated and will be removed; "
+            f"use {self.replacement}.",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
+
+
+def positive_int(text: str) -> int:
+    """A whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+    return value
+
+
+def number(text: str) -> float:
+    """Any number."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def json_object(example: str) -> Callable[[str], dict[str, Any]]:
+    """A JSON object (``{...}``); the error shows ``example``."""
+
+    def parse(text: str) -> dict[str, Any]:
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise argparse.ArgumentTypeError(
+                f"expected a JSON object such as {example}, got {text!r} "
+                f"({error.msg} at character {error.pos + 1})"
+            ) from None
+        if not isinstance(value, dict):
+            raise argparse.ArgumentTypeError(
+                f"expected a JSON object such as {example}, got {type(value).__name__} {text!r}"
+            )
+        return value
+
+    parse.__name__ = "JSON object"
+    return parse
+
+
+def add_data_options(made: argparse.ArgumentParser) -> None:
+    """Where the archive comes from and where the dataset and runs go."""
+    add = made.add_argument
+    add(
+        "--data-url",
+        default=OFFICIAL_URL,
+        help="the CIFAR-10 python archive: https://, s3://, file:// or a local path",
+    )
+    add(
+        "--data-md5",
+        default=None,
+        help="its expected md5 (default: the official one for the official URL; none otherwise)",
+    )
+    add(
+        "--synthetic",
+        action="store_true",
+        help="generate an archive in the CIFAR-10 format (offline machines, CI) and use it",
+    )
+    add("--storage-path", default="./cifar-data", help="a local folder or an s3:// URL")
+    add("--shard-size", type=positive_int, default=2500, help="images per dataset file")
+
+
+def add_cluster_options(made: argparse.ArgumentParser, num_workers: int, ranks: str) -> None:
+    """How many ranks (``num_workers`` by default), on which devices, on which Dask cluster."""
+    add = made.add_argument
+    add("--num-workers", type=positive_int, default=num_workers, help=ranks)
+    add("--use-gpu", action="store_true", help="one GPU per rank, NCCL, bf16 autocast")
+    add("--compile", action="store_true", help="torch.compile the model on every rank")
+    add(
+        "--dask-address",
+        default=None,
+        help="scheduler of an existing Dask cluster (default: $DASK_SCHEDULER_ADDRESS, "
+        "else a LocalCluster)",
+    )
+    add(
+        "--dask-cluster-class",
+        default=None,
+        help="a Dask cluster class to start instead, e.g. dask_jobqueue.SLURMCluster",
+    )
+    add(
+        "--dask-cluster-kwargs",
+        type=json_object('\'{"cores": 8, "memory": "32GB"}\''),
+        default=None,
+        help="the cluster class's keyword arguments as a JSON object",
+    )
+    add(
+        "--dask-worker-timeout-s",
+        type=positive_float,
+        default=60.0,
+        help="how long to wait for enough Dask workers",
+    )
+
+
+def add_registry_options(made: argparse.ArgumentParser) -> None:
+    """The MLflow store, the registered model and the promotion rule."""
+    add_tracking_option(made)
+    add_model_name_option(made)
+    made.add_argument(
+        "--promote-margin",
+        type=number,
+        default=0.0,
+        help="test accuracy by which a new version must beat @champion to replace it",
+    )
+
+
+def add_tracking_option(made: argparse.ArgumentParser) -> None:
+    made.add_argument(
+        "--mlflow-tracking-uri",
+        default=None,
+        help="MLflow server or store (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)",
+    )
+
+
+def add_model_name_option(made: argparse.ArgumentParser) -> None:
+    made.add_argument(
+        "--registered-model-name",
+        default="cifar10-classifier",
+        help="the model's name in the MLflow registry",
+    )
