@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-offline test check clean slurm gpu-benchmark
+.PHONY: run run-offline test test-fast check clean slurm gpu-benchmark
 
 run: $(STAMP)
 	$(VENV)/bin/train-cifar $(ARGS)
@@ -16,6 +16,11 @@ run-offline: $(STAMP)
 
 test: $(STAMP) slurm
 	$(VENV)/bin/python -m pytest
+
+# The tests that start no server, cluster or rank process (see tests/conftest.py): seconds to
+# a couple of minutes, for the edit-test loop. `make test` stays the whole suite.
+test-fast: $(STAMP)
+	$(VENV)/bin/python -m pytest -m "not integration"
 
 # The SLURM tests start a real SLURM cluster (tests/slurm_rig.py): Debian's slurm-wlm and munge.
 slurm:
