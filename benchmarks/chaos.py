@@ -89,7 +89,7 @@ def _rank_pids() -> list[int]:
     return [
         p.pid
         for p in psutil.process_iter(["cmdline"])
-        if "trainlib._internal.rank_main" in " ".join(p.info["cmdline"] or [])
+        if "trainlib._internal.rank.rank_main" in " ".join(p.info["cmdline"] or [])
     ]
 
 

@@ -169,7 +169,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=8)
     args = parser.parse_args()
     times = StartTimes()
-    trials_logger = logging.getLogger("trainlib._internal.trials")
+    trials_logger = logging.getLogger("trainlib.tune._trials")
     trials_logger.addHandler(times)
     trials_logger.setLevel(logging.INFO)
     asha = tune.ASHAScheduler(max_t=args.epochs, grace_period=1, reduction_factor=REDUCTION)

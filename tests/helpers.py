@@ -21,7 +21,7 @@ WAIT_S = 60.0
 
 def rank_processes() -> list[psutil.Process]:
     """Rank processes launched and still alive on this machine (a worker's idle rank process,
-    still waiting for its launch, is not counted: see ``trainlib._internal.rank_pool``)."""
+    still waiting for its launch, is not counted: see ``trainlib._internal.worker.rank_pool``)."""
     return [p for p in trainlib_processes() if _name(p) == "trainlib-rank"]
 
 
@@ -29,7 +29,7 @@ def trainlib_processes() -> list[psutil.Process]:
     """Every rank process alive on this machine now: at work, or idle in a worker's pool."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
-        if "trainlib._internal.rank_main" in " ".join(process.info["cmdline"] or []):
+        if "trainlib._internal.rank.rank_main" in " ".join(process.info["cmdline"] or []):
             found.append(process)
     return found
 
@@ -71,7 +71,7 @@ def wait_for_path(path: Path, timeout_s: float = WAIT_S) -> None:
 
 def set_single_rank_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """This process's environment as a supervisor sets it for rank 0 of a group of one."""
-    from trainlib._internal.backend import find_free_port, rank_environment
+    from trainlib._internal.rank.backend import find_free_port, rank_environment
 
     environment = rank_environment(
         world_rank=0,

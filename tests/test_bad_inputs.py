@@ -29,7 +29,7 @@ import s3fs
 from distributed import Client
 from mlflow.tracking import MlflowClient
 from PIL import Image
-from trainlib._internal.storage import COMMIT_MARKER
+from trainlib._internal.common.storage import COMMIT_MARKER
 
 from cifar.errors import InvalidParameterError
 from cifar.format import write_synthetic_archive

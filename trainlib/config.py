@@ -222,7 +222,7 @@ class DaskConfig:
             >>> with DaskConfig().connect(num_workers=2) as client:
             ...     client.submit(sum, [1, 2]).result()
         """
-        from trainlib._internal.cluster import connect
+        from trainlib._internal.driver.cluster import connect
 
         if num_workers < 1:
             raise ConfigError(f"DaskConfig.connect(num_workers={num_workers}) must be >= 1.")

@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trainlib._internal import uploads
-from trainlib._internal.messages import REPORTED_CHECKPOINTS, CheckpointsQuery, ReportMessage
-from trainlib._internal.session import Session, current_session
+from trainlib._internal.common.messages import REPORTED_CHECKPOINTS, CheckpointsQuery, ReportMessage
+from trainlib._internal.rank import uploads
+from trainlib._internal.rank.session import Session, current_session
 from trainlib.checkpoint import Checkpoint
 from trainlib.errors import CheckpointError
 

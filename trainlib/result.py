@@ -73,7 +73,7 @@ class Result:
         Raises:
             CheckpointError: ``path`` is not a directory.
         """
-        from trainlib._internal.storage import RunStorage
+        from trainlib._internal.common.storage import RunStorage
 
         if storage_filesystem is None:
             storage_filesystem, root = fsspec.core.url_to_fs(os.path.expanduser(os.fspath(path)))

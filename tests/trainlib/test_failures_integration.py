@@ -28,7 +28,7 @@ from trainlib import (
     ScalingConfig,
     WorkerGroupError,
 )
-from trainlib._internal.storage import COMMIT_MARKER, RunStorage
+from trainlib._internal.common.storage import COMMIT_MARKER, RunStorage
 from trainlib.torch import TorchTrainer
 
 STOP_DEADLINE_S = 10.0

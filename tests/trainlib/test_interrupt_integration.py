@@ -101,7 +101,7 @@ def test_ctrl_c_stops_every_rank_within_deadline(phase: str, tmp_path: Path) -> 
         wait_for_path(marker)
         # Each of the 2 workers (threads of the driver) holds one rank process: its idle one,
         # taken by its rank (which may still be loading its launch). The next idle process
-        # starts only when a rank ends (see trainlib._internal.rank_pool), and none has.
+        # starts only when a rank ends (see trainlib._internal.worker.rank_pool), and none has.
         ranks = [p for p in trainlib_processes() if p.ppid() == driver.pid]
         assert len(ranks) == 2, [p.pid for p in ranks]
         driver.send_signal(signal.SIGINT)

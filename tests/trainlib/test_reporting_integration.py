@@ -13,7 +13,7 @@ from distributed import Client
 
 import trainlib
 from trainlib import Checkpoint, CheckpointUploadMode, RunConfig, ScalingConfig, WorkerGroupError
-from trainlib._internal.storage import RunStorage
+from trainlib._internal.common.storage import RunStorage
 from trainlib.torch import TorchTrainer
 
 

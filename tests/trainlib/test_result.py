@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from trainlib import Checkpoint, CheckpointError, Result
-from trainlib._internal.storage import RunStorage
+from trainlib._internal.common.storage import RunStorage
 
 
 def _finished_run(tmp_path: Path) -> RunStorage:

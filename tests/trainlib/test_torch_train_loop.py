@@ -16,9 +16,9 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, Sequenti
 from torch.utils.data.distributed import DistributedSampler
 
 from tests.helpers import set_single_rank_environment
-from trainlib._internal import session
-from trainlib._internal.messages import RankSpec
-from trainlib._internal.storage import RunStorage
+from trainlib._internal.common.messages import RankSpec
+from trainlib._internal.common.storage import RunStorage
+from trainlib._internal.rank import session
 from trainlib.torch import get_device, prepare_data_loader, prepare_model
 from trainlib.torch.train_loop import _DeviceDataLoader
 

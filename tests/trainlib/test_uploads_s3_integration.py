@@ -20,7 +20,7 @@ from distributed import Client
 import trainlib
 from tests.trainlib.s3_rig import BUCKET, ProxyScript, filesystem, s3_proxy, seaweed_s3
 from trainlib import Checkpoint, CheckpointError, RunConfig, ScalingConfig
-from trainlib._internal.storage import RunStorage
+from trainlib._internal.common.storage import RunStorage
 from trainlib.torch import TorchTrainer
 
 
@@ -112,7 +112,7 @@ def test_uploads_survive_503_answers_without_a_restart(
 ) -> None:
     endpoint, script = proxy
     script.put_statuses = [503] * 3  # the checkpoint file's first three PUTs
-    caplog.set_level(logging.WARNING, logger="trainlib._internal.retries")
+    caplog.set_level(logging.WARNING, logger="trainlib._internal.common.retries")
     result = TorchTrainer(
         save_once,
         train_loop_config={"mode": "async"},  # the upload thread's retries (sync: the same)

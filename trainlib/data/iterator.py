@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from trainlib._internal.session import Session, current_session
+from trainlib._internal.rank.session import Session, current_session
 from trainlib.data import _batching
 from trainlib.data.cache import CachedShard, CachePlan, ShardCollector
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import torch
 
-    from trainlib._internal.transfer import DeviceStager
+    from trainlib._internal.rank.transfer import DeviceStager
 
 Block = dict[str, np.ndarray]
 T = TypeVar("T")
@@ -258,7 +258,7 @@ def _delivered(batches: Iterator[T], count: int, stager: DeviceStager | None) ->
 def _stager(device: torch.device) -> DeviceStager | None:
     if device.type != "cuda":
         return None
-    from trainlib._internal.transfer import DeviceStager
+    from trainlib._internal.rank.transfer import DeviceStager
 
     return DeviceStager(device)
 
@@ -318,6 +318,6 @@ def _cast(
 
 
 def _move(value: Any, device: torch.device) -> Any:
-    from trainlib._internal.transfer import move_to_device
+    from trainlib._internal.rank.transfer import move_to_device
 
     return move_to_device(value, device)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainlib._internal.session import current_session
+from trainlib._internal.rank.session import current_session
 from trainlib.data.iterator import DataIterator
 
 _iterators: dict[str, DataIterator] = {}

@@ -20,8 +20,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.utils.data import DataLoader
 
-from trainlib._internal.messages import SHUTDOWN, Command
-from trainlib._internal.session import next_command
+from trainlib._internal.common.messages import SHUTDOWN, Command
+from trainlib._internal.rank.session import next_command
 from trainlib.checkpoint import Checkpoint
 from trainlib.context import get_context
 from trainlib.reporting import get_checkpoint, report

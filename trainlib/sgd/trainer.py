@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import cloudpickle
 from torch import nn
 
-from trainlib._internal.controller import RunPlan
-from trainlib._internal.live_group import LiveGroup
-from trainlib._internal.messages import Command
+from trainlib._internal.common.messages import Command
+from trainlib._internal.driver.controller import RunPlan
 from trainlib.callbacks import Report
 from trainlib.config import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, TorchConfig
 from trainlib.context import get_context
 from trainlib.errors import ConfigError, WorkerGroupError
 from trainlib.sgd import _runner
+from trainlib.sgd._live_group import LiveGroup
 from trainlib.sgd.functions import train_epoch, validate_epoch
 
 if TYPE_CHECKING:

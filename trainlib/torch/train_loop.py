@@ -11,8 +11,8 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 from torch.utils.data.distributed import DistributedSampler
 
-from trainlib._internal.session import current_session
-from trainlib._internal.transfer import move_to_device
+from trainlib._internal.rank.session import current_session
+from trainlib._internal.rank.transfer import move_to_device
 
 
 def get_device() -> torch.device:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from trainlib._internal.controller import RunPlan, run_training
+from trainlib._internal.driver.controller import RunPlan, run_training
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import DaskConfig, RunConfig, ScalingConfig, TorchConfig
 from trainlib.data.config import DataConfig
@@ -19,7 +19,7 @@ from trainlib.result import Result
 if TYPE_CHECKING:
     from distributed import Client
 
-    from trainlib._internal.datasets import DatasetSource
+    from trainlib._internal.common.datasets import DatasetSource
 
 
 class TorchTrainer:
@@ -120,7 +120,7 @@ def _merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str, Any]
 def _sources(datasets: Mapping[str, Any] | None, config: DataConfig) -> tuple[DatasetSource, ...]:
     if not datasets:
         return ()
-    from trainlib._internal.datasets import sources_from  # Dask: only with datasets
+    from trainlib._internal.common.datasets import sources_from  # Dask: only with datasets
 
     return tuple(sources_from(datasets, config).values())
 

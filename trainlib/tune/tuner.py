@@ -10,10 +10,10 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from trainlib._internal.checkpoint_manager import CheckpointManager
-from trainlib._internal.controller import RunPlan
-from trainlib._internal.interrupt import InterruptWatch
-from trainlib._internal.storage import RunStorage
+from trainlib._internal.common.storage import RunStorage
+from trainlib._internal.driver.checkpoint_manager import CheckpointManager
+from trainlib._internal.driver.controller import RunPlan
+from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib.config import DaskConfig, RunConfig, ScalingConfig
 from trainlib.errors import ConfigError
 from trainlib.result import Result
@@ -27,8 +27,8 @@ if TYPE_CHECKING:
     from distributed import Client
     from optuna.trial import FrozenTrial
 
-    from trainlib._internal.study import Study
-    from trainlib._internal.trials import TrialSetup
+    from trainlib.tune._study import Study
+    from trainlib.tune._trials import TrialSetup
 
 STUDY_FILE = "study.db"
 
@@ -104,8 +104,9 @@ class Tuner:
         """
         # Dask and Optuna are imported on use: a rank process importing a user's module that
         # imports trainlib.tune stays light.
-        from trainlib._internal import cluster, rank_pool
-        from trainlib._internal.trials import TrialRunner
+        from trainlib._internal.driver import cluster
+        from trainlib._internal.worker import rank_pool
+        from trainlib.tune._trials import TrialRunner
 
         name = self._run_config.name or datetime.now(timezone.utc).strftime(
             "Tuner_%Y-%m-%d_%H-%M-%S"
@@ -131,7 +132,7 @@ class Tuner:
         return self._grid(study, outcomes, experiment)
 
     def _open_study(self, name: str, experiment: RunStorage) -> Study:
-        from trainlib._internal.study import Study, StudySettings
+        from trainlib.tune._study import Study, StudySettings
 
         config = self._tune_config
         storage_url = config.study_storage or _sqlite_url(experiment)
@@ -160,7 +161,7 @@ class Tuner:
         return self._num_workers() * min(concurrent, self._num_trials())
 
     def _setup(self, experiment: RunStorage) -> TrialSetup:
-        from trainlib._internal.trials import TrialSetup
+        from trainlib.tune._trials import TrialSetup
 
         scaling = self._trainer._scaling
         return TrialSetup(
@@ -183,7 +184,7 @@ class Tuner:
         return replace(self._trainer._plan(train_loop_config), run_config=self._run_config)
 
     def _grid(self, study: Study, outcomes: list[Trial], experiment: RunStorage) -> ResultGrid:
-        from trainlib._internal.trials import state_name
+        from trainlib.tune._trials import state_name
 
         fresh = {o.number: o for o in outcomes}
         results: list[Result] = []
@@ -204,7 +205,7 @@ class Tuner:
 
     def _restored(self, trial: FrozenTrial, experiment: RunStorage) -> Result:
         """The Result of a trial that ended in an earlier ``fit()``, from its run directory."""
-        from trainlib._internal.study import ERROR, METRICS, RUN_NAME
+        from trainlib.tune._study import ERROR, METRICS, RUN_NAME
 
         run_dir = f"{experiment.run_dir}/{trial.user_attrs[RUN_NAME]}"
         storage = RunStorage(experiment.filesystem, run_dir)

@@ -1,0 +1,101 @@
+"""GPU assignment against the topologies users run, each case written out by hand."""
+
+from __future__ import annotations
+
+from trainlib._internal.common.devices import (
+    HostShortage,
+    WorkerDevices,
+    assign_devices,
+    duplicate_devices,
+    parse_visible,
+    shortages,
+)
+
+
+def _workers(host: str, lists: list[str | None], device_count: int) -> list[WorkerDevices]:
+    return [
+        WorkerDevices(
+            f"tcp://{host}:{4000 + i}", host, None if v is None else parse_visible(v), device_count
+        )
+        for i, v in enumerate(lists)
+    ]
+
+
+def test_devices_a_list_every_local_worker_inherits_is_divided_between_them() -> None:
+    # export CUDA_VISIBLE_DEVICES=2,3 with the default LocalCluster (workers share the env)
+    workers = _workers("h", ["2,3", "2,3"], device_count=4)
+    assert assign_devices(workers) == {"tcp://h:4000": "2", "tcp://h:4001": "3"}
+
+
+def test_devices_a_slurm_job_list_gives_each_of_its_workers_one_entry() -> None:
+    workers = _workers("node7", ["0,1,2,3,4,5,6,7"] * 8, device_count=8)
+    assigned = assign_devices(workers)
+    assert [assigned[w.address] for w in workers] == ["0", "1", "2", "3", "4", "5", "6", "7"]
+
+
+def test_devices_dask_cuda_rotated_lists_give_each_worker_its_own_first_entry() -> None:
+    workers = _workers("h", ["0,1,2,3", "1,2,3,0", "2,3,0,1", "3,0,1,2"], device_count=4)
+    assigned = assign_devices(workers)
+    assert [assigned[w.address] for w in workers] == ["0", "1", "2", "3"]
+
+
+def test_devices_one_gpu_without_a_list_serves_one_of_two_workers() -> None:
+    workers = _workers("h", [None, None], device_count=1)
+    assigned = assign_devices(workers)
+    assert assigned == {"tcp://h:4000": "0", "tcp://h:4001": None}
+    assert shortages(workers, assigned) == [HostShortage("h", num_devices=1, num_workers=2)]
+
+
+def test_devices_positions_count_per_host_and_ignore_worker_order() -> None:
+    workers = _workers("b", [None, None], 2) + _workers("a", [None, None], 2)
+    assigned = assign_devices(list(reversed(workers)))
+    assert assigned == {
+        "tcp://a:4000": "0",
+        "tcp://a:4001": "1",
+        "tcp://b:4000": "0",
+        "tcp://b:4001": "1",
+    }
+    assert shortages(workers, assigned) == []
+
+
+def test_devices_concurrent_trials_on_one_host_take_different_devices() -> None:
+    # two 1-rank trials, each leasing one of the host's 3 workers: the device follows the
+    # worker's place among all of the host's workers, not the trial's local rank (0 for both)
+    workers = _workers("h", [None, None, None], device_count=3)
+    assigned = assign_devices(workers)
+    trial_a, trial_b = "tcp://h:4000", "tcp://h:4002"
+    assert (assigned[trial_a], assigned[trial_b]) == ("0", "2")
+
+
+def test_devices_uuid_lists_are_divided_like_indices() -> None:
+    workers = _workers("h", ["GPU-aa,GPU-bb"] * 2, device_count=8)
+    assert assign_devices(workers) == {"tcp://h:4000": "GPU-aa", "tcp://h:4001": "GPU-bb"}
+
+
+def test_devices_an_empty_list_hides_every_device() -> None:
+    workers = _workers("h", [""], device_count=2)
+    assert assign_devices(workers) == {"tcp://h:4000": None}
+
+
+def test_devices_a_shared_list_shorter_than_the_workers_leaves_the_rest_without() -> None:
+    workers = _workers("h", ["5"] * 3, device_count=8)
+    assigned = assign_devices(workers)
+    assert [assigned[w.address] for w in workers] == ["5", None, None]
+    assert shortages(workers, assigned) == [HostShortage("h", num_devices=1, num_workers=3)]
+
+
+def test_devices_a_host_without_gpus_has_none() -> None:
+    workers = _workers("cpu", [None, None], device_count=0)
+    assert set(assign_devices(workers).values()) == {None}
+
+
+def test_devices_duplicate_uuids_on_one_host_name_the_ranks_and_the_fix() -> None:
+    ranks = [(0, "h1", "GPU-a"), (1, "h1", "GPU-b"), (2, "h2", "GPU-a"), (3, "h1", "GPU-a")]
+    message = duplicate_devices(ranks)
+    assert message is not None
+    assert message.startswith("ranks 0, 3 on host h1 were all given GPU GPU-a;")
+    assert "one CUDA_VISIBLE_DEVICES entry per worker" in message
+
+
+def test_devices_the_same_uuid_on_two_hosts_is_no_duplicate() -> None:
+    assert duplicate_devices([(0, "h1", "GPU-a"), (1, "h2", "GPU-a")]) is None

@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainlib import Checkpoint, CheckpointError
+from trainlib._internal.common.storage import COMMIT_MARKER, UPLOADING_MARKER, RunStorage
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> RunStorage:
+    return RunStorage.create(str(tmp_path / "results"), "run")
+
+
+def _checkpoint(tmp_path: Path, content: bytes) -> Checkpoint:
+    directory = tmp_path / f"src-{content.decode()}"
+    directory.mkdir()
+    (directory / "model.pt").write_bytes(content)
+    return Checkpoint.from_directory(directory)
+
+
+def test_storage_round_trip_of_committed_checkpoint(storage: RunStorage, tmp_path: Path) -> None:
+    files = storage.upload(_checkpoint(tmp_path, b"w1"), 3)
+    committed = storage.commit(3, files, {"loss": 0.5})
+    listed = storage.list_committed()
+    assert [(c.index, c.metrics) for c in listed] == [(3, {"loss": 0.5})]
+    assert listed[0].checkpoint == committed.checkpoint
+    restored = listed[0].checkpoint.to_directory(tmp_path / "restored")
+    assert Path(restored, "model.pt").read_bytes() == b"w1"
+    assert files["model.pt"].size == 2
+
+
+def test_storage_never_lists_a_checkpoint_without_marker(
+    storage: RunStorage, tmp_path: Path
+) -> None:
+    storage.commit(0, storage.upload(_checkpoint(tmp_path, b"w0"), 0), {})
+    storage.upload(_checkpoint(tmp_path, b"w1"), 1)  # uploaded, never committed
+    assert [c.index for c in storage.list_committed()] == [0]
+
+
+def test_storage_ignores_truncated_marker(storage: RunStorage, tmp_path: Path) -> None:
+    storage.commit(0, storage.upload(_checkpoint(tmp_path, b"w0"), 0), {"loss": 1.0})
+    marker = Path(storage.checkpoint_dir(0), COMMIT_MARKER)
+    marker.write_bytes(marker.read_bytes()[:10])
+    assert storage.list_committed() == []
+
+
+def test_storage_remove_uncommitted_keeps_committed(storage: RunStorage, tmp_path: Path) -> None:
+    storage.commit(0, storage.upload(_checkpoint(tmp_path, b"w0"), 0), {})
+    storage.upload(_checkpoint(tmp_path, b"w1"), 1)
+    removed = storage.remove_uncommitted()
+    assert removed == [storage.checkpoint_dir(1)]
+    assert sorted(p.name for p in Path(storage.run_dir).iterdir()) == ["checkpoint_000000"]
+
+
+def test_storage_named_checkpoint_is_listed_once_committed(
+    storage: RunStorage, tmp_path: Path
+) -> None:
+    files = storage.upload(_checkpoint(tmp_path, b"full"), 4, "full_model")
+    directory = Path(storage.run_dir, "full_model")
+    assert sorted(p.name for p in directory.iterdir()) == [UPLOADING_MARKER, "model.pt"]
+    assert storage.list_committed() == []
+    storage.commit(4, files, {"epoch": 3}, "full_model")
+    [listed] = storage.list_committed()
+    assert (listed.index, listed.checkpoint.path) == (4, str(directory))
+    assert listed.checkpoint.files() == [COMMIT_MARKER, "model.pt"]
+
+
+def test_storage_remove_uncommitted_spares_directories_not_its_own(
+    storage: RunStorage, tmp_path: Path
+) -> None:
+    storage.upload(_checkpoint(tmp_path, b"cut"), 2, "full_model")  # never committed
+    Path(storage.run_dir, "tensorboard").mkdir()  # the user's own folder in the run folder
+    assert storage.remove_uncommitted() == [f"{storage.run_dir}/full_model"]
+    assert sorted(p.name for p in Path(storage.run_dir).iterdir()) == ["tensorboard"]
+
+
+def test_storage_refused_write_fails_naming_the_path(storage: RunStorage, tmp_path: Path) -> None:
+    Path(storage.checkpoint_dir(1)).write_text("a file where the directory goes")
+    with pytest.raises(CheckpointError, match=r"Could not upload the checkpoint to .*000001"):
+        storage.upload(_checkpoint(tmp_path, b"w1"), 1)

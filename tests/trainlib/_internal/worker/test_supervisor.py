@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+from dataclasses import replace
+
+from trainlib._internal.common.messages import RankLaunch
+from trainlib._internal.rank.backend import rank_environment as rank_torch_environment
+from trainlib._internal.worker.rank_pool import process_environment
+from trainlib._internal.worker.supervisor import launch_environment, thread_share
+
+
+def _launch(**changes: object) -> RankLaunch:
+    launch = RankLaunch(
+        world_rank=1,
+        host="127.0.0.1",
+        local_rank=1,
+        local_world_size=2,
+        use_gpu=False,
+        torch_environment=rank_torch_environment(
+            world_rank=1,
+            local_rank=1,
+            node_rank=0,
+            world_size=2,
+            local_world_size=2,
+            master_addr="127.0.0.1",
+            master_port=29555,
+        ),
+        sys_path=(),
+        spec_payload=b"",
+    )
+    return replace(launch, **changes)  # type: ignore[arg-type]
+
+
+def test_supervisor_drops_the_nanny_environment() -> None:
+    nanny_env = {"MALLOC_TRIM_THRESHOLD_": "65536", "OMP_NUM_THREADS": "1", "PATH": "/bin"}
+    env = process_environment(nanny_env)
+    assert "MALLOC_TRIM_THRESHOLD_" not in env and "OMP_NUM_THREADS" not in env
+    assert env["PATH"] == "/bin"
+
+
+def test_supervisor_launch_sets_torchrun_variables_and_a_thread_count() -> None:
+    env = launch_environment(_launch(), {"PATH": "/bin"})
+    assert (env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"], env["MASTER_PORT"]) == (
+        "1",
+        "1",
+        "2",
+        "29555",
+    )
+    assert int(env["OMP_NUM_THREADS"]) >= 1
+
+
+def test_supervisor_thread_share_divides_the_cores_between_a_hosts_ranks() -> None:
+    assert thread_share(16, 2) == 8
+    assert thread_share(16, 3) == 5
+    assert thread_share(2, 4) == 1  # never zero threads
+    assert thread_share(None, 1) == 1  # os.cpu_count() may not know
+
+
+def test_supervisor_keeps_thread_settings_the_user_chose() -> None:
+    assert "OMP_NUM_THREADS" not in launch_environment(_launch(), {"OMP_NUM_THREADS": "3"})
+
+
+def test_supervisor_gives_a_gpu_rank_the_device_the_driver_chose() -> None:
+    inherited = {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
+    env = launch_environment(_launch(use_gpu=True, device="2"), inherited)
+    assert env["CUDA_VISIBLE_DEVICES"] == "2"
+
+
+def test_supervisor_leaves_cpu_ranks_devices_alone() -> None:
+    env = launch_environment(_launch(), {"CUDA_VISIBLE_DEVICES": "0,1"})
+    assert "CUDA_VISIBLE_DEVICES" not in env

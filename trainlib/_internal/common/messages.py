@@ -1,0 +1,135 @@
+"""Plain-data messages between the driver, the rank supervisors and the rank processes."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from trainlib._internal.common.storage import FileEntry, RunStorage
+from trainlib.checkpoint import Checkpoint
+
+if TYPE_CHECKING:  # a rank process never imports the feeder (nor Dask)
+    from trainlib._internal.worker.feeder import FeedPlan
+    from trainlib.data.cache import CachePlan
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """Everything a rank process needs to run the train function (loaded in the rank only)."""
+
+    world_rank: int
+    local_rank: int
+    node_rank: int
+    world_size: int
+    local_world_size: int
+    host: str
+    backend: Literal["gloo", "nccl"]
+    timeout_s: int
+    use_gpu: bool
+    run_name: str
+    storage: RunStorage
+    start_index: int
+    latest_checkpoint: Checkpoint | None
+    train_func_payload: bytes
+    dataset_names: tuple[str, ...] = ()
+    setup_payload: bytes | None = None  # ScalingConfig.worker_setup, pickled
+    data_cache: dict[str, CachePlan] = field(default_factory=dict)  # DataConfig.cache_shards
+
+
+@dataclass(frozen=True)
+class RankLaunch:
+    """What a supervisor needs to start one rank.
+
+    The ``RankSpec`` travels pickled (``spec_payload``): it may hold objects of the user's
+    modules (a storage filesystem, say), which only the rank, with ``sys_path`` applied,
+    needs to import.
+    """
+
+    world_rank: int
+    host: str
+    local_rank: int
+    local_world_size: int
+    use_gpu: bool
+    torch_environment: dict[str, str]
+    sys_path: tuple[str, ...]
+    spec_payload: bytes
+    feed: FeedPlan | None = None
+    device: str | None = None  # with use_gpu: the one CUDA_VISIBLE_DEVICES entry of the rank
+
+
+@dataclass(frozen=True)
+class ReportMessage:
+    """One rank's ``report()`` call: rank 0 sends its metrics, every rank its uploaded files
+    (and the ``checkpoint_dir_name`` they went under, if one was given)."""
+
+    world_rank: int
+    index: int
+    metrics: dict[str, Any] | None
+    files: dict[str, FileEntry] | None
+    dir_name: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointsQuery:
+    """A rank asks for the run's committed checkpoints once the driver has processed every
+    report before ``index`` (``get_all_reported_checkpoints``). It travels as a ``report``
+    message: supervisors relay those (and only those, logs and ``started``) to the driver."""
+
+    world_rank: int
+    index: int
+
+
+REPORTED_CHECKPOINTS = "reported_checkpoints"  # the driver's answer: a Command of this kind
+
+
+# Variables a batch system sets in a job's processes (a Dask worker started by dask-jobqueue,
+# and so its ranks), and how to name the job.
+_BATCH_JOB_VARIABLES = (
+    ("SLURM_JOB_ID", "SLURM job"),
+    ("PBS_JOBID", "PBS job"),
+    ("LSB_JOBID", "LSF job"),
+)
+
+
+@dataclass(frozen=True)
+class RankStarted:
+    """A rank joined the process group; where it runs, for the driver's log."""
+
+    world_rank: int
+    host: str
+    pid: int
+    batch_job: str = ""  # e.g. "SLURM job 12"; empty outside a batch system
+
+    @classmethod
+    def here(cls, world_rank: int, host: str) -> RankStarted:
+        """This process, as rank ``world_rank`` on ``host``."""
+        job = next(
+            (
+                f"{name} {os.environ[key]}"
+                for key, name in _BATCH_JOB_VARIABLES
+                if os.environ.get(key)
+            ),
+            "",
+        )
+        return cls(world_rank, host, os.getpid(), job)
+
+    def describe(self) -> str:
+        """``"rank 1 on 10.0.0.5 (pid 4242, SLURM job 12)"``."""
+        job = f", {self.batch_job}" if self.batch_job else ""
+        return f"rank {self.world_rank} on {self.host} (pid {self.pid}{job})"
+
+
+SHUTDOWN = "shutdown"
+
+
+@dataclass(frozen=True)
+class Command:
+    """A call on a live group, sent to every rank: ``kind`` names it, ``payload`` is plain data.
+
+    Every rank answers a command, except ``SHUTDOWN``, with exactly one ``report()``; on
+    ``SHUTDOWN`` its loop returns and the rank ends as a finished training function does.
+    """
+
+    kind: str
+    payload: Any = None

@@ -1,0 +1,134 @@
+"""Collects the ranks' reports on the driver: commits checkpoints, keeps history, calls back."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from trainlib._internal.common.messages import (
+    REPORTED_CHECKPOINTS,
+    CheckpointsQuery,
+    Command,
+    RankStarted,
+    ReportMessage,
+)
+from trainlib._internal.common.storage import FileEntry, RunStorage
+from trainlib._internal.driver.checkpoint_manager import CheckpointManager
+from trainlib._internal.driver.watchdog import ProgressWatchdog
+from trainlib.callbacks import Callback, Report
+from trainlib.errors import TrainingFailedError
+
+logger = logging.getLogger(__name__)
+
+Reply = Callable[[int, Command], None]  # (world rank, command): the attempt's WorkerGroup.send_to
+
+
+class ReportCollector:
+    """Turns per-rank ``ReportMessage``s into complete reports, in order."""
+
+    def __init__(
+        self, storage: RunStorage, manager: CheckpointManager, callbacks: Sequence[Callback]
+    ) -> None:
+        self._storage = storage
+        self._manager = manager
+        self._callbacks = callbacks
+        self._history: list[tuple[int, dict[str, Any]]] = []
+        self._pending: dict[int, list[ReportMessage]] = defaultdict(list)
+        self._world_size = 0
+        self._watchdog: ProgressWatchdog | None = None
+        self._processed = -1  # every report up to this index is complete
+        self._queries: list[CheckpointsQuery] = []
+        self._reply: Reply | None = None
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Rank 0's metrics of every complete report, oldest first."""
+        return [metrics for _, metrics in self._history]
+
+    def start_attempt(self, world_size: int, start_index: int, watchdog: ProgressWatchdog) -> None:
+        """Forget reports newer than the checkpoint this attempt resumes from."""
+        self._world_size = world_size
+        self._watchdog = watchdog
+        self._pending.clear()
+        self._history = [(i, m) for i, m in self._history if i < start_index]
+        self._processed = start_index - 1
+        self._queries.clear()
+        self._reply = None
+
+    def reply_with(self, reply: Reply) -> None:
+        """How to answer the ranks' ``get_all_reported_checkpoints`` in this attempt."""
+        self._reply = reply
+
+    def handle(self, kind: str, payload: Any) -> None:
+        """Handle one message relayed from a rank: started, a report, or a rank-0 log record."""
+        if kind == "started":
+            started: RankStarted = payload
+            logger.info("Joined the group: %s", started.describe())
+            if self._watchdog is not None:
+                self._watchdog.on_started(started.world_rank)
+            return
+        if kind == "log":
+            record: logging.LogRecord = payload
+            # Already filtered by level in the rank; hand it to this process's handlers as
+            # logging's socket receivers do (the logging cookbook).
+            logging.getLogger(record.name).handle(record)
+            return
+        if isinstance(payload, CheckpointsQuery):
+            self._queries.append(payload)
+            self._answer_queries()
+            return
+        message: ReportMessage = payload
+        reports = self._pending[message.index]
+        reports.append(message)
+        if self._watchdog is not None:
+            self._watchdog.on_report(message.world_rank, message.index)
+        if len(reports) == self._world_size:
+            del self._pending[message.index]
+            if self._watchdog is not None:
+                self._watchdog.on_complete()
+            self._complete(message.index, reports)
+            self._processed = max(self._processed, message.index)
+            self._answer_queries()
+
+    def _answer_queries(self) -> None:
+        """Answer the queries whose reports are all processed: the committed checkpoints."""
+        ready = [q for q in self._queries if q.index - 1 <= self._processed]
+        if not ready or self._reply is None:
+            return
+        self._queries = [q for q in self._queries if q not in ready]
+        answer = [(c.checkpoint, c.metrics) for c in self._manager.committed]
+        for query in ready:
+            self._reply(query.world_rank, Command(REPORTED_CHECKPOINTS, answer))
+
+    def check_all_complete(self) -> None:
+        """Raise if some ranks called ``report()`` more often than others."""
+        if self._pending:
+            index = min(self._pending)
+            ranks = sorted(m.world_rank for m in self._pending[index])
+            raise TrainingFailedError(
+                f"Report {index} was made by ranks {ranks} only, out of {self._world_size}; "
+                "every rank must call trainlib.report() the same number of times."
+            )
+
+    def _complete(self, index: int, reports: list[ReportMessage]) -> None:
+        metrics = next(r.metrics for r in reports if r.world_rank == 0) or {}
+        files: dict[str, FileEntry] = {}
+        for report in reports:
+            files.update(report.files or {})
+        names = sorted({str(r.dir_name) for r in reports if r.files is not None})
+        if len(names) > 1:
+            raise TrainingFailedError(
+                f"Report {index} put its checkpoint under different names on different ranks "
+                f"({', '.join(names)}); pass the same checkpoint_dir_name on every rank."
+            )
+        checkpoint = None
+        if any(r.files is not None for r in reports):
+            name = next(r.dir_name for r in reports if r.files is not None)
+            committed = self._storage.commit(index, files, metrics, name)
+            self._manager.register(committed)
+            checkpoint = committed.checkpoint
+        self._history.append((index, metrics))
+        for callback in self._callbacks:
+            callback.on_report(Report(index, metrics, checkpoint))

@@ -1,0 +1,320 @@
+"""One attempt of a run: a rank per chosen Dask worker, watched until all end or one fails."""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from distributed import Client, Event, Future, Queue
+
+from trainlib._internal.common.messages import Command, RankLaunch
+from trainlib._internal.common.waiting import Completions, result_within
+from trainlib._internal.driver import cluster
+from trainlib._internal.driver.ranks import WorkerSlot
+from trainlib._internal.rank import backend
+from trainlib._internal.worker import command_relay
+from trainlib._internal.worker.supervisor import RankOutcome, supervise_rank
+from trainlib.errors import RankFailure
+
+STOP_TIMEOUT_S = 10.0
+_POLL_S = 0.5  # a rank's task ending or a message wakes the driver sooner
+_MAIL_END = b""  # put on the queue to end the mail thread
+_MAIL_FLUSH = b"flush"  # put on the queue to learn that everything before it was taken
+_LIVENESS_CHECK_S = 1.0
+_STOP_POLL_S = 0.2
+
+LaunchBuilder = Callable[[WorkerSlot, str, int], RankLaunch]
+MessageHandler = Callable[[str, Any], None]
+ProgressCheck = Callable[[], dict[int, RankFailure]]
+
+
+class WorkerGroup:
+    """The supervisors of one attempt, their message queue and their stop event."""
+
+    def __init__(
+        self,
+        client: Client,
+        slots: list[WorkerSlot],
+        futures: list[Future[RankOutcome]],
+        queue: Queue,
+        stop: Event,
+    ) -> None:
+        self._client = client
+        self._slots = slots
+        self._futures = futures
+        self._queue = queue
+        self._stop = stop
+        self._outcomes: dict[int, RankOutcome] = {}
+        self._unresponsive: set[str] = set()
+        self._completions = Completions(futures)
+        self._mail = _Mail(queue, self._completions.wake)
+
+    @classmethod
+    @contextmanager
+    def start(
+        cls,
+        client: Client,
+        slots: list[WorkerSlot],
+        build_launch: LaunchBuilder,
+        resources: dict[str, float] | None = None,
+    ) -> Iterator[WorkerGroup]:
+        """Start one rank per slot; on leaving, every rank is stopped and its task released."""
+        token = uuid.uuid4().hex[:12]
+        queue = Queue(f"trainlib-reports-{token}", client=client)
+        stop = Event(f"trainlib-stop-{token}", client=client)
+        rank0 = slots[0]
+        port_future = client.submit(
+            backend.find_free_port, workers=[rank0.address], allow_other_workers=False, pure=False
+        )
+        port = result_within(port_future, STOP_TIMEOUT_S, give_up=lambda: True)
+        futures = [
+            client.submit(
+                supervise_rank,
+                build_launch(slot, rank0.host, port),
+                queue.name,
+                stop.name,
+                key=f"trainlib-rank-{slot.world_rank}-{token}",
+                workers=[slot.address],
+                allow_other_workers=False,
+                pure=False,
+                resources=resources,
+            )
+            for slot in slots
+        ]
+        group = cls(client, slots, futures, queue, stop)
+        try:
+            yield group
+        finally:
+            group._shut_down()
+
+    def run(
+        self,
+        handle: MessageHandler,
+        check_progress: ProgressCheck = dict,
+        poll: Callable[[], None] = lambda: None,
+        until: Callable[[], bool] = lambda: False,
+    ) -> dict[int, RankFailure]:
+        """Relay messages to ``handle`` until every rank ends, one fails, or ``until()``.
+
+        ``check_progress`` (the hang watchdog) is asked after each poll for hung ranks;
+        ``poll`` is called as often and may raise to stop the group (Ctrl-C). An exception
+        raised by ``handle`` or ``poll`` propagates after the ranks are stopped (see ``start``).
+        ``until`` is asked after each batch of messages; when it holds, the ranks go on
+        running (a live group: see ``send``).
+
+        Returns:
+            The failures by world rank (empty when every rank finished cleanly); after a
+            failure the other ranks are stopped and appear as ``stopped``.
+        """
+        next_liveness_check = time.monotonic() + _LIVENESS_CHECK_S
+        while True:
+            poll()
+            self._wait_for_any(_POLL_S)
+            self._drain(handle)
+            self._collect_done()
+            for rank, failure in check_progress().items():
+                self._outcomes.setdefault(rank, RankOutcome(rank, failure))
+            if self._failures() or len(self._outcomes) == len(self._futures):
+                break
+            if until():
+                return {}
+            if time.monotonic() >= next_liveness_check:
+                next_liveness_check = time.monotonic() + _LIVENESS_CHECK_S
+                self._check_workers_alive()
+        if self._failures():
+            self._stop_all()
+        self._mail.flush()  # what a rank said before its task ended (e.g. its last report)
+        self._drain(handle)
+        return self._failures()
+
+    def send(self, command: Command) -> None:
+        """Deliver ``command`` to every rank (through its supervisor), in rank order.
+
+        A rank that cannot take it (its supervisor ended, its worker left) is found by the
+        next ``run``.
+        """
+        addresses = [slot.address for slot in self._slots]
+        self._client.run(
+            command_relay.deliver,
+            self._queue.name,
+            command,
+            workers=addresses,
+            on_error="return",
+        )
+
+    def send_to(self, world_rank: int, command: Command) -> None:
+        """Deliver ``command`` to one rank (an answer to its question); a rank gone is found
+        by the next ``run``."""
+        slot = next(s for s in self._slots if s.world_rank == world_rank)
+        self._client.run(
+            command_relay.deliver,
+            self._queue.name,
+            command,
+            workers=[slot.address],
+            on_error="return",
+        )
+
+    @property
+    def num_ended(self) -> int:
+        """How many ranks have ended (cleanly or not)."""
+        return len(self._outcomes)
+
+    def _failures(self) -> dict[int, RankFailure]:
+        return {r: o.failure for r, o in self._outcomes.items() if o.failure is not None}
+
+    def _drain(self, handle: MessageHandler) -> None:
+        for kind, payload in self._mail.take_all():
+            handle(kind, payload)
+
+    def _wait_for_any(self, timeout_s: float) -> None:
+        """Return when a rank's task ends or a message comes, or after ``timeout_s``."""
+        if any(not f.done() for f in self._futures) and not self._mail.has_mail():
+            self._completions.wait(timeout_s)
+
+    def _collect_done(self) -> None:
+        for slot, future in zip(self._slots, self._futures, strict=True):
+            if slot.world_rank in self._outcomes or not future.done():
+                continue
+            if future.status == "finished":
+                self._outcomes[slot.world_rank] = future.result()
+            else:
+                summary = f"the rank's Dask task failed on {slot.address}: {future.exception()!r}"
+                self._record(slot, "exception", summary)
+
+    def _check_workers_alive(self) -> None:
+        alive = cluster.live_workers(self._client)
+        for slot in self._slots:
+            if slot.address not in alive and slot.world_rank not in self._outcomes:
+                self._record(slot, "worker_lost", f"Dask worker {slot.address} left the cluster")
+
+    def _record(self, slot: WorkerSlot, kind: Any, summary: str) -> None:
+        failure = RankFailure(slot.world_rank, slot.host, kind, summary, time=time.time())
+        self._outcomes[slot.world_rank] = RankOutcome(slot.world_rank, failure)
+
+    def _stop_all(self) -> None:
+        """Ask every supervisor to stop its rank, and wait (bounded) until they have.
+
+        Ranks whose Dask worker left are not waited for; a task still running at the deadline
+        marks its worker unresponsive.
+        """
+        self._stop.set()
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        while True:
+            self._collect_done()
+            self._check_workers_alive()
+            pending = [
+                f
+                for s, f in zip(self._slots, self._futures, strict=True)
+                if not f.done() and s.world_rank not in self._lost_ranks()
+            ]
+            if not pending or time.monotonic() >= deadline:
+                break
+            self._completions.wait(_STOP_POLL_S)
+        self._collect_done()  # a task that ended after the last collection emptied `pending`
+        for slot in self._slots:
+            if slot.world_rank not in self._outcomes:
+                self._record(slot, "worker_lost", f"did not stop within {STOP_TIMEOUT_S:g} s")
+        lost = self._lost_ranks()
+        self._unresponsive = {
+            slot.address
+            for slot, future in zip(self._slots, self._futures, strict=True)
+            if not future.done() or slot.world_rank in lost
+        }
+
+    def _lost_ranks(self) -> set[int]:
+        return {
+            r
+            for r, o in self._outcomes.items()
+            if o.failure is not None and o.failure.kind == "worker_lost"
+        }
+
+    @property
+    def unresponsive_workers(self) -> set[str]:
+        """Workers that left, or whose rank task did not end when stopped (e.g. a host cut
+        off the network). The next attempt avoids them."""
+        return self._unresponsive
+
+    def _shut_down(self) -> None:
+        if len(self._outcomes) < len(self._futures):
+            self._stop_all()
+        self._client.cancel(self._futures)
+        self._mail.close()
+        self._queue.close()
+        self._stop.clear()
+
+
+class _Mail:
+    """A thread that takes the ranks' messages off the Dask queue as they arrive.
+
+    The driver's loop then wakes at once for a message instead of polling the scheduler
+    (a live group's call returns within milliseconds of its last report). Blocking
+    ``Queue.get()`` without a timeout: Dask's timed waits are unreliable on Python 3.11
+    (see ``waiting``); the thread ends on ``_MAIL_END``.
+    """
+
+    def __init__(self, source: Queue, wake: Callable[[], None]) -> None:
+        self._source = source
+        self._wake = wake
+        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._error: BaseException | None = None
+        self._flushed = threading.Event()
+        self._thread = threading.Thread(target=self._receive, name="trainlib-mail", daemon=True)
+        self._thread.start()
+
+    def _receive(self) -> None:
+        try:
+            while (item := self._source.get()) != _MAIL_END:
+                if item == _MAIL_FLUSH:
+                    self._flushed.set()
+                    continue
+                self._inbox.put(pickle.loads(item))
+                self._wake()
+        except BaseException as exc:  # the scheduler went away: tell the driver loop
+            self._error = exc
+            self._wake()
+
+    def has_mail(self) -> bool:
+        """True when messages wait to be taken."""
+        return not self._inbox.empty()
+
+    def take_all(self) -> list[tuple[str, Any]]:
+        """The messages that arrived so far, oldest first.
+
+        Raises:
+            The error that ended the thread, once the messages before it are taken.
+        """
+        taken = []
+        while not self._inbox.empty():
+            taken.append(self._inbox.get())
+        if not taken and self._error is not None and not self._thread.is_alive():
+            raise self._error
+        return taken
+
+    def flush(self) -> None:
+        """Wait (bounded) until every message already on the Dask queue has been taken.
+
+        A supervisor's last message is on the queue before its task ends, but may reach this
+        process after the task's end does (another connection).
+        """
+        if not self._thread.is_alive():
+            return
+        self._flushed.clear()
+        try:
+            self._source.put(_MAIL_FLUSH)
+        except Exception:
+            return  # the scheduler is gone: take_all() raises what the thread saw
+        self._flushed.wait(STOP_TIMEOUT_S)
+
+    def close(self) -> None:
+        """End the thread (bounded wait)."""
+        if self._thread.is_alive():
+            with contextlib.suppress(Exception):
+                self._source.put(_MAIL_END)
+            self._thread.join(STOP_TIMEOUT_S)

@@ -1,0 +1,168 @@
+"""Entry point of a rank process: ``python -m trainlib._internal.rank.rank_main FD``.
+
+The supervisor (in a Dask worker) passes one end of a socket pair as FD and sends the launch
+message on it: rank, host, the driver's ``sys.path`` and the pickled ``RankSpec``, loaded only
+once that path applies (it may reference the user's modules). The rank joins the process
+group, runs the train function, and sends reports, rank 0's log records, and finally ``done``
+or ``error`` back. If the supervisor goes away (its Dask worker died), the connection closes and
+the rank exits at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import gc
+import logging
+import logging.handlers
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any, NoReturn
+
+import cloudpickle
+
+from trainlib._internal.common.messages import RankSpec, RankStarted
+from trainlib._internal.rank import backend
+from trainlib._internal.rank.session import Session, start_session
+from trainlib.errors import RankFailure
+
+_EXIT_FAILED = 1
+_EXIT_ORPHANED = 70
+_STARTED_WITH: dict[str, str] = {}  # the environment this process started with
+
+
+class _LogForwarder:
+    """A queue for ``logging.handlers.QueueHandler`` that sends records to the supervisor."""
+
+    def __init__(self, session: Session) -> None:
+        self._session = session
+
+    def put_nowait(self, record: logging.LogRecord) -> None:
+        self._session.send("log", record)
+
+
+def _receive_until_orphaned(connection: Connection, session: Session) -> None:
+    """File the supervisor's messages; when its end of the connection closes, exit at once."""
+    try:
+        while True:
+            kind, payload = connection.recv()
+            session.deliver(kind, payload)
+    except (EOFError, OSError):
+        os._exit(_EXIT_ORPHANED)
+
+
+def _forward_logs(session: Session) -> None:
+    handler = logging.handlers.QueueHandler(_LogForwarder(session))  # type: ignore[arg-type]
+    handler.setLevel(logging.INFO)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+def _failure(world_rank: int, host: str, exc: BaseException) -> RankFailure:
+    return RankFailure(
+        world_rank=world_rank,
+        host=host,
+        kind="exception",
+        summary=f"{type(exc).__name__}: {exc}",
+        traceback="".join(traceback.format_exception(exc)),
+        time=time.time(),
+        is_collective_error=backend.is_collective_error(exc),
+    )
+
+
+def _run(spec: RankSpec, session: Session) -> None:
+    # Unpickling imports the user's modules, which may configure logging (Prefect does), so
+    # rank 0 starts forwarding its log records only afterwards.
+    train_func = cloudpickle.loads(spec.train_func_payload)
+    if spec.world_rank == 0:
+        _forward_logs(session)
+    if spec.setup_payload is not None:
+        cloudpickle.loads(spec.setup_payload)()  # before the group: it may set NCCL's variables
+    backend.init_process_group(spec.backend, spec.timeout_s, spec.use_gpu, spec.host)
+    session.send("started", RankStarted.here(spec.world_rank, spec.host))
+    train_func()
+    session.uploads.wait()  # a checkpoint still uploading (async): its failure fails the rank
+    backend.destroy_process_group()  # on failure the process just exits
+
+
+def _prepare() -> None:
+    """What every rank needs, imported while the process waits for its launch (warm pool).
+    DistributedDataParallel imports torch._dynamo when it is built: 4 s on a busy 2-core
+    machine, at the start of the first epoch."""
+    import torch
+    import torch._dynamo
+    import torch.distributed  # noqa: F401
+
+    import trainlib.data
+    import trainlib.torch  # noqa: F401
+
+
+def _load_spec(connection: Connection) -> RankSpec:
+    """Wait for the launch message and apply it: environment, working directory, the driver's
+    sys.path; the spec is loaded last (it may reference the user's modules)."""
+    try:
+        world_rank, host, sys_path, cwd, environment, payload = connection.recv()
+    except (EOFError, OSError):
+        os._exit(_EXIT_ORPHANED)  # never launched: the worker closed or died
+    _name_process("trainlib-rank")
+    for gone in _STARTED_WITH.keys() - environment.keys():
+        if backend.is_private(gone):  # the launch carries the private variables of now
+            os.environ.pop(gone, None)
+    os.environ.update(environment)
+    if "OMP_NUM_THREADS" in environment:
+        import torch
+
+        torch.set_num_threads(int(environment["OMP_NUM_THREADS"]))
+    sys.path[:0] = [p for p in sys_path if p not in sys.path]
+    try:
+        os.chdir(cwd)
+        spec: RankSpec = cloudpickle.loads(payload)
+    except BaseException as exc:
+        _exit_failed(connection.send, _failure(world_rank, host, exc))
+    return spec
+
+
+def _name_process(name: str) -> None:
+    """Name this process (``ps -o comm``, psutil's ``name()``): ``trainlib-spare`` while it
+    waits in the pool, ``trainlib-rank`` once launched. Linux only; elsewhere a no-op."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # 15 = PR_SET_NAME
+
+
+def _exit_failed(send: Callable[[tuple[str, Any]], None], failure: RankFailure) -> NoReturn:
+    send(("error", failure))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_EXIT_FAILED)
+
+
+def main(fd: int) -> None:
+    _STARTED_WITH.update(os.environ)
+    _name_process("trainlib-spare")
+    connection = Connection(fd)
+    _prepare()
+    spec = _load_spec(connection)
+    session = Session(spec, connection.send)
+    start_session(session)
+    threading.Thread(
+        target=_receive_until_orphaned, args=(connection, session), daemon=True
+    ).start()
+    try:
+        _run(spec, session)
+    except BaseException as exc:
+        session.uploads.abandon()
+        _exit_failed(session.send_message, _failure(spec.world_rank, spec.host, exc))
+    session.send("done", None)
+    gc.freeze()  # the exit's last collection of torch's objects took 1.1-1.4 s, frozen 0.3-0.5
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]))

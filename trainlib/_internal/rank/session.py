@@ -1,0 +1,72 @@
+"""The state of the training function running in one rank process."""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from trainlib._internal.common.messages import REPORTED_CHECKPOINTS, Command, RankSpec
+from trainlib._internal.rank.uploads import Uploads
+
+_current: Session | None = None
+
+
+class Session:
+    """One rank's connection to its supervisor plus what ``report()`` needs."""
+
+    def __init__(self, spec: RankSpec, send: Callable[[tuple[str, Any]], None]) -> None:
+        self.spec = spec
+        self._send = send
+        self._lock = threading.Lock()
+        self._inboxes: defaultdict[str, queue.Queue[Any]] = defaultdict(queue.Queue)
+        self.commands: queue.Queue[Command] = queue.Queue()  # a live group's, in order
+        self.next_index = spec.start_index
+        self.uploads = Uploads(lambda message: self.send("report", message))
+
+    def send(self, kind: str, payload: Any) -> None:
+        """Send one message to the supervisor (thread-safe)."""
+        self.send_message((kind, payload))
+
+    def send_message(self, message: tuple[str, Any]) -> None:
+        """Send one ``(kind, payload)`` message (thread-safe: never interleaved with another)."""
+        with self._lock:
+            self._send(message)
+
+    def deliver(self, kind: str, payload: Any) -> None:
+        """File a message from the supervisor (a block of a dataset, a command) for whoever
+        waits on it."""
+        if kind == "data":
+            name, *rest = payload
+            self._inboxes[name].put(tuple(rest))
+        elif kind == "command" and payload.kind == REPORTED_CHECKPOINTS:
+            self._inboxes[REPORTED_CHECKPOINTS].put(payload.payload)
+        elif kind == "command":
+            self.commands.put(payload)
+
+    def inbox(self, name: str) -> queue.Queue[Any]:
+        """The messages filed for dataset ``name`` (or the driver's ``REPORTED_CHECKPOINTS``)."""
+        return self._inboxes[name]
+
+
+def start_session(session: Session) -> None:
+    """Make ``session`` the current one (once per rank process)."""
+    global _current
+    _current = session
+
+
+def next_command() -> Command:
+    """Block until the driver sends this rank its next command (a live group's rank loop)."""
+    return current_session("next_command()").commands.get()
+
+
+def current_session(caller: str) -> Session:
+    """The current session; raises a RuntimeError naming ``caller`` outside a training function."""
+    if _current is None:
+        raise RuntimeError(
+            f"trainlib.{caller} was called outside a training function; call it inside the "
+            "train_loop_per_worker that TorchTrainer runs on every rank."
+        )
+    return _current

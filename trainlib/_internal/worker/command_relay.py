@@ -1,0 +1,47 @@
+"""Commands from the driver to the ranks of a live group, relayed by their supervisors.
+
+A supervisor registers its rank's connection under its group's token; the driver calls
+``deliver`` on the group's workers (``Client.run``, which reaches a worker directly, without
+scheduling a task), and each worker writes the command on its rank's socket. The rank files it
+in its session (``Session.commands``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from trainlib._internal.common.messages import Command
+
+_lock = threading.Lock()
+_sinks: dict[tuple[str, str], Callable[[Any], None]] = {}  # (token, worker) -> rank's send
+
+
+def register(token: str, worker: str, send: Callable[[Any], None]) -> None:
+    """Route commands for group ``token`` on ``worker`` to ``send``."""
+    with _lock:
+        _sinks[(token, worker)] = send
+
+
+def unregister(token: str, worker: str) -> None:
+    """Stop routing (the rank ended)."""
+    with _lock:
+        _sinks.pop((token, worker), None)
+
+
+def deliver(token: str, command: Command, dask_worker: Any = None) -> bool:
+    """Runs on a Dask worker: send ``command`` to the rank of group ``token`` there.
+
+    Returns:
+        False when that rank is gone (its supervisor has ended).
+    """
+    with _lock:
+        send = _sinks.get((token, dask_worker.address))
+    if send is None:
+        return False
+    try:
+        send(("command", command))
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,231 @@
+"""Runs inside a Dask worker: starts one rank process, relays its messages, stops it.
+
+A rank is a plain (non-daemonic) OS process in its own session, so it may start DataLoader
+workers, and it can be killed with everything it started without touching the Dask worker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from distributed import Event, Queue, get_client, get_worker, secede
+from distributed.core import Status
+
+from trainlib._internal.common.messages import RankLaunch
+from trainlib._internal.rank import backend
+from trainlib._internal.worker import command_relay, rank_pool
+from trainlib._internal.worker.feeder import Feeder
+from trainlib.errors import RankFailure
+
+_POLL_S = 0.5  # a message or the rank's exit wakes the supervisor sooner
+_STOP_CHECK_S = 0.5
+_EXIT_WAIT_S = 5.0
+_CLOSED = ("closed", None)
+_TERMINATE_GRACE_S = 3.0
+
+
+@dataclass(frozen=True)
+class RankOutcome:
+    """How a rank ended: ``failure`` is None when its train function returned."""
+
+    world_rank: int
+    failure: RankFailure | None
+
+
+def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) -> RankOutcome:
+    """Run one rank to its end, forwarding its messages to the driver's queue.
+
+    Stops the rank when the stop event is set (another rank failed), and sets the event
+    itself when this rank fails, so the others stop without waiting for the driver.
+    """
+    secede()  # this task only waits on its rank: the worker's thread is free for data tasks
+    worker = get_worker().address
+    queue, stop = Queue(queue_name), Event(stop_event_name)
+    environment = rank_pool.process_environment(dict(os.environ))
+    rank = rank_pool.take(worker, environment)
+    if rank_pool.keeps(worker) > 1:
+        # A search's next trials: their processes import torch while this rank trains. Else
+        # the next idle process starts when this rank ends: an import now would take CPU from
+        # the ranks (the first epoch of a 2-rank run on 2 cores began 1.8 s later).
+        rank_pool.refill(worker, environment)
+    send = _locked(rank.connection.send)
+    feeder = Feeder(launch.feed, get_client(), send) if launch.feed is not None else None
+    command_relay.register(queue_name, worker, send)  # a live group's commands (see there)
+    try:
+        send(
+            (
+                launch.world_rank,
+                launch.host,
+                launch.sys_path,
+                os.getcwd(),
+                launch_environment(launch, environment),
+                launch.spec_payload,
+            )
+        )
+        outcome = _relay(launch, rank.process, rank.connection, queue, stop, feeder)
+    finally:
+        command_relay.unregister(queue_name, worker)
+        if feeder is not None:
+            feeder.close()
+        _kill_session(rank.process)
+        rank.connection.close()
+        if get_worker().status == Status.running:
+            rank_pool.refill(worker, environment)  # the next run on this worker starts warm
+    if outcome.failure is not None and outcome.failure.kind != "stopped":
+        stop.set()
+    return outcome
+
+
+def launch_environment(launch: RankLaunch, process_env: dict[str, str]) -> dict[str, str]:
+    """What a rank sets in its environment when it starts: torchrun's variables, its share of
+    the host's cores (unless OMP_NUM_THREADS is set), with GPUs its one device, and the
+    private variables as they are now (an idle process may have started with others)."""
+    env = {k: v for k, v in process_env.items() if backend.is_private(k)}
+    env.update(launch.torch_environment)
+    if "OMP_NUM_THREADS" not in process_env:
+        env["OMP_NUM_THREADS"] = str(thread_share(os.cpu_count(), launch.local_world_size))
+    if launch.use_gpu and launch.device is not None:
+        env["CUDA_VISIBLE_DEVICES"] = launch.device  # chosen by the driver: see ``devices``
+    return env
+
+
+def thread_share(cpu_count: int | None, local_world_size: int) -> int:
+    """A rank's share of its host's cores: at least one thread each."""
+    return max(1, (cpu_count or 1) // local_world_size)
+
+
+def _locked(send: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``send``, serialised: feeder threads and this one write to the same connection."""
+    lock = threading.Lock()
+
+    def locked_send(message: Any) -> None:
+        with lock:
+            send(message)
+
+    return locked_send
+
+
+def _relay(
+    launch: RankLaunch,
+    process: subprocess.Popen[bytes],
+    connection: Connection,
+    queue: Queue,
+    stop: Event,
+    feeder: Feeder | None,
+) -> RankOutcome:
+    state = _RankState(feeder)
+    next_stop_check = 0.0
+    while True:
+        message = _receive(connection, _POLL_S)
+        if message == _CLOSED:  # every copy of the rank's end is closed: it is exiting
+            code = _wait(process)
+            break
+        if not state.take(message, queue):
+            exit_code = process.poll()
+            if exit_code is not None:
+                while state.take(_receive(connection, 0), queue):
+                    pass  # messages sent just before the exit
+                code = exit_code
+                break
+        # Checked whether or not a message came: a rank that reports more often than
+        # _POLL_S must still be stopped (a pruned trial's rank reports at every step).
+        if time.monotonic() >= next_stop_check:
+            next_stop_check = time.monotonic() + _STOP_CHECK_S
+            if stop.is_set() or _task_cancelled():
+                _kill_session(process, grace_s=_TERMINATE_GRACE_S)
+                summary = "stopped after another rank failed"
+                return RankOutcome(
+                    launch.world_rank, state.error or _failure(launch, "stopped", summary)
+                )
+    if state.error is not None:
+        return RankOutcome(launch.world_rank, state.error)
+    if code == 0 and state.finished:
+        return RankOutcome(launch.world_rank, None)
+    return RankOutcome(launch.world_rank, _failure(launch, "exit", _describe_exit(code)))
+
+
+class _RankState:
+    """What the rank has said so far: its error report, or that it finished."""
+
+    def __init__(self, feeder: Feeder | None) -> None:
+        self.error: RankFailure | None = None
+        self.finished = False
+        self._feeder = feeder
+
+    def take(self, message: tuple[str, Any] | None, queue: Queue) -> bool:
+        """Act on one message; False when there was none."""
+        if message is None or message == _CLOSED:
+            return False
+        kind, payload = message
+        if kind in ("report", "log", "started"):
+            queue.put(pickle.dumps((kind, payload)))
+        elif kind == "data_next" and self._feeder is not None:
+            self._feeder.request(*payload)
+        elif kind == "error":
+            self.error = payload
+        elif kind == "done":
+            self.finished = True
+        return True
+
+
+def _task_cancelled() -> bool:
+    """True once Dask cancelled this task: the driver cancelled it, or its client went away
+    (the driver died), so nobody waits for this rank any more."""
+    worker = get_worker()
+    state = worker.state.tasks.get(worker.get_current_task())
+    return state is None or state.state == "cancelled"
+
+
+def _receive(connection: Connection, timeout_s: float) -> tuple[str, Any] | None:
+    """The next message, ``_CLOSED`` once the rank's end is closed, or None after timeout_s."""
+    try:
+        if connection.poll(timeout_s):
+            message: tuple[str, Any] = connection.recv()
+            return message
+    except (EOFError, OSError):
+        return _CLOSED
+    return None
+
+
+def _wait(process: subprocess.Popen[bytes]) -> int:
+    """The exit code of a rank that is exiting; killed if it lingers."""
+    try:
+        return process.wait(timeout=_EXIT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        _kill_session(process)
+        return process.wait()
+
+
+def _failure(launch: RankLaunch, kind: Any, summary: str) -> RankFailure:
+    return RankFailure(launch.world_rank, launch.host, kind, summary, time=time.time())
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        return f"rank process was killed by signal {signal.Signals(-code).name}"
+    return f"rank process exited with code {code} without reporting an error"
+
+
+def _kill_session(process: subprocess.Popen[bytes], grace_s: float = 0.0) -> None:
+    """Stop the rank and every process it started (it leads its own session)."""
+    if grace_s and process.poll() is None:
+        _signal_group(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=grace_s)
+    _signal_group(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)

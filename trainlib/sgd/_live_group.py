@@ -1,0 +1,201 @@
+"""A worker group that stays formed between calls: the engine behind ``trainlib.sgd``.
+
+The ranks are started once, by the same controller, supervisors and rank processes as a
+``TorchTrainer.fit()``: their training function is a loop that answers the driver's commands
+(``Command``), each with one ``report()`` from every rank. A call sends the command to every
+rank (``WorkerGroup.send``) and relays messages until that report is complete. A rank failure
+ends the group with a ``WorkerGroupError``; ``reform()`` starts a new one, whose ranks resume
+from the run's latest committed checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from trainlib._internal.common.messages import SHUTDOWN, Command
+from trainlib._internal.driver.controller import Run, RunPlan
+from trainlib._internal.driver.interrupt import InterruptWatch
+from trainlib.callbacks import Callback, Report
+from trainlib.errors import RankFailure, TrainingFailedError
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from trainlib._internal.driver.watchdog import ProgressWatchdog
+    from trainlib._internal.driver.worker_group import WorkerGroup
+
+logger = logging.getLogger(__name__)
+
+SHUTDOWN_TIMEOUT_S = 10.0
+
+
+class _Answers(Callback):
+    """Keeps the reports of the live group's ranks: one per call."""
+
+    def __init__(self) -> None:
+        self.reports: list[Report] = []
+
+    def on_report(self, report: Report) -> None:
+        self.reports.append(report)
+
+
+class LiveGroup:
+    """A formed group of ranks that runs one command at a time; use ``start``."""
+
+    def __init__(self, plan: RunPlan) -> None:
+        self._answers = _Answers()
+        config = plan.run_config
+        self._run = Run(
+            replace(plan, run_config=replace(config, callbacks=[*config.callbacks, self._answers]))
+        )
+        self._stack = ExitStack()
+        self._client: Client | None = None
+        self._attempt: AbstractContextManager[tuple[WorkerGroup, ProgressWatchdog]] | None = None
+        self._group: WorkerGroup | None = None
+        self._watchdog: ProgressWatchdog | None = None
+        self._closed = False
+
+    @classmethod
+    def start(cls, plan: RunPlan, client: Client | None = None) -> LiveGroup:
+        """Connect to the cluster, form the group and wait until every rank is ready (its
+        loop made its first report); on failure, everything started is stopped.
+
+        Raises:
+            WorkerGroupError: A rank failed while starting.
+            NotEnoughWorkersError: The cluster cannot provide the ranks.
+        """
+        from trainlib._internal.driver import cluster
+        from trainlib._internal.worker.rank_pool import RankPoolPlugin
+
+        live = cls(plan)
+        try:
+            with InterruptWatch():
+                workers = plan.scaling.worker_range[1]
+                live._client = live._stack.enter_context(
+                    cluster.connect(plan.dask_config, workers, client)
+                )
+                live._client.register_plugin(RankPoolPlugin())
+                live._form()
+        except BaseException:
+            live.close()
+            raise
+        return live
+
+    @property
+    def run_name(self) -> str:
+        """The run's name (its directory under the storage path)."""
+        return self._run.name
+
+    @property
+    def is_formed(self) -> bool:
+        """True while a group is up (not after a failure until ``reform()``)."""
+        return self._group is not None
+
+    def call(self, command: Command) -> Report:
+        """Send ``command`` to every rank and return the report they answer it with.
+
+        Raises:
+            WorkerGroupError: A rank failed; the group is stopped (see ``reform``).
+            KeyboardInterrupt: Ctrl-C; the group is stopped.
+        """
+        if self._group is None or self._watchdog is None:
+            raise RuntimeError("The live group is not formed; call reform() first.")
+        with InterruptWatch():
+            self._watchdog.resume()
+            self._group.send(command)
+            return self._next_report()
+
+    def reform(self) -> None:
+        """Form a new group after a failure; its ranks resume from the latest checkpoint."""
+        if self._closed:
+            raise RuntimeError("The live group is closed.")
+        self._end_attempt()
+        with InterruptWatch():
+            self._form()
+
+    def close(self) -> None:
+        """Ask every rank to end, stop those that do not within a bound, release the
+        cluster (closed if this group started it). Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        error: BaseException | None = None
+        try:
+            with InterruptWatch():
+                self._shut_down_ranks()
+        except BaseException as exc:
+            error = exc
+        finally:
+            self._end_attempt()
+            result = self._run.result(error)
+            try:
+                for callback in self._run.plan.run_config.callbacks:
+                    callback.on_end(result)
+            finally:
+                self._stack.close()
+        logger.info("Run %s closed", self._run.name)
+
+    def _form(self) -> None:
+        assert self._client is not None, "connected before forming"
+        self._attempt = self._run.attempt(self._client)
+        self._group, self._watchdog = self._attempt.__enter__()
+        self._next_report()  # the ranks' first report: set up and waiting for commands
+
+    def _next_report(self) -> Report:
+        """Relay until the ranks complete their next report; on a failure end the attempt."""
+        assert self._group is not None and self._watchdog is not None
+        expected = len(self._answers.reports) + 1
+        try:
+            failures = self._group.run(
+                self._run.collector.handle,
+                self._hang_check(),
+                poll=InterruptWatch.check,
+                until=lambda: len(self._answers.reports) >= expected,
+            )
+        except BaseException:
+            self._end_attempt()
+            raise
+        if failures:
+            self._end_attempt()
+            raise self._run.record_failure(failures)
+        if len(self._answers.reports) < expected:
+            self._end_attempt()
+            raise TrainingFailedError(
+                f"The ranks of run {self._run.name} ended without answering; their loop must "
+                "answer every command with one report()."
+            )
+        return self._answers.reports[-1]
+
+    def _shut_down_ranks(self) -> None:
+        """Send SHUTDOWN and wait (bounded) until every rank has ended."""
+        if self._group is None or self._watchdog is None:
+            return
+        self._group.send(Command(SHUTDOWN))
+        deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
+        self._group.run(
+            self._run.collector.handle,
+            self._hang_check(),
+            poll=InterruptWatch.check,
+            until=lambda: time.monotonic() > deadline,
+        )
+
+    def _hang_check(self) -> Callable[[], dict[int, RankFailure]]:
+        """The watchdog's check when ``hang_timeout_s`` is set. Its automatic timeout (from
+        the intervals between reports) does not fit calls of very different lengths (a
+        ``validate()``, then a long ``train()``): without a timeout there is no check."""
+        assert self._watchdog is not None
+        if self._run.plan.run_config.failure_config.hang_timeout_s is None:
+            return dict
+        return self._watchdog.check
+
+    def _end_attempt(self) -> None:
+        """Stop the current group's ranks (if any) and release their tasks."""
+        attempt, self._attempt = self._attempt, None
+        self._group = self._watchdog = None
+        if attempt is not None:
+            attempt.__exit__(None, None, None)

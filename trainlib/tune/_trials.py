@@ -1,0 +1,248 @@
+"""Runs a Tuner's trials: each one a trainlib run in a thread of the driver, on one client.
+
+A trial holds its workers from a ``WorkerBook`` while it runs, so trials run at once only as
+far as the cluster's free workers allow (and ``max_concurrent_trials``); the others wait.
+Each report goes to Optuna (``_TrialCallback``); when the pruner says stop, the callback
+raises and the run's usual stop path ends every rank (the same path as a failed rank), after
+which the trial's workers are released for the next trial.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from optuna.trial import TrialState
+
+from trainlib._internal.driver import cluster
+from trainlib._internal.driver.controller import RunPlan, run_training
+from trainlib._internal.driver.interrupt import InterruptWatch
+from trainlib._internal.driver.leases import WorkerBook, WorkerLease
+from trainlib.callbacks import Callback, Report
+from trainlib.errors import NotEnoughWorkersError
+from trainlib.result import Result
+from trainlib.tune._study import Study, metric_value
+from trainlib.tune.callback import Callback as SearchCallback
+from trainlib.tune.callback import Trial
+
+if TYPE_CHECKING:
+    import optuna
+    from distributed import Client
+    from fsspec import AbstractFileSystem
+
+logger = logging.getLogger(__name__)
+
+_WAKE_S = 0.2  # re-check free workers this often while trials wait
+
+
+class _Pruned(Exception):
+    """Raised by the trial's callback to stop a trial the pruner gave up on."""
+
+
+class _Stopped(Exception):
+    """Raised by the trial's callback once a trial made ``max_t`` reports."""
+
+
+@dataclass(frozen=True)
+class TrialSetup:
+    """What every trial of a search shares."""
+
+    make_plan: Callable[[dict[str, Any]], RunPlan]
+    config_of: Callable[[dict[str, Any]], dict[str, Any]]  # Optuna params -> trial config
+    num_workers: int
+    resources: Mapping[str, float] | None
+    experiment_dir: str
+    filesystem: AbstractFileSystem
+    metric: str
+    max_t: int | None
+    max_concurrent: int | None
+    worker_timeout_s: float
+    callbacks: Sequence[SearchCallback] = ()
+    use_gpu: bool = False  # only workers with a GPU of their own run trials
+
+
+class TrialRunner:
+    """Starts trials while workers are free, until ``num_trials`` have been asked."""
+
+    def __init__(self, client: Client, study: Study, setup: TrialSetup) -> None:
+        self._client = client
+        self._study = study
+        self._setup = setup
+        self._book = WorkerBook()
+        self._threads: dict[str, threading.Thread] = {}
+        self._ended = threading.Event()
+        self._lock = threading.Lock()
+        self.outcomes: list[Trial] = []
+
+    def run(self, num_trials: int) -> list[Trial]:
+        """Run ``num_trials`` more trials; on Ctrl-C stop the running ones and raise."""
+        remaining = num_trials
+        waiting_since = time.monotonic()
+        try:
+            while remaining > 0 or self._threads:
+                InterruptWatch.check()
+                started = self._start_ready(remaining)
+                remaining -= started
+                if started or self._threads or remaining == 0:
+                    waiting_since = time.monotonic()
+                elif time.monotonic() - waiting_since > self._setup.worker_timeout_s:
+                    raise self._not_enough_workers()
+                self._ended.wait(_WAKE_S)
+                self._ended.clear()
+                self._reap()
+        finally:
+            for thread in list(self._threads.values()):
+                thread.join()  # each sees Ctrl-C (InterruptWatch) and stops its ranks
+            self._reap()
+        return self.outcomes
+
+    def _start_ready(self, remaining: int) -> int:
+        """Start as many trials as free workers and the concurrency limit allow."""
+        started = 0
+        limit = self._setup.max_concurrent
+        while remaining - started > 0 and (limit is None or len(self._threads) < limit):
+            owner = uuid.uuid4().hex
+            live = cluster.eligible_workers(
+                self._client, self._setup.resources, self._setup.use_gpu
+            )
+            if not self._book.reserve(owner, self._setup.num_workers, live):
+                break
+            trial, run_name = self._study.ask("trial_{:05d}")
+            lease = self._book.lease(owner, self._setup.num_workers)
+            thread = threading.Thread(
+                target=self._run_trial,
+                args=(trial, run_name, lease),
+                name=f"trainlib-{run_name}",
+                daemon=True,
+            )
+            self._threads[owner] = thread
+            thread.start()
+            started += 1
+        return started
+
+    def _reap(self) -> None:
+        for owner, thread in list(self._threads.items()):
+            if not thread.is_alive():
+                del self._threads[owner]
+
+    def _run_trial(self, trial: optuna.Trial, run_name: str, lease: WorkerLease) -> None:
+        setup = self._setup
+        config = setup.config_of(trial.params)
+        callback = _TrialCallback(self._study, trial, setup.metric, setup.max_t)
+        try:
+            plan = setup.make_plan(config)
+            run_config = replace(
+                plan.run_config,
+                name=run_name,
+                storage_path=setup.experiment_dir,
+                storage_filesystem=setup.filesystem,
+                callbacks=(*plan.run_config.callbacks, callback),
+            )
+            plan = replace(plan, run_config=run_config, lease=lease)
+            logger.info("Trial %s starting with %s", run_name, config)
+            for search_callback in setup.callbacks:
+                search_callback.on_trial_start(Trial(trial.number, run_name, config, "running"))
+            ended = self._finish(trial, run_name, config, callback, self._run(plan))
+        except BaseException as exc:  # recorded with the trial; the search goes on
+            ended = self._finish(trial, run_name, config, callback, exc)
+        finally:
+            self._book.release(lease.owner)
+            self._ended.set()
+        if ended is not None:
+            for search_callback in setup.callbacks:
+                search_callback.on_trial_end(ended)
+
+    def _run(self, plan: RunPlan) -> BaseException | None:
+        try:
+            run_training(plan, self._client)
+        except _Stopped:
+            return None
+        except BaseException as exc:
+            return exc
+        return None
+
+    def _finish(
+        self,
+        trial: optuna.Trial,
+        run_name: str,
+        config: dict[str, Any],
+        callback: _TrialCallback,
+        error: BaseException | None,
+    ) -> Trial | None:
+        if isinstance(error, KeyboardInterrupt):
+            return None  # left RUNNING: the next fit() with this name resumes it
+        result = replace(callback.result or _empty_result(self._setup), config=config)
+        state, value = TrialState.COMPLETE, None
+        if isinstance(error, _Pruned):
+            state, error = TrialState.PRUNED, None
+        elif error is None:
+            try:
+                value = metric_value(result.metrics, self._setup.metric)
+            except ValueError as exc:
+                error = exc
+        if error is not None:
+            state = TrialState.FAIL
+            logger.warning("Trial %s failed: %r", run_name, error)
+        result = replace(result, error=error)
+        self._study.finish(trial, state, value, result.metrics, error)
+        ended = Trial(trial.number, run_name, config, _STATE_NAMES[state], result)
+        with self._lock:
+            self.outcomes.append(ended)
+        return ended
+
+    def _not_enough_workers(self) -> NotEnoughWorkersError:
+        live = cluster.eligible_workers(self._client, self._setup.resources, self._setup.use_gpu)
+        scheduler = self._client.scheduler
+        return NotEnoughWorkersError(
+            requested=self._setup.num_workers,
+            num_workers=str(self._setup.num_workers),
+            available=len(live),
+            address=str(scheduler.address) if scheduler is not None else "",
+            timeout_s=self._setup.worker_timeout_s,
+            resources=str(dict(self._setup.resources)) if self._setup.resources else "",
+        )
+
+
+_STATE_NAMES: dict[TrialState, Any] = {
+    TrialState.COMPLETE: "complete",
+    TrialState.PRUNED: "pruned",
+    TrialState.FAIL: "failed",
+}
+
+
+def state_name(state: TrialState) -> str:
+    """complete, pruned or failed."""
+    return _STATE_NAMES.get(state, state.name.lower())
+
+
+def _empty_result(setup: TrialSetup) -> Result:
+    return Result(
+        metrics={}, checkpoint=None, best_checkpoints=[], path="", filesystem=setup.filesystem
+    )
+
+
+class _TrialCallback(Callback):
+    """Hands each report to Optuna; stops the run when pruned or after ``max_t`` reports."""
+
+    def __init__(self, study: Study, trial: optuna.Trial, metric: str, max_t: int | None) -> None:
+        self._study = study
+        self._trial = trial
+        self._metric = metric
+        self._max_t = max_t
+        self.result: Result | None = None
+
+    def on_report(self, report: Report) -> None:
+        step = report.index + 1  # Ray's training_iteration: the number of reports, 1-based
+        value = metric_value(report.metrics, self._metric)
+        if self._study.report(self._trial, value, step):
+            raise _Pruned(f"pruned at {self._metric}={value} after {step} reports")
+        if self._max_t is not None and step >= self._max_t:
+            raise _Stopped(f"reached max_t={self._max_t}")
+
+    def on_end(self, result: Result) -> None:
+        self.result = result
