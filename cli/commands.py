@@ -13,6 +13,7 @@ flow parameter's default (checked by the tests).
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from typing import Any
@@ -116,46 +117,12 @@ def predict_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run train-cifar; returns the exit status (0, or 1 after an error, 130 after Ctrl-C)."""
-    params = _parse(train_parser(), argv)
-    synthetic, debug, log_file = (
-        params.pop("synthetic"),
-        params.pop("debug"),
-        params.pop("log_file"),
-    )
-    server = running.start_local_server()  # its start-up overlaps the imports below
-    from flows.train_cifar import train_cifar
-
-    def run() -> dict[str, Any]:
-        if synthetic:
-            _use_synthetic_archive(params, "train-cifar")
-        running.use_while_preparing_mlflow(server, params["mlflow_tracking_uri"])
-        return train_cifar(**params)
-
-    return running.run_command(
-        "train-cifar", run, log_file=log_file, debug=debug, exits=argv is None
-    )
+    return _train("train-cifar", train_parser(), argv)
 
 
 def tune_main(argv: list[str] | None = None) -> int:
     """Run tune-cifar (the flow, locally); returns the exit status as ``main`` does."""
-    params = _parse(tune_parser(), argv)
-    synthetic, debug, log_file = (
-        params.pop("synthetic"),
-        params.pop("debug"),
-        params.pop("log_file"),
-    )
-    server = running.start_local_server()
-    from flows.tune_cifar import tune_cifar
-
-    def run() -> dict[str, Any]:
-        if synthetic:
-            _use_synthetic_archive(params, "tune-cifar")
-        running.use_while_preparing_mlflow(server, params["mlflow_tracking_uri"])
-        return tune_cifar(**params)
-
-    return running.run_command(
-        "tune-cifar", run, log_file=log_file, debug=debug, exits=argv is None
-    )
+    return _train("tune-cifar", tune_parser(), argv)
 
 
 def predict_main(argv: list[str] | None = None) -> int:
@@ -178,6 +145,24 @@ def predict_main(argv: list[str] | None = None) -> int:
     return running.run_command(
         "predict-cifar", run, log_file=log_file, debug=debug, exits=argv is None
     )
+
+
+def _train(command: str, parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+    """Run the flow ``command`` (train-cifar or tune-cifar) with the options in ``argv``."""
+    params = _parse(parser, argv)
+    synthetic, debug, log_file = (params.pop(key) for key in ("synthetic", "debug", "log_file"))
+    server = running.start_local_server()  # its start-up overlaps the flow's imports
+    module = command.replace("-", "_")
+    flow = getattr(importlib.import_module(f"flows.{module}"), module)
+
+    def run() -> dict[str, Any]:
+        if synthetic:
+            _use_synthetic_archive(params, command)
+        running.use_while_preparing_mlflow(server, params["mlflow_tracking_uri"])
+        return flow(**params)
+
+    exits = argv is None
+    return running.run_command(command, run, log_file=log_file, debug=debug, exits=exits)
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> dict[str, Any]:
