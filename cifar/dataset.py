@@ -60,17 +60,33 @@ class Manifest:
     val_fraction: float
     seed: int
     splits: dict[str, list[DataFile]]
+    synthetic: bool = False  # made from an archive ``write_synthetic_archive`` wrote
 
     def rows(self, split: str) -> int:
         """Number of images in a split."""
         return sum(f.rows for f in self.splits[split])
+
+    def digest(self, *splits: str) -> str:
+        """A fingerprint of the data of ``splits`` (all of them if none is named): the sha256
+        of their files' sha256s, so the same images in the same files give the same digest and
+        another archive, seed or split another. 16 hex digits (MLflow keeps at most 36)."""
+        chosen = splits or tuple(sorted(self.splits))
+        text = ";".join(f"{s}:" + ",".join(f.sha256 for f in self.splits[s]) for s in chosen)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> Manifest:
+        """The manifest in ``text``.
+
+        Raises:
+            KeyError: A field is missing (a manifest of an older format: rebuild the dataset).
+        """
         raw = json.loads(text)
+        if "synthetic" not in raw:  # written before datasets said where their images came from
+            raise KeyError("synthetic")
         raw["splits"] = {k: [DataFile(**f) for f in v] for k, v in raw["splits"].items()}
         raw["class_names"] = tuple(raw["class_names"])
         raw["mean"], raw["std"] = tuple(raw["mean"]), tuple(raw["std"])
@@ -91,12 +107,37 @@ def per_rank_batch_size(global_batch_size: int, world_size: int) -> int:
 
 
 def read_manifest(uri: str) -> Manifest | None:
-    """The manifest of the dataset at ``uri``, or None if it is not (completely) written."""
+    """The manifest of the dataset at ``uri``, or None if it is not (completely) written or
+    is of an older format."""
     try:
         with fsspec.open(posixpath.join(uri, MANIFEST), "r") as f:
             return Manifest.from_json(f.read())
-    except FileNotFoundError:
+    except (FileNotFoundError, KeyError):
         return None
+
+
+def is_intact(dataset: Dataset) -> bool:
+    """Whether every file of the dataset is there with the sha256 its manifest says (the
+    manifest itself too): a dataset reused from an earlier run is checked, never trusted."""
+    if read_manifest(dataset.uri) != dataset.manifest:
+        return False
+    for entries in dataset.manifest.splits.values():
+        for entry in entries:
+            try:
+                with fsspec.open(posixpath.join(dataset.uri, entry.file), "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                return False
+            if hashlib.sha256(data).hexdigest() != entry.sha256:
+                return False
+    return True
+
+
+def remove_manifest(uri: str) -> None:
+    """Remove the manifest (if any): the dataset no longer counts as written."""
+    fs, path = fsspec.core.url_to_fs(posixpath.join(uri, MANIFEST))
+    if fs.exists(path):
+        fs.rm_file(path)
 
 
 def write_manifest(uri: str, manifest: Manifest) -> None:

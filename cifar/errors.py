@@ -11,7 +11,8 @@
     ├── DatasetTooSmallError      too few images for the ranks and batch size  (also a ValueError)
     ├── CorruptDataError          a dataset file does not match its sha256  (also a ValueError)
     ├── TrainingDivergedError     the loss became NaN or infinite
-    └── ModelNotFoundError        no such registered model, version or alias  (also a LookupError)
+    ├── ModelNotFoundError        no such registered model, version or alias  (also a LookupError)
+    └── PublishError              register → evaluate → promote failed and was rolled back
 
 ``cli.local_server.PrefectServerError`` (a PipelineError too): Prefect's temporary server for a
 local run did not start.
@@ -80,3 +81,32 @@ class TrainingDivergedError(PipelineError):
 
 class ModelNotFoundError(PipelineError, LookupError):
     """The registry has no such model, version or alias."""
+
+
+class PublishError(PipelineError):
+    """Registering, evaluating or promoting a new model version failed; what was done is undone
+    (the version removed from the registry, the aliases where they were).
+
+    Attributes:
+        model_name: The registered model.
+        version: The version that was registered and removed again (None: none was).
+        cause: The failure, in one line.
+    """
+
+    def __init__(self, model_name: str, version: str | None, cause: str) -> None:
+        super().__init__(model_name, version, cause)  # all of them: it pickles
+        self.model_name, self.version, self.cause = model_name, version, cause
+
+    def __str__(self) -> str:
+        undone = (
+            f"version {self.version} was removed from the registry again"
+            if self.version is not None
+            else "no version was registered"
+        )
+        return (
+            f"Publishing the trained model as {self.model_name!r} failed: "
+            f"{self.cause.rstrip('.')}. "
+            f"Nothing was published: {undone} and no alias moved (@champion is unchanged). "
+            "The MLflow run and its checkpoints are kept; fix the cause and run the flow again "
+            "with the same run_name to publish it without training again."
+        )

@@ -25,6 +25,9 @@ META = "batches.meta"
 CLASS_NAMES = ("airplane", "automobile", "bird", "cat", "deer",
                "dog", "frog", "horse", "ship", "truck")  # fmt: skip
 IMAGE_SHAPE = (3, 32, 32)
+# The ``batch_label`` of every batch ``write_synthetic_archive`` writes starts with this: a
+# dataset made from such an archive knows its images are synthetic.
+SYNTHETIC_LABEL = "synthetic"
 
 # What a CIFAR batch pickle may reference: numpy array reconstruction and bytes. Anything else
 # (os.system, ...) is refused, so a malicious archive cannot run code when parsed.
@@ -43,10 +46,12 @@ class DataFormatError(ValueError):
 
 @dataclass(frozen=True)
 class Batch:
-    """Images (N, 3, 32, 32) uint8 and labels (N,) int64 of one batch."""
+    """Images (N, 3, 32, 32) uint8 and labels (N,) int64 of one batch; ``synthetic`` when
+    ``write_synthetic_archive`` made it."""
 
     images: np.ndarray
     labels: np.ndarray
+    synthetic: bool = False
 
 
 class _RestrictedUnpickler(pickle.Unpickler):
@@ -82,7 +87,8 @@ def parse_batch(data: bytes, name: str) -> Batch:
         raise DataFormatError(f"{name}: {labels.shape[0]} labels for {images.shape[0]} images")
     if labels.size and (labels.min() < 0 or labels.max() >= len(CLASS_NAMES)):
         raise DataFormatError(f"{name}: labels outside 0..9")
-    return Batch(images.reshape(-1, *IMAGE_SHAPE), labels.astype(np.int64))
+    synthetic = str(batch.get("batch_label", "")).startswith(SYNTHETIC_LABEL)
+    return Batch(images.reshape(-1, *IMAGE_SHAPE), labels.astype(np.int64), synthetic)
 
 
 def parse_meta(data: bytes) -> tuple[str, ...]:
@@ -122,7 +128,7 @@ def write_synthetic_archive(path: str, images_per_batch: int = 1000, seed: int =
         batch = synthetic_batch(images_per_batch, seed=seed * 100 + index)
         members[name] = pickle.dumps(
             {
-                "batch_label": f"synthetic {name}",
+                "batch_label": f"{SYNTHETIC_LABEL} {name}",
                 "labels": batch.labels.tolist(),
                 "data": batch.images.reshape(len(batch.labels), -1),
                 "filenames": [f"synthetic_{name}_{i}.png" for i in range(len(batch.labels))],

@@ -8,6 +8,7 @@
         datasets/{name}/                preprocessed datasets (Parquet files + manifest.json)
         runs/{run name}/                training runs: checkpoints (trainlib's run directories)
         predictions/{mlflow run id}.csv batch predictions of a flow run
+        cache/                          Prefect's cached results of download and preprocess
 """
 
 from __future__ import annotations
@@ -60,13 +61,19 @@ class StorageLayout:
         """The parent of the training runs' directories (trainlib's ``storage_path``)."""
         return self.join("runs")
 
+    @property
+    def cache(self) -> str:
+        """Where Prefect keeps the cached results of the data steps."""
+        return self.join("cache")
+
     def predictions(self, run_id: str) -> str:
         """Where the batch predictions of MLflow run ``run_id`` are written."""
         return self.join("predictions", f"{run_id}.csv")
 
-    def check_writable(self) -> None:
-        """Raise ``PermissionError`` naming the root if nothing can be written under it."""
-        probe = self.join(".write-probe")
+    def check_writable(self, folder: str | None = None) -> None:
+        """Raise ``PermissionError`` naming the root (or ``folder`` under it) if nothing can be
+        written there."""
+        probe = posixpath.join(folder or self.root, ".write-probe")
         try:
             fs, path = fsspec.core.url_to_fs(probe)
             fs.makedirs(posixpath.dirname(path), exist_ok=True)
@@ -74,6 +81,7 @@ class StorageLayout:
             fs.rm_file(path)
         except (OSError, ValueError) as exc:
             raise PermissionError(
-                f"Cannot write under storage_path {self.root} ({type(exc).__name__}: {exc}); "
+                f"Cannot write under {folder or f'storage_path {self.root}'} "
+                f"({type(exc).__name__}: {exc}); "
                 "give a folder you can write to, or check the credentials of that bucket."
             ) from exc

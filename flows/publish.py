@@ -1,15 +1,20 @@
-"""The tail train-cifar and tune-cifar share: register → evaluate → promote → summary."""
+"""The tail train-cifar and tune-cifar share: register → evaluate → promote, all or nothing, then
+the summary."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
+from prefect.transactions import transaction
+
 from cifar.dataset import Dataset
+from cifar.errors import PublishError
 from tasks.download import Archive
-from tasks.evaluate import evaluate_task
+from tasks.evaluate import champion_score_task, evaluate_task
 from tasks.monitoring import run_summary, summarize_task
-from tasks.registry import promote_task, register_task
+from tasks.promotion import promote_task
+from tasks.registry import model_name_for, register_task
 from tasks.results import TrainedRun
 
 
@@ -17,20 +22,46 @@ def publish(
     trained: TrainedRun,
     archive: Archive,
     dataset: Dataset,
-    model_name: str,
+    model_name: str | None,
     promote_margin: float,
     tracking_uri: str,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Register the run's best checkpoint as a version of ``model_name``, evaluate it on the
-    test split, promote it to ``@champion`` if it beats the champion by ``promote_margin``.
+    """Register the run's best checkpoint as a version of ``model_name`` (default:
+    ``cifar10-classifier``, ``-synthetic`` appended for synthetic data), evaluate it on the test
+    split, promote it to ``@champion`` if it beats the champion, measured on the same split, by
+    ``promote_margin``.
+
+    The three steps are one Prefect transaction: if one fails, the version is removed from the
+    registry again and the aliases stay where they were.
 
     Returns the run's summary (with ``extra`` merged in), also shown in Prefect and MLflow.
+
+    Raises:
+        PublishError: A step failed; nothing was published.
     """
-    version = register_task(trained.best_checkpoint_uri, trained.run_id, model_name, tracking_uri)
-    evaluation = evaluate_task(model_name, version, dataset, trained.run_id, tracking_uri)
-    promotion = promote_task(model_name, version, evaluation.accuracy, promote_margin, tracking_uri)
-    summary = run_summary(trained, model_name, version, evaluation, promotion, archive)
-    summary.update(extra or {})
+    synthetic = dataset.manifest.synthetic
+    name = model_name_for(model_name, synthetic)
+    version: str | None = None
+    try:
+        with transaction():
+            version = register_task(
+                trained.best_checkpoint_uri, trained.run_id, name, tracking_uri, dataset
+            )
+            evaluation = evaluate_task(name, version, dataset, trained.run_id, tracking_uri)
+            champion = champion_score_task(name, dataset, tracking_uri)
+            promotion = promote_task(
+                name,
+                version,
+                evaluation.accuracy,
+                promote_margin,
+                tracking_uri,
+                champion,
+                synthetic,
+            )
+    except Exception as exc:
+        raise PublishError(name, version, f"{type(exc).__name__}: {exc}") from exc
+    summary = run_summary(trained, name, version, evaluation, promotion, archive)
+    summary.update({"synthetic_data": synthetic, **(extra or {})})
     summarize_task(summary, tracking_uri, promotion.reason)
     return summary

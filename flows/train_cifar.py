@@ -11,10 +11,10 @@ from cifar.format import OFFICIAL_URL
 from cifar.layout import StorageLayout
 from cifar.train_loop import TrainConfig
 from flows.publish import publish
-from tasks.download import download_task, expected_md5
+from tasks.download import expected_md5, fetch_archive
 from tasks.monitoring import tag_flow_run
 from tasks.predict import predict_task
-from tasks.preprocess import preprocess_task
+from tasks.preprocess import prepare_dataset
 from tasks.registry import CHAMPION
 from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
 from tasks.train import EXPERIMENT, TrainRequest, run_tags, train_task, training_run_name
@@ -38,11 +38,12 @@ def train_cifar(
     dask_cluster_kwargs: dict[str, Any] | None = None,
     dask_worker_timeout_s: float = 60.0,
     mlflow_tracking_uri: str | None = None,
-    registered_model_name: str = "cifar10-classifier",
+    registered_model_name: str | None = None,
     promote_margin: float = 0.0,
     predict_input: str | None = None,
     shard_size: int = 2500,
     run_name: str | None = None,
+    system_metrics: bool = True,
 ) -> dict[str, Any]:
     """Download, preprocess, train, register, evaluate, promote and (optionally) predict.
 
@@ -56,6 +57,11 @@ def train_cifar(
     ``shard_size`` is the number of images per dataset file (a partition when training).
     ``run_name`` names the training run (checkpoints and the MLflow run); running the flow again
     with the same ``run_name`` and ``storage_path`` resumes it. Default: one per flow run.
+    ``registered_model_name`` defaults to ``cifar10-classifier``, or
+    ``cifar10-classifier-synthetic`` when the archive is synthetic (``--synthetic``).
+    ``system_metrics`` logs CPU, memory (and GPU) use on the MLflow run every 10 s.
+    Download and preprocess are cached by Prefect under ``storage_path``: a run on the same
+    data reuses them (shown as Cached) after checking the files are intact.
     Returns the MLflow run id, model version, test accuracy and whether the version was
     promoted to ``@champion``.
     """
@@ -72,12 +78,12 @@ def train_cifar(
     )
     tag_flow_run(run_tags(config, num_workers))
     tracking = prepare_experiment_task.submit(tracking_uri, EXPERIMENT)  # while data is prepared
-    archive = download_task(data_url, layout, expected_md5(data_url, data_md5))
+    archive = fetch_archive(data_url, layout, expected_md5(data_url, data_md5))
     # One cluster for the Dask steps, with the workers training needs before any work is done;
     # its rank processes start (import torch) while the data is prepared.
     with dask.connect(num_workers=num_workers, wait=True, warm_ranks=True) as client:
         cluster = dask.attached_to(client)
-        dataset = preprocess_task(
+        dataset = prepare_dataset(
             archive,
             layout,
             dask=cluster,
@@ -93,13 +99,17 @@ def train_cifar(
             num_workers=num_workers,
             tracking_uri=tracking_uri,
             dask=cluster,
+            data_url=data_url,
+            system_metrics=system_metrics,
         )
         tracking.result()
         trained = train_task(request)
-    name = registered_model_name
-    summary = publish(trained, archive, dataset, name, promote_margin, tracking_uri)
+    summary = publish(
+        trained, archive, dataset, registered_model_name, promote_margin, tracking_uri
+    )
     if predict_input:
         output = layout.predictions(trained.run_id)
+        name = summary["model_name"]
         predictions = predict_task(name, CHAMPION, predict_input, output, tracking_uri)
         summary["predictions"] = predictions.output_uri
     return summary

@@ -12,9 +12,9 @@ from cifar.format import OFFICIAL_URL
 from cifar.layout import StorageLayout
 from cifar.train_loop import TrainConfig
 from flows.publish import publish
-from tasks.download import download_task, expected_md5
+from tasks.download import expected_md5, fetch_archive
 from tasks.monitoring import tag_flow_run
-from tasks.preprocess import preprocess_task
+from tasks.preprocess import prepare_dataset
 from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
 from tasks.tune import (
     DEFAULT_SEARCH_SPACE,
@@ -45,11 +45,12 @@ def tune_cifar(
     dask_cluster_kwargs: dict[str, Any] | None = None,
     dask_worker_timeout_s: float = 60.0,
     mlflow_tracking_uri: str | None = None,
-    registered_model_name: str = "cifar10-classifier",
+    registered_model_name: str | None = None,
     promote_margin: float = 0.0,
     shard_size: int = 2500,
     name: str | None = None,
     study_storage: str | None = None,
+    system_metrics: bool = True,
 ) -> dict[str, Any]:
     """Download, preprocess, search, register the best trial, evaluate and promote it.
 
@@ -62,6 +63,7 @@ def tune_cifar(
     storage path, or ``study_storage`` (an RDB URL such as ``postgresql://...``; needed with
     ``s3://`` storage). The best trial's model goes through train-cifar's rule: registered,
     evaluated on the test split, promoted to ``@champion`` if it beats it.
+    ``registered_model_name`` and ``system_metrics`` are train-cifar's.
     """
     space = search_space or DEFAULT_SEARCH_SPACE
     check_search_space(space)  # a mistake fails before anything is downloaded
@@ -76,11 +78,11 @@ def tune_cifar(
     )
     tag_flow_run({"search": "tune-cifar", "trials": str(num_samples)})
     tracking = prepare_experiment_task.submit(tracking_uri, EXPERIMENT)
-    archive = download_task(data_url, layout, expected_md5(data_url, data_md5))
+    archive = fetch_archive(data_url, layout, expected_md5(data_url, data_md5))
     workers = num_workers * max_concurrent_trials
     with dask.connect(num_workers=workers, wait=True, warm_ranks=True) as client:
         cluster = dask.attached_to(client)
-        dataset = preprocess_task(
+        dataset = prepare_dataset(
             archive,
             layout,
             dask=cluster,
@@ -100,6 +102,8 @@ def tune_cifar(
             tracking_uri=tracking_uri,
             dask=cluster,
             study_storage=study_storage,
+            data_url=data_url,
+            system_metrics=system_metrics,
         )
         tracking.result()
         searched = tune_task(request)

@@ -24,10 +24,12 @@ from prefect import task
 from cifar.errors import ChecksumError, DownloadError
 from cifar.format import OFFICIAL_MD5, OFFICIAL_URL
 from cifar.layout import StorageLayout
+from tasks.caching import cached, policy
 
 logger = logging.getLogger(__name__)
 
 _CHUNK = 1 << 20
+MD5_SUFFIX = ".md5"  # beside the archive: its md5 when downloaded
 _CONNECT_TIMEOUT_S = 30
 _READ_TIMEOUT_S = 60
 
@@ -83,6 +85,7 @@ def download_archive(
                 "points at another file: check data_url, or pass the right data_md5."
             )
         target_fs.mv(partial, target_path)
+        target_fs.pipe_file(f"{target_path}{MD5_SUFFIX}", actual.encode())
     finally:
         if target_fs.exists(partial):
             target_fs.rm(partial)
@@ -222,4 +225,26 @@ def _advice(cause: str, transient: bool) -> str:
     return "Check data_url."
 
 
+def archive_is_intact(url: str, layout: StorageLayout, md5: str | None) -> bool:
+    """Whether the archive from ``url`` is on storage with the expected md5 (without one, the
+    md5 it had when it was downloaded)."""
+    target = layout.raw_archive(url)
+    fs, path = fsspec.core.url_to_fs(target)
+    if not fs.exists(path):
+        return False
+    if md5 is None:
+        try:
+            md5 = fs.cat_file(f"{path}{MD5_SUFFIX}").decode().strip()
+        except (FileNotFoundError, UnicodeDecodeError):
+            return False
+    return _md5_of(target) == md5
+
+
 download_task = task(name="download")(download_archive)
+
+
+def fetch_archive(url: str, layout: StorageLayout, md5: str | None) -> Archive:
+    """The download step, cached by Prefect under the storage path (``tasks.caching``): a run
+    on the same URL and md5 reuses the archive if it is intact."""
+    intact = archive_is_intact(url, layout, md5)
+    return cached(download_task, layout, policy("retry"), intact=intact)(url, layout, md5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 
@@ -11,11 +12,16 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 from prefect import task
 from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
 from torch import nn
 
 from cifar.dataset import Dataset, read_split
+from tasks.lineage import DIGEST_TAG, SYNTHETIC_TAG
 from tasks.predict import score
-from tasks.registry import load_version
+from tasks.promotion import ChampionScore
+from tasks.registry import CHAMPION, load_version, version_at_alias
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -68,8 +74,10 @@ def record_evaluation(
     model_name: str,
     version: str,
     tracking_uri: str,
+    test_digest: str,
 ) -> None:
-    """Put the figures on the MLflow run and on the model version."""
+    """Put the figures on the MLflow run and on the model version (``test_accuracy``, and
+    ``test_accuracy/{test_digest}``: its accuracy on that test split)."""
     client = MlflowClient(tracking_uri)
     figures = {"test_accuracy": evaluation.accuracy} | {
         f"test_accuracy_{name}": accuracy
@@ -82,6 +90,52 @@ def record_evaluation(
     )
     client.set_model_version_tag(model_name, version, "test_accuracy", f"{evaluation.accuracy:.6f}")
     client.set_model_version_tag(model_name, version, "test_images", str(evaluation.num_images))
+    client.set_model_version_tag(
+        model_name, version, accuracy_tag(test_digest), f"{evaluation.accuracy:.6f}"
+    )
+
+
+def accuracy_tag(test_digest: str) -> str:
+    """The version tag holding its accuracy on the test split with this digest."""
+    return f"test_accuracy/{test_digest}"
+
+
+def champion_score(model_name: str, dataset: Dataset, tracking_uri: str) -> ChampionScore | None:
+    """The ``@champion`` version's accuracy on this dataset's test split (None: no champion).
+
+    Read from the version's tag for the split's digest when it was evaluated on it already;
+    otherwise evaluated now and the tag set, so each version is evaluated once per test split.
+    """
+    version = version_at_alias(model_name, CHAMPION, tracking_uri)
+    if version is None:
+        return None
+    test_digest = dataset.manifest.digest("test")
+    tags = MlflowClient(tracking_uri).get_model_version(model_name, version).tags
+    if (known := tags.get(accuracy_tag(test_digest))) is not None:
+        accuracy = float(known)
+    else:
+        model = load_version(model_name, version, tracking_uri)
+        accuracy = evaluate_model(model, dataset).accuracy
+        MlflowClient(tracking_uri).set_model_version_tag(
+            model_name, version, accuracy_tag(test_digest), f"{accuracy:.6f}"
+        )
+        logger.info(
+            "Champion %s version %s evaluated on test split %s: %.4f",
+            model_name,
+            version,
+            test_digest,
+            accuracy,
+        )
+    return ChampionScore(
+        version=version,
+        accuracy=accuracy,
+        test_digest=test_digest,
+        data_digest=tags.get(DIGEST_TAG),
+        synthetic=tags.get(SYNTHETIC_TAG) == "true",
+    )
+
+
+champion_score_task = task(name="score-champion", cache_policy=NO_CACHE)(champion_score)
 
 
 def evaluate_version(
@@ -90,11 +144,14 @@ def evaluate_version(
     """Evaluate the registered version (loaded from the registry) and record the figures."""
     evaluation = evaluate_model(load_version(model_name, version, tracking_uri), dataset)
     class_names = dataset.manifest.class_names
-    record_evaluation(evaluation, class_names, run_id, model_name, version, tracking_uri)
+    test_digest = dataset.manifest.digest("test")
+    record_evaluation(
+        evaluation, class_names, run_id, model_name, version, tracking_uri, test_digest
+    )
     return evaluation
 
 
-@task(name="evaluate")
+@task(name="evaluate", cache_policy=NO_CACHE)
 def evaluate_task(
     model_name: str, version: str, dataset: Dataset, run_id: str, tracking_uri: str
 ) -> Evaluation:

@@ -22,7 +22,7 @@ import trainlib
 if TYPE_CHECKING:
     from tasks.download import Archive
     from tasks.evaluate import Evaluation
-    from tasks.registry import Promotion
+    from tasks.promotion import Promotion
     from tasks.results import TrainedRun
 
 PROGRESS_KEY = "train-progress"
@@ -142,6 +142,14 @@ def summarize_task(summary: dict[str, Any], tracking_uri: str, promotion_reason:
                 f"- Model: {version_link}, {verdict}: {promotion_reason}",
                 f"- Test accuracy: **{summary['test_accuracy']:.4f}**",
                 f"- Data checksum verified: {summary['data_verified']}",
+                *(
+                    [
+                        f"- **Synthetic data**: registered as `{summary['model_name']}`, "
+                        "never promoted over a model trained on real data"
+                    ]
+                    if summary.get("synthetic_data")
+                    else []
+                ),
             ]
         ),
     )

@@ -19,8 +19,10 @@ from cifar.dataset import (
     DataFile,
     Dataset,
     Manifest,
+    is_intact,
     per_rank_batch_size,
     read_manifest,
+    remove_manifest,
     write_file,
     write_manifest,
 )
@@ -35,6 +37,7 @@ from cifar.format import (
     parse_meta,
 )
 from cifar.layout import StorageLayout
+from tasks.caching import cached, policy
 from tasks.download import Archive
 from trainlib import DaskConfig
 
@@ -59,7 +62,8 @@ def load_batches(batches_dir: str) -> tuple[Batch, Batch, tuple[str, ...]]:
         ) from exc
     images = np.concatenate([b.images for b in train])
     labels = np.concatenate([b.labels for b in train])
-    return Batch(images, labels), test, class_names
+    synthetic = all(b.synthetic for b in (*train, test))
+    return Batch(images, labels, synthetic), test, class_names
 
 
 def split_validation(train: Batch, val_fraction: float, seed: int) -> tuple[Batch, Batch]:
@@ -114,6 +118,9 @@ def preprocess_archive(
 ) -> Dataset:
     """Turn a CIFAR-10 archive into a dataset on storage (kept: done once per archive).
 
+    A dataset already there is reused only if every file matches its manifest's sha256;
+    otherwise it is written again.
+
     Raises:
         DatasetTooSmallError: Too few images for ``num_workers`` ranks and ``batch_size``.
     """
@@ -121,11 +128,15 @@ def preprocess_archive(
         raise ValueError(f"shard_size={rows_per_file} must be at least 1 image per file.")
     uri = layout.dataset(dataset_name(archive.md5, val_fraction, seed, rows_per_file))
     if (existing := read_manifest(uri)) is not None:
-        logger.info("Dataset %s exists; skipping preprocessing", uri)
-        check_trainable(existing.rows("train"), existing.rows("val"), num_workers, batch_size)
-        return Dataset(uri, existing)
+        if is_intact(Dataset(uri, existing)):
+            logger.info("Dataset %s exists and is intact; skipping preprocessing", uri)
+            check_trainable(existing.rows("train"), existing.rows("val"), num_workers, batch_size)
+            return Dataset(uri, existing)
+        logger.warning("Dataset %s does not match its manifest; writing it again", uri)
+        remove_manifest(uri)  # no manifest describes files being rewritten
     with tempfile.TemporaryDirectory(prefix="cifar-") as tmp:
         train, test, class_names = load_batches(extract_archive(archive.uri, tmp))
+    synthetic = train.synthetic
     train, val = split_validation(train, val_fraction, seed)
     check_trainable(len(train.labels), len(val.labels), num_workers, batch_size)
     mean, std = channel_stats(train.images)
@@ -154,6 +165,7 @@ def preprocess_archive(
         val_fraction=val_fraction,
         seed=seed,
         splits=files,
+        synthetic=synthetic,
     )
     write_manifest(uri, manifest)
     logger.info(
@@ -163,3 +175,33 @@ def preprocess_archive(
 
 
 preprocess_task = task(name="preprocess")(preprocess_archive)
+
+
+def prepare_dataset(
+    archive: Archive,
+    layout: StorageLayout,
+    *,
+    dask: DaskConfig,
+    num_workers: int,
+    batch_size: int,
+    rows_per_file: int = 2500,
+    val_fraction: float = 0.1,
+    seed: int = 0,
+) -> Dataset:
+    """The preprocess step, cached by Prefect under the storage path (``tasks.caching``): a
+    run on the same archive md5, seed, validation fraction and shard size reuses the dataset
+    if every file matches its manifest."""
+    uri = layout.dataset(dataset_name(archive.md5, val_fraction, seed, rows_per_file))
+    manifest = read_manifest(uri)
+    intact = manifest is not None and is_intact(Dataset(uri, manifest))
+    step = cached(preprocess_task, layout, policy("dask"), intact=intact)
+    return step(
+        archive,
+        layout,
+        dask=dask,
+        num_workers=num_workers,
+        batch_size=batch_size,
+        rows_per_file=rows_per_file,
+        val_fraction=val_fraction,
+        seed=seed,
+    )

@@ -1,4 +1,4 @@
-"""The MLflow model registry: register a trained classifier, promote it, load it by alias.
+"""The MLflow model registry: register a trained classifier, load it by alias.
 
 Every call takes the tracking URI (the registry lives in the same store): nothing here depends
 on a process-wide MLflow setting, so a task run alone, or in another process, uses the right
@@ -9,39 +9,33 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from prefect import task
-from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.transactions import Transaction, get_transaction
 from torch import nn
 
 from cifar.checkpoint import load_classifier
+from cifar.dataset import Dataset
 from cifar.errors import ModelNotFoundError
+from tasks.lineage import DIGEST_TAG, SYNTHETIC_TAG
 
 logger = logging.getLogger(__name__)
 
 CHAMPION = "champion"
 CHALLENGER = "challenger"
+ALIASES = (CHAMPION, CHALLENGER)
+DEFAULT_MODEL_NAME = "cifar10-classifier"
+SYNTHETIC_SUFFIX = "-synthetic"
 MODEL_ARTIFACT = "model"
 _REQUIREMENTS = [f"torch=={torch.__version__.split('+')[0]}", "torchvision", "numpy"]
-
-
-@dataclass(frozen=True)
-class Promotion:
-    """The promotion decision for one model version."""
-
-    version: str
-    alias: str
-    promoted: bool
-    reason: str
 
 
 def register_model(model: nn.Module, run_id: str, model_name: str, tracking_uri: str) -> str:
@@ -125,31 +119,19 @@ def load_model(model_name: str, alias: str, tracking_uri: str) -> tuple[nn.Modul
     return load_version(model_name, version, tracking_uri), version
 
 
-def promote(
-    model_name: str, version: str, test_accuracy: float, margin: float, tracking_uri: str
-) -> Promotion:
-    """Give ``version`` the champion alias if it beats the champion by more than ``margin``.
+def delete_version(model_name: str, version: str, tracking_uri: str) -> None:
+    """Remove ``version`` from the registry (its MLflow run and artifacts stay)."""
+    MlflowClient(tracking_uri).delete_model_version(model_name, version)
+    logger.warning("Removed %s version %s from the registry", model_name, version)
 
-    Otherwise it becomes the challenger. The reason is recorded on the version.
-    """
-    client = MlflowClient(tracking_uri)
-    champion = version_at_alias(model_name, CHAMPION, tracking_uri)
-    if champion is None:
-        promoted, reason = True, "no champion yet"
-    else:
-        tags = client.get_model_version(model_name, champion).tags
-        best = float(tags.get("test_accuracy", "nan"))
-        promoted = math.isnan(best) or test_accuracy > best + margin  # NaN: never evaluated
-        verb = "beats" if promoted else "does not beat"
-        reason = (
-            f"test accuracy {test_accuracy:.4f} {verb} champion version {champion} "
-            f"({best:.4f}) by more than the margin {margin:g}"
-        )
-    alias = CHAMPION if promoted else CHALLENGER
-    client.set_registered_model_alias(model_name, alias, version)
-    client.set_model_version_tag(model_name, version, "promotion", f"@{alias}: {reason}")
-    logger.info("%s version %s -> @%s (%s)", model_name, version, alias, reason)
-    return Promotion(version, alias, promoted, reason)
+
+def model_name_for(requested: str | None, synthetic: bool) -> str:
+    """The registered model a run publishes to: ``requested`` if given, else
+    ``DEFAULT_MODEL_NAME``, with ``-synthetic`` appended for a run on synthetic data, so a
+    model of synthetic images never competes with (or serves in place of) real ones."""
+    if requested:
+        return requested
+    return f"{DEFAULT_MODEL_NAME}{SYNTHETIC_SUFFIX}" if synthetic else DEFAULT_MODEL_NAME
 
 
 @contextlib.contextmanager
@@ -170,27 +152,30 @@ def _quiet_pickle_warning() -> Iterator[None]:
 
 
 def register_checkpoint(
-    checkpoint_uri: str, run_id: str, model_name: str, tracking_uri: str
+    checkpoint_uri: str, run_id: str, model_name: str, tracking_uri: str, dataset: Dataset
 ) -> str:
-    """Register the classifier of a training checkpoint as a new version of ``model_name``."""
-    return register_model(load_classifier(checkpoint_uri), run_id, model_name, tracking_uri)
+    """Register the classifier of a training checkpoint as a new version of ``model_name``,
+    tagged with the digest of the data it was trained on and whether that data is synthetic."""
+    version = register_model(load_classifier(checkpoint_uri), run_id, model_name, tracking_uri)
+    client = MlflowClient(tracking_uri)
+    client.set_model_version_tag(model_name, version, DIGEST_TAG, dataset.manifest.digest())
+    synthetic = str(dataset.manifest.synthetic).lower()
+    client.set_model_version_tag(model_name, version, SYNTHETIC_TAG, synthetic)
+    return version
 
 
-register_task = task(name="register", retries=2, retry_delay_seconds=2)(register_checkpoint)
+@task(name="register", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def register_task(
+    checkpoint_uri: str, run_id: str, model_name: str, tracking_uri: str, dataset: Dataset
+) -> str:
+    """Register; in a transaction, a rollback removes the version again."""
+    version = register_checkpoint(checkpoint_uri, run_id, model_name, tracking_uri, dataset)
+    if (txn := get_transaction()) is not None:
+        txn.set("registered", (model_name, version, tracking_uri))
+    return version
 
 
-@task(name="promote", retries=2, retry_delay_seconds=2)
-def promote_task(
-    model_name: str, version: str, test_accuracy: float, margin: float, tracking_uri: str
-) -> Promotion:
-    """Promote or not, and say why in a Prefect artifact."""
-    decision = promote(model_name, version, test_accuracy, margin, tracking_uri)
-    create_markdown_artifact(
-        key="promotion",
-        markdown=(
-            f"# {model_name} version {version}: @{decision.alias}\n\n"
-            f"{'Promoted' if decision.promoted else 'Not promoted'}: {decision.reason}."
-        ),
-        description="Promotion decision",
-    )
-    return decision
+@register_task.on_rollback
+def _remove_registered(txn: Transaction) -> None:
+    model_name, version, tracking_uri = txn.get("registered")
+    delete_version(model_name, version, tracking_uri)

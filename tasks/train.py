@@ -15,9 +15,10 @@ from cifar.checkpoint import ModelSpec
 from cifar.dataset import Dataset, ingest_config, split_arrays
 from cifar.layout import StorageLayout
 from cifar.train_loop import TrainConfig, cifar_train_func, loop_config
+from tasks.lineage import log_dataset_inputs
 from tasks.monitoring import PrefectProgressCallback, pipeline_info_logs
 from tasks.results import TrainedRun
-from tasks.tracking import MLflowCallback, start_run
+from tasks.tracking import MLflowCallback, start_run, system_metrics
 from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, WorkerGroupError
 from trainlib.torch import TorchTrainer
 
@@ -35,6 +36,8 @@ class TrainRequest:
     num_workers: int
     tracking_uri: str
     dask: DaskConfig
+    data_url: str | None = None  # the archive's URL: the source of the run's MLflow datasets
+    system_metrics: bool = True  # MLflow system metrics on the run while it trains
 
 
 def training_run_name(run_name: str | None, flow_run_id: str | None) -> str:
@@ -65,8 +68,9 @@ def train(request: TrainRequest, callbacks: Sequence[trainlib.Callback] = ()) ->
         params={**asdict(config), "num_workers": request.num_workers},
         tags=run_tags(config, request.num_workers),
     )
+    log_dataset_inputs(request.tracking_uri, run_id, request.dataset, request.data_url)
     spec = ModelSpec(config.model, manifest.mean, manifest.std)
-    result = TorchTrainer(
+    trainer = TorchTrainer(
         cifar_train_func,
         train_loop_config=loop_config(config, spec, manifest.rows("train")),
         datasets={
@@ -84,7 +88,9 @@ def train(request: TrainRequest, callbacks: Sequence[trainlib.Callback] = ()) ->
             callbacks=[MLflowCallback(request.tracking_uri, run_id), *callbacks],
         ),
         dask_config=request.dask,
-    ).fit()
+    )
+    with system_metrics(request.tracking_uri, run_id, request.system_metrics):
+        result = trainer.fit()
     best, best_metrics = result.best_checkpoints[0]
     return TrainedRun(
         run_id=run_id,

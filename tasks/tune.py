@@ -21,9 +21,10 @@ from cifar.dataset import Dataset, ingest_config, split_arrays
 from cifar.errors import InvalidParameterError
 from cifar.layout import StorageLayout
 from cifar.train_loop import TrainConfig, cifar_train_func, loop_config
+from tasks.lineage import log_dataset_inputs
 from tasks.monitoring import pipeline_info_logs
 from tasks.results import TrainedRun
-from tasks.tracking import MLflowCallback, start_run, terminated_run
+from tasks.tracking import MLflowCallback, start_run, system_metrics, terminated_run
 from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, tune
 from trainlib.torch import TorchTrainer
 
@@ -99,6 +100,8 @@ class TuneRequest:
     tracking_uri: str
     dask: DaskConfig
     study_storage: str | None = None  # an Optuna RDB URL; None: sqlite under the storage path
+    data_url: str | None = None  # the archive's URL: the source of the runs' MLflow datasets
+    system_metrics: bool = True  # MLflow system metrics on the parent run while it searches
 
 
 @dataclass(frozen=True)
@@ -127,8 +130,11 @@ class TrialTracker(tune.Callback):
         parent_run_id: str,
         base: TrainConfig,
         on_table: Any = None,
+        dataset: Dataset | None = None,
+        data_url: str | None = None,
     ) -> None:
         self._tracking_uri = tracking_uri
+        self._dataset, self._data_url = dataset, data_url
         self._base = asdict(base)
         self._search = search
         self._parent = parent_run_id
@@ -153,6 +159,8 @@ class TrialTracker(tune.Callback):
             tags={"mlflow.parentRunId": self._parent, "trial": trial.name},
         )
         self._run_ids[trial.name] = run_id
+        if self._dataset is not None:
+            log_dataset_inputs(self._tracking_uri, run_id, self._dataset, self._data_url)
         self._local.tracker = MLflowCallback(self._tracking_uri, run_id)
         self._local.run_id = run_id
         self._table(trial, params, None)
@@ -214,7 +222,16 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
     )
     manifest = request.dataset.manifest
     spec = ModelSpec(request.base.model, manifest.mean, manifest.std)
-    tracker = TrialTracker(request.tracking_uri, request.name, parent, request.base, on_table)
+    log_dataset_inputs(request.tracking_uri, parent, request.dataset, request.data_url)
+    tracker = TrialTracker(
+        request.tracking_uri,
+        request.name,
+        parent,
+        request.base,
+        on_table,
+        dataset=request.dataset,
+        data_url=request.data_url,
+    )
     trainer = TorchTrainer(
         cifar_train_func,
         train_loop_config=loop_config(request.base, spec, manifest.rows("train")),
@@ -245,7 +262,10 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
             callbacks=[tracker],
         ),
     )
-    with terminated_run(request.tracking_uri, parent):
+    with (
+        terminated_run(request.tracking_uri, parent),
+        system_metrics(request.tracking_uri, parent, request.system_metrics),
+    ):
         grid = tuner.fit()
     best = grid.get_best_result()
     checkpoint, best_metrics = best.best_checkpoints[0]

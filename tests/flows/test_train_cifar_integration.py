@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
+import json
 import os
 import tarfile
 from collections.abc import Iterator
@@ -15,7 +17,11 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 from PIL import Image
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+from prefect.states import State
 
+from cifar.dataset import read_manifest
 from cifar.errors import UnsafeArchiveError
 from cifar.format import write_synthetic_archive
 from flows.predict_cifar import predict_cifar
@@ -35,7 +41,7 @@ class Workspace:
     images: Path
     http: HttpDir
 
-    def run(self, **overrides: Any) -> dict[str, Any]:
+    def run(self, **overrides: Any) -> Any:
         params: dict[str, Any] = {
             "data_url": self.archive_url,
             "data_md5": self.archive_md5,
@@ -73,6 +79,8 @@ def workspace(
         )
     old_cwd = os.getcwd()
     os.chdir(root)  # MLflow's sqlite store keeps artifacts in ./mlruns
+    patch = pytest.MonkeyPatch()
+    patch.setenv("MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL", "1")  # a sample a second, not 10 s
     try:
         yield Workspace(
             root,
@@ -83,12 +91,20 @@ def workspace(
             http_dir,
         )
     finally:
+        patch.undo()
         os.chdir(old_cwd)
 
 
 @pytest.fixture(scope="module")
 def first_run(workspace: Workspace) -> dict[str, Any]:
     return workspace.run(predict_input=str(workspace.images))
+
+
+@pytest.fixture(scope="module")
+def second_run(first_run: dict[str, Any], workspace: Workspace) -> State[Any]:
+    """The same data again, with a learning rate of 0: a worse model, and nothing to prepare."""
+    state: State[Any] = workspace.run(lr=0.0, return_state=True)
+    return state
 
 
 def test_flow_registers_first_model_as_champion(
@@ -128,8 +144,54 @@ def test_flow_predicts_every_input_image(first_run: dict[str, Any]) -> None:
     assert set(table["model_version"].astype(str)) == {"1"}
 
 
-def test_flow_worse_model_is_not_promoted(first_run: dict[str, Any], workspace: Workspace) -> None:
-    second = workspace.run(lr=0.0)
+def test_flow_run_logs_its_datasets_and_digest(
+    first_run: dict[str, Any], workspace: Workspace
+) -> None:
+    client = MlflowClient(workspace.tracking_uri)
+    (dataset_dir,) = (workspace.root / "store" / "datasets").iterdir()
+    manifest = read_manifest(str(dataset_dir))
+    assert manifest is not None and manifest.synthetic
+    inputs = client.get_run(first_run["mlflow_run_id"]).inputs.dataset_inputs
+    logged = {d.dataset.name.rsplit("/", 1)[-1]: d.dataset for d in inputs}
+    assert sorted(logged) == ["train", "val"]
+    for split, dataset in logged.items():
+        assert dataset.digest == manifest.digest(split)
+        assert json.loads(dataset.source)["url"] == workspace.archive_url
+    assert {t.value for d in inputs for t in d.tags} == {"training", "validation"}
+    version = client.get_model_version(MODEL, first_run["model_version"])
+    assert version.tags["data_digest"] == manifest.digest()
+    assert version.tags["synthetic_data"] == "true"
+
+
+def test_flow_run_logs_system_metrics(first_run: dict[str, Any], workspace: Workspace) -> None:
+    client = MlflowClient(workspace.tracking_uri)
+    history = client.get_metric_history(
+        first_run["mlflow_run_id"], "system/cpu_utilization_percentage"
+    )
+    assert len(history) >= 1 and all(0.0 <= m.value <= 100.0 for m in history)
+    metrics = client.get_run(first_run["mlflow_run_id"]).data.metrics
+    assert metrics["system/system_memory_usage_megabytes"] > 0
+
+
+def test_flow_second_run_reuses_download_and_preprocess(
+    second_run: State[Any], workspace: Workspace
+) -> None:
+    async def task_states() -> dict[str, str]:
+        async with get_client() as client:
+            runs = await client.read_task_runs(
+                flow_run_filter=FlowRunFilter(
+                    id=FlowRunFilterId(any_=[second_run.state_details.flow_run_id])
+                )
+            )
+        return {run.name.rsplit("-", 1)[0]: run.state_name or "" for run in runs}
+
+    states = asyncio.run(task_states())
+    assert (states["download"], states["preprocess"]) == ("Cached", "Cached")
+    assert states["train"] == "Completed"
+
+
+def test_flow_worse_model_is_not_promoted(second_run: State[Any], workspace: Workspace) -> None:
+    second = second_run.result()
     assert (second["promoted"], second["alias"]) == (False, "challenger")
     client = MlflowClient(workspace.tracking_uri)
     assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "1"

@@ -15,7 +15,8 @@ from mlflow.tracking import MlflowClient
 
 from cifar.errors import ModelNotFoundError
 from cifar.models import build_model
-from tasks.registry import load_model, promote, register_model
+from tasks.promotion import promote
+from tasks.registry import load_model, model_name_for, register_model
 from tasks.tracking import start_run
 
 
@@ -43,38 +44,10 @@ def _register(tracking_uri: str, name: str, accuracy: float | None = None) -> st
     return version
 
 
-def test_registry_first_version_becomes_champion(tracking_uri: str) -> None:
-    version = _register(tracking_uri, "first", 0.5)
-    decision = promote("first", version, 0.5, 0.0, tracking_uri)
-    assert (decision.promoted, decision.alias, decision.reason) == (
-        True,
-        "champion",
-        "no champion yet",
-    )
-    client = MlflowClient(tracking_uri)
-    assert str(client.get_model_version_by_alias("first", "champion").version) == version
-
-
-def test_registry_worse_version_becomes_challenger(tracking_uri: str) -> None:
-    champion = _register(tracking_uri, "duel", 0.8)
-    promote("duel", champion, 0.8, 0.0, tracking_uri)
-    newcomer = _register(tracking_uri, "duel", 0.81)
-    decision = promote("duel", newcomer, 0.81, 0.05, tracking_uri)
-    assert (decision.promoted, decision.alias) == (False, "challenger")
-    assert "does not beat champion version 1 (0.8000) by more than the margin 0.05" in (
-        decision.reason
-    )
-    client = MlflowClient(tracking_uri)
-    assert str(client.get_model_version_by_alias("duel", "champion").version) == champion
-    assert client.get_model_version("duel", newcomer).tags["promotion"].startswith("@challenger")
-
-
-def test_registry_better_version_takes_the_champion_alias(tracking_uri: str) -> None:
-    promote("race", _register(tracking_uri, "race", 0.6), 0.6, 0.01, tracking_uri)
-    better = _register(tracking_uri, "race", 0.7)
-    assert promote("race", better, 0.7, 0.01, tracking_uri).promoted
-    client = MlflowClient(tracking_uri)
-    assert str(client.get_model_version_by_alias("race", "champion").version) == better
+def test_registry_model_name_keeps_synthetic_apart() -> None:
+    assert model_name_for(None, synthetic=False) == "cifar10-classifier"
+    assert model_name_for(None, synthetic=True) == "cifar10-classifier-synthetic"
+    assert model_name_for("mine", synthetic=True) == "mine"
 
 
 def test_registry_missing_alias_names_the_fix(tracking_uri: str) -> None:

@@ -1,0 +1,145 @@
+"""Promotion: does a new version take ``@champion``, measured like with like?
+
+The new version and the champion are compared on the same test split (the current run's,
+named by its digest): ``tasks.evaluate.champion_score`` evaluates the champion on it unless it
+was already. A version trained on synthetic data never replaces one trained on real data.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+from mlflow.tracking import MlflowClient
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.transactions import Transaction, get_transaction
+
+from tasks.registry import ALIASES, CHALLENGER, CHAMPION, version_at_alias
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """The promotion decision for one model version."""
+
+    version: str
+    alias: str
+    promoted: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class ChampionScore:
+    """The champion measured on the current run's test split (``test_digest``)."""
+
+    version: str
+    accuracy: float
+    test_digest: str
+    data_digest: str | None  # what it was trained on (None: registered before lineage)
+    synthetic: bool
+
+
+def promote(
+    model_name: str,
+    version: str,
+    test_accuracy: float,
+    margin: float,
+    tracking_uri: str,
+    *,
+    champion: ChampionScore | None = None,
+    synthetic: bool = False,
+) -> Promotion:
+    """Give ``version`` the champion alias if it beats ``champion`` by more than ``margin``,
+    both measured on the same test split (``champion.test_digest``).
+
+    A version trained on synthetic data never replaces a champion trained on real data.
+    Otherwise it becomes the challenger. The reason is recorded on the version (before an alias
+    moves: the alias is the last change, so a failure leaves every alias where it was).
+    """
+    client = MlflowClient(tracking_uri)
+    promoted, reason = _decide(test_accuracy, margin, champion, synthetic)
+    alias = CHAMPION if promoted else CHALLENGER
+    client.set_model_version_tag(model_name, version, "promotion", f"@{alias}: {reason}")
+    client.set_registered_model_alias(model_name, alias, version)
+    logger.info("%s version %s -> @%s (%s)", model_name, version, alias, reason)
+    return Promotion(version, alias, promoted, reason)
+
+
+def _decide(
+    accuracy: float, margin: float, champion: ChampionScore | None, synthetic: bool
+) -> tuple[bool, str]:
+    if champion is None:
+        return True, "no champion yet"
+    if synthetic and not champion.synthetic:
+        return False, (
+            f"trained on synthetic data: never promoted over champion version "
+            f"{champion.version}, trained on real data"
+        )
+    promoted = math.isnan(champion.accuracy) or accuracy > champion.accuracy + margin
+    verb = "beats" if promoted else "does not beat"
+    where = f"both on test split {champion.test_digest}"
+    if champion.data_digest is not None:
+        where += f"; champion trained on dataset {champion.data_digest}"
+    return promoted, (
+        f"test accuracy {accuracy:.4f} {verb} champion version {champion.version} "
+        f"({champion.accuracy:.4f}) by more than the margin {margin:g} ({where})"
+    )
+
+
+def aliases_of(model_name: str, tracking_uri: str) -> dict[str, str | None]:
+    """Which version holds ``@champion`` and ``@challenger`` now (None: no version)."""
+    return {alias: version_at_alias(model_name, alias, tracking_uri) for alias in ALIASES}
+
+
+def restore_aliases(model_name: str, aliases: dict[str, str | None], tracking_uri: str) -> None:
+    """Put the aliases back where ``aliases_of`` found them."""
+    client = MlflowClient(tracking_uri)
+    for alias, version in aliases.items():
+        if version is not None:
+            client.set_registered_model_alias(model_name, alias, version)
+        elif version_at_alias(model_name, alias, tracking_uri) is not None:
+            client.delete_registered_model_alias(model_name, alias)
+
+
+@task(name="promote", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+def promote_task(
+    model_name: str,
+    version: str,
+    test_accuracy: float,
+    margin: float,
+    tracking_uri: str,
+    champion: ChampionScore | None,
+    synthetic: bool,
+) -> Promotion:
+    """Promote or not, and say why in a Prefect artifact; in a transaction, a rollback puts
+    the aliases back where they were."""
+    if (txn := get_transaction()) is not None:
+        txn.set("aliases", (model_name, aliases_of(model_name, tracking_uri), tracking_uri))
+    decision = promote(
+        model_name,
+        version,
+        test_accuracy,
+        margin,
+        tracking_uri,
+        champion=champion,
+        synthetic=synthetic,
+    )
+    create_markdown_artifact(
+        key="promotion",
+        markdown=(
+            f"# {model_name} version {version}: @{decision.alias}\n\n"
+            f"{'Promoted' if decision.promoted else 'Not promoted'}: {decision.reason}."
+        ),
+        description="Promotion decision",
+    )
+    return decision
+
+
+@promote_task.on_rollback
+def _restore_aliases(txn: Transaction) -> None:
+    model_name, aliases, tracking_uri = txn.get("aliases")
+    restore_aliases(model_name, aliases, tracking_uri)

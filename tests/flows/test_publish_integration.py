@@ -1,0 +1,87 @@
+"""publish(): register → evaluate → promote as one Prefect transaction, on a real Prefect server
+and MLflow store, with an untrained model (no training needed to publish)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+from prefect import flow
+
+from cifar.dataset import Dataset, Manifest, write_file, write_manifest
+from cifar.errors import PublishError
+from cifar.format import CLASS_NAMES
+from flows.publish import publish
+from tasks.download import Archive
+from tasks.results import TrainedRun
+from tasks.tracking import start_run
+from tests.tasks.test_promotion import write_checkpoint
+
+
+@flow(name="publish-test")
+def publish_flow(
+    trained: TrainedRun, dataset: Dataset, model_name: str | None, tracking_uri: str
+) -> dict[str, Any]:
+    archive = Archive("file:///synthetic.tar.gz", "md5", verified=True)
+    return publish(trained, archive, dataset, model_name, 0.0, tracking_uri)
+
+
+def _dataset(root: Path, synthetic: bool) -> Dataset:
+    rng = np.random.default_rng(0)
+    splits = {}
+    for split in ("train", "val", "test"):
+        images = rng.integers(0, 256, (20, 3, 32, 32), dtype=np.uint8)
+        splits[split] = [
+            write_file(str(root / f"{split}-00000.parquet"), images, np.arange(20) % 10)
+        ]
+    manifest = Manifest(
+        "md5", True, CLASS_NAMES, (0.5,) * 3, (0.25,) * 3, 0.1, 0, splits, synthetic
+    )
+    write_manifest(str(root), manifest)
+    return Dataset(str(root), manifest)
+
+
+def _trained(tmp_path: Path, tracking_uri: str, name: str) -> TrainedRun:
+    run_id = start_run(tracking_uri, "publish-test", name, {}, {})
+    checkpoint = write_checkpoint(tmp_path / name)
+    return TrainedRun(run_id, checkpoint, {}, {}, str(tmp_path))
+
+
+@pytest.fixture
+def tracking_uri(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/mlflow.db"
+
+
+def test_publish_synthetic_data_gets_its_own_model_name(
+    prefect_server: None, tmp_path: Path, tracking_uri: str
+) -> None:
+    dataset = _dataset(tmp_path / "data", synthetic=True)
+    summary = publish_flow(_trained(tmp_path, tracking_uri, "a"), dataset, None, tracking_uri)
+    assert (summary["model_name"], summary["alias"], summary["synthetic_data"]) == (
+        "cifar10-classifier-synthetic",
+        "champion",
+        True,
+    )
+    assert MlflowClient(tracking_uri).search_registered_models("name = 'cifar10-classifier'") == []
+
+
+def test_publish_failed_evaluation_removes_the_version(
+    prefect_server: None, tmp_path: Path, tracking_uri: str
+) -> None:
+    dataset = _dataset(tmp_path / "data", synthetic=False)
+    first = publish_flow(_trained(tmp_path, tracking_uri, "a"), dataset, "txn", tracking_uri)
+    assert (first["model_version"], first["alias"]) == ("1", "champion")
+    broken_dir = tmp_path / "broken"
+    shutil.copytree(dataset.uri, broken_dir)
+    (broken_dir / "test-00000.parquet").write_bytes(b"not the file the manifest describes")
+    broken = Dataset(str(broken_dir), dataset.manifest)
+    with pytest.raises(PublishError, match="version 2 was removed from the registry again"):
+        publish_flow(_trained(tmp_path, tracking_uri, "b"), broken, "txn", tracking_uri)
+    client = MlflowClient(tracking_uri)
+    assert [str(v.version) for v in client.search_model_versions("name = 'txn'")] == ["1"]
+    aliases = client.get_registered_model("txn").aliases
+    assert {alias: str(version) for alias, version in aliases.items()} == {"champion": "1"}

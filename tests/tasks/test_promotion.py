@@ -1,0 +1,147 @@
+"""Promotion on a real MLflow sqlite store: like with like, synthetic apart, aliases restored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from cifar.checkpoint import ModelSpec, save_training_state
+from cifar.dataset import Dataset, Manifest, write_file, write_manifest
+from cifar.format import CLASS_NAMES
+from cifar.models import build_model
+from tasks.evaluate import accuracy_tag, champion_score
+from tasks.promotion import ChampionScore, aliases_of, promote, restore_aliases
+from tasks.registry import register_checkpoint, register_model
+from tasks.tracking import start_run
+
+
+@pytest.fixture(scope="module")
+def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
+
+
+def _register(tracking_uri: str, name: str) -> str:
+    run_id = start_run(tracking_uri, "promotion-test", "run", {}, {})
+    return register_model(
+        build_model("small_cnn", (0.5,) * 3, (0.25,) * 3), run_id, name, tracking_uri
+    )
+
+
+def _score(version: str, accuracy: float, synthetic: bool = False) -> ChampionScore:
+    return ChampionScore(version, accuracy, "t" * 16, "d" * 16, synthetic)
+
+
+def _dataset(root: Path, seed: int, synthetic: bool = False) -> Dataset:
+    images = np.random.default_rng(seed).integers(0, 256, (20, 3, 32, 32), dtype=np.uint8)
+    files = [write_file(str(root / "test-00000.parquet"), images, np.arange(20) % 10)]
+    splits = {"test": files, "train": files, "val": files}
+    manifest = Manifest(
+        "md5", True, CLASS_NAMES, (0.5,) * 3, (0.25,) * 3, 0.1, 0, splits, synthetic
+    )
+    write_manifest(str(root), manifest)
+    return Dataset(str(root), manifest)
+
+
+def test_promotion_first_version_becomes_champion(tracking_uri: str) -> None:
+    version = _register(tracking_uri, "first")
+    decision = promote("first", version, 0.5, 0.0, tracking_uri, champion=None)
+    assert (decision.promoted, decision.alias, decision.reason) == (
+        True,
+        "champion",
+        "no champion yet",
+    )
+    assert aliases_of("first", tracking_uri) == {"champion": version, "challenger": None}
+
+
+def test_promotion_compares_on_the_same_test_split(tracking_uri: str) -> None:
+    champion = _register(tracking_uri, "duel")
+    promote("duel", champion, 0.8, 0.0, tracking_uri)
+    newcomer = _register(tracking_uri, "duel")
+    decision = promote("duel", newcomer, 0.81, 0.05, tracking_uri, champion=_score(champion, 0.8))
+    assert (decision.promoted, decision.alias) == (False, "challenger")
+    assert decision.reason == (
+        "test accuracy 0.8100 does not beat champion version 1 (0.8000) by more than the margin "
+        f"0.05 (both on test split {'t' * 16}; champion trained on dataset {'d' * 16})"
+    )
+    better = _register(tracking_uri, "duel")
+    assert promote("duel", better, 0.9, 0.05, tracking_uri, champion=_score(champion, 0.8)).promoted
+    assert aliases_of("duel", tracking_uri) == {"champion": better, "challenger": newcomer}
+
+
+def test_promotion_synthetic_never_replaces_a_real_champion(tracking_uri: str) -> None:
+    real = _register(tracking_uri, "mixed")
+    promote("mixed", real, 0.3, 0.0, tracking_uri)
+    fake = _register(tracking_uri, "mixed")
+    decision = promote(
+        "mixed", fake, 1.0, 0.0, tracking_uri, champion=_score(real, 0.3), synthetic=True
+    )
+    assert (decision.promoted, decision.alias) == (False, "challenger")
+    assert "trained on synthetic data: never promoted over champion version 1" in decision.reason
+    again = _register(tracking_uri, "mixed")
+    synthetic_champion = _score(real, 0.3, synthetic=True)
+    assert promote("mixed", again, 0.9, 0.0, tracking_uri, champion=synthetic_champion).promoted
+
+
+def test_promotion_restore_aliases_puts_them_back(tracking_uri: str) -> None:
+    first, second = _register(tracking_uri, "undo"), _register(tracking_uri, "undo")
+    promote("undo", first, 0.5, 0.0, tracking_uri)
+    before = aliases_of("undo", tracking_uri)
+    promote("undo", second, 0.9, 0.0, tracking_uri, champion=_score(first, 0.5))
+    assert aliases_of("undo", tracking_uri) == {"champion": second, "challenger": None}
+    restore_aliases("undo", before, tracking_uri)
+    assert aliases_of("undo", tracking_uri) == {"champion": first, "challenger": None}
+
+
+def test_champion_score_evaluates_once_per_test_split(tracking_uri: str, tmp_path: Path) -> None:
+    run_id = start_run(tracking_uri, "promotion-test", "scored", {}, {})
+    model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    assert champion_score("scored", _dataset(tmp_path / "a", 1), tracking_uri) is None
+    version = register_model(model, run_id, "scored", tracking_uri)
+    promote("scored", version, 0.5, 0.0, tracking_uri)
+    first = _dataset(tmp_path / "a", 1)
+    score = champion_score("scored", first, tracking_uri)
+    assert score is not None and score.test_digest == first.manifest.digest("test")
+    client = MlflowClient(tracking_uri)
+    tag = accuracy_tag(score.test_digest)
+    assert float(client.get_model_version("scored", version).tags[tag]) == pytest.approx(
+        score.accuracy
+    )
+    client.set_model_version_tag("scored", version, tag, "0.123")  # the cached figure is used
+    assert champion_score("scored", first, tracking_uri).accuracy == 0.123  # type: ignore[union-attr]
+    other = _dataset(tmp_path / "b", 2)  # another test split: evaluated on it
+    assert other.manifest.digest("test") != score.test_digest
+    again = champion_score("scored", other, tracking_uri)
+    assert again is not None and again.accuracy != 0.123 and 0.0 <= again.accuracy <= 1.0
+
+
+def write_checkpoint(directory: Path) -> str:
+    """A training checkpoint of an untrained small_cnn (what a run's best checkpoint holds)."""
+    spec = ModelSpec("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    model = spec.build()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    directory.mkdir(parents=True)
+    save_training_state(
+        str(directory),
+        model=model,
+        spec=spec,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        epoch=0,
+        hyperparameters={},
+    )
+    return str(directory)
+
+
+def test_register_tags_the_data_digest(tracking_uri: str, tmp_path: Path) -> None:
+    dataset = _dataset(tmp_path / "data", 3, synthetic=True)
+    checkpoint = write_checkpoint(tmp_path / "checkpoint")
+    run_id = start_run(tracking_uri, "promotion-test", "tagged", {}, {})
+    version = register_checkpoint(checkpoint, run_id, "tagged", tracking_uri, dataset)
+    tags = MlflowClient(tracking_uri).get_model_version("tagged", version).tags
+    assert tags["data_digest"] == dataset.manifest.digest()
+    assert tags["synthetic_data"] == "true"
