@@ -74,6 +74,8 @@ def prefect_stack(home: Path) -> Iterator[dict[str, str]]:
         "PREFECT_SERVER_UI_ENABLED": "false",
         "PREFECT_WORKER_QUERY_SECONDS": "1",
         "PREFECT_WORKER_HEARTBEAT_SECONDS": "5",
+        # A run held back by a deployment's concurrency limit is retried after this (default 30)
+        "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": "2",
         "PWD": str(REPO),
     }
     server_log, worker_log = home / "server.log", home / "worker.log"

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import queue
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -26,10 +32,11 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from cifar.format import write_synthetic_archive
 from tests.conftest import HttpDir
-from tests.prefect_stack import deploy_all
+from tests.prefect_stack import REPO, deploy_all
 
 SCHEDULE_DEADLINE_S = 120.0
 RUN_TIMEOUT_S = 420
+ALERTS_COMMAND = (sys.executable, "-m", "deployments.alerts")  # as docs/mlops.md says
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +140,107 @@ def test_deployment_schedule_creates_runs(deployed: dict[str, str], name: str) -
         time.sleep(1)  # the server's scheduler loop creates runs on its own clock
         count = asyncio.run(scheduled())
     assert count >= 1
+
+
+@dataclass
+class Webhook:
+    """A local HTTP server receiving notifications: every POSTed JSON body, in order."""
+
+    url: str
+    received: queue.Queue[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def webhook() -> Iterator[Webhook]:
+    received: queue.Queue[dict[str, Any]] = queue.Queue()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", 0))
+            received.put(json.loads(self.rfile.read(length) or b"{}"))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Webhook(f"http://127.0.0.1:{server.server_address[1]}/hook", received)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def _wait_for_final(flow_run_ids: list[Any]) -> list[Any]:
+    async def read() -> list[Any]:
+        async with get_client() as client:
+            return [await client.read_flow_run(i) for i in flow_run_ids]
+
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    runs = asyncio.run(read())
+    while not all(r.state.is_final() for r in runs) and time.monotonic() < deadline:
+        time.sleep(0.5)  # polling the server for the runs' states, not waiting out a delay
+        runs = asyncio.run(read())
+    return runs
+
+
+@pytest.fixture(scope="module")
+def failing_nightlies(
+    deployed: dict[str, str],
+    webhook: Webhook,
+    http_dir: HttpDir,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> list[Any]:
+    """Alerts applied as the docs say, then two nightly runs started at once, both failing
+    (their archive does not exist)."""
+    subprocess.run(
+        [*ALERTS_COMMAND, "--block", "custom-webhook/cifar-alerts", "--url", webhook.url],
+        env=deployed,
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    root = tmp_path_factory.mktemp("nightly")
+    parameters = {
+        "data_url": f"{http_dir.url}/no-such-archive.tar.gz",
+        "storage_path": str(root / "store"),
+        "mlflow_tracking_uri": f"sqlite:///{root}/mlflow.db",
+    }
+    from prefect.deployments import run_deployment
+
+    started = [
+        run_deployment("train-cifar/nightly", parameters=parameters, timeout=0) for _ in range(2)
+    ]
+    return _wait_for_final([run.id for run in started])
+
+
+def test_deployment_nightly_runs_one_at_a_time(failing_nightlies: list[Any]) -> None:
+    async def history(flow_run_id: Any) -> list[str]:
+        async with get_client() as client:
+            return [s.name for s in await client.read_flow_run_states(flow_run_id)]
+
+    assert [run.state.type for run in failing_nightlies] == [StateType.FAILED] * 2
+    waited = [
+        r for r in failing_nightlies if "AwaitingConcurrencySlot" in asyncio.run(history(r.id))
+    ]
+    assert len(waited) >= 1  # one of them was held back by the limit, and not dropped
+    first, second = sorted(failing_nightlies, key=lambda r: r.start_time)
+    assert first.end_time <= second.start_time  # never running at the same time
+
+
+def test_deployment_failed_nightly_notifies_the_webhook(
+    failing_nightlies: list[Any], webhook: Webhook
+) -> None:
+    names = {run.name for run in failing_nightlies}
+    notified = set()
+    while notified != names:
+        message = webhook.received.get(timeout=120)  # the server's automation posts it
+        assert message["subject"].startswith("train-cifar/nightly: run ")
+        assert "ended Failed" in message["body"]
+        notified |= {name for name in names if name in message["subject"]}
+    assert notified == names
