@@ -6,7 +6,11 @@ import asyncio
 import io
 import json
 import os
+import subprocess
+import sys
 import tarfile
+import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +27,12 @@ from prefect.states import State
 
 from cifar.dataset import read_manifest
 from cifar.errors import UnsafeArchiveError
-from cifar.format import write_synthetic_archive
+from cifar.format import CLASS_NAMES, write_synthetic_archive
 from flows.predict_cifar import predict_cifar
 from flows.train_cifar import train_cifar
+from tasks.predict import read_inputs
 from tests.conftest import HttpDir
+from tests.helpers import free_port
 
 MODEL = "e2e-classifier"
 EPOCHS = 3
@@ -220,6 +226,56 @@ def test_flow_path_traversal_archive_registers_nothing(
     with pytest.raises(UnsafeArchiveError, match="escapes the target directory"):
         workspace.run(data_url=url, data_md5=None, storage_path=str(workspace.root / "store-evil"))
     assert workspace.versions() == before
+
+
+def test_served_champion_answers_as_predict_cifar(
+    first_run: dict[str, Any], workspace: Workspace, tmp_path: Path
+) -> None:
+    """``mlflow models serve`` of models:/NAME@champion answers raw uint8 images over HTTP with
+    the scores whose softmax predict-cifar wrote for the same images."""
+    port = free_port()
+    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", f"models:/{MODEL}@champion"]
+    command += ["--env-manager", "local", "--host", "127.0.0.1", "--port", str(port)]
+    env = {**os.environ, "MLFLOW_TRACKING_URI": workspace.tracking_uri}
+    # It execs `uvicorn` from PATH: the virtual environment's bin, as after `activate`.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_until_serving(f"http://127.0.0.1:{port}/ping", server, log)
+        inputs = read_inputs(str(workspace.images))
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/invocations",
+            data=json.dumps({"inputs": inputs.images.tolist()}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            scores = np.asarray(json.loads(response.read())["predictions"], dtype=np.float64)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert scores.shape == (5, 10)
+    served = np.exp(scores - scores.max(1, keepdims=True))
+    served /= served.sum(1, keepdims=True)
+    table = pd.read_csv(first_run["predictions"]).set_index("file").loc[inputs.names]
+    expected = table[[f"prob_{name}" for name in CLASS_NAMES]].to_numpy()
+    np.testing.assert_allclose(served, expected, atol=1e-5)
+    assert list(served.argmax(1)) == list(table["predicted_label"])
+
+
+def _wait_until_serving(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        assert server.poll() is None, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)  # polling the server's health endpoint until it answers
 
 
 def test_predict_flow_scores_with_champion(first_run: dict[str, Any], workspace: Workspace) -> None:
