@@ -98,6 +98,10 @@ def test_tune_flow_tracks_one_nested_run_per_trial(
     states = {float(r.data.params["lr"]): r.data.tags["trial_state"] for r in children}
     assert states == {0.05: "complete", 0.0: "pruned"}
     assert summary["mlflow_run_id"] in {r.info.run_id for r in children}
+    for run in children:  # every trial names the data it trained on
+        inputs = run.inputs.dataset_inputs
+        assert sorted(d.dataset.name.rsplit("/", 1)[-1] for d in inputs) == ["train", "val"]
+        assert run.data.tags["data_digest"] == children[0].data.tags["data_digest"]
 
 
 def test_tune_flow_shows_a_table_of_trials(
