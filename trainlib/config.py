@@ -1,180 +1,40 @@
 """Configuration objects: frozen dataclasses, validated when built.
 
 Names and defaults follow Ray Train v2 (``ray.train.ScalingConfig`` etc.); ``DaskConfig`` is
-ours and says which Dask cluster runs the ranks.
+ours and says which Dask cluster runs the ranks. The others are defined with the engine that
+takes them (``trainlib/_internal/common/config.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
+from trainlib._internal.common.config import (
+    DEFAULT_STORAGE_PATH,
+    CheckpointConfig,
+    FailureConfig,
+    RunConfig,
+    ScalingConfig,
+    TorchConfig,
+)
 from trainlib.errors import ConfigError
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
     from distributed import Client
-    from fsspec import AbstractFileSystem
 
-    from trainlib.callbacks import Callback
-
-DEFAULT_STORAGE_PATH = "~/trainlib_results"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ScalingConfig:
-    """How many ranks to run and what each needs.
-
-    Args:
-        num_workers: Number of ranks; each runs in its own process next to one Dask worker.
-            ``(min, max)`` makes the group elastic: it starts once ``min`` workers are there,
-            takes up to ``max``, and re-forms after a failure with as many as are alive then.
-            Keep the global batch size constant by deriving the per-rank batch (or gradient
-            accumulation) from ``get_context().get_world_size()``.
-        use_gpu: Give each rank one CUDA device and use NCCL.
-        resources_per_worker: Dask worker resources each rank needs (e.g. ``{"GPU": 1}``);
-            only workers that declare them (``dask worker --resources GPU=1``) are used.
-        worker_setup: A function of no arguments run once in every rank process, before it
-            joins the process group and before ``train_loop_per_worker``: set environment
-            variables (``NCCL_SOCKET_IFNAME``), fetch files. ``get_context()`` works in it.
-            An exception fails the rank as one raised by the training function would.
-    """
-
-    num_workers: int | tuple[int, int] = 1
-    use_gpu: bool = False
-    resources_per_worker: Mapping[str, float] | None = None
-    worker_setup: Callable[[], None] | None = None
-
-    @property
-    def worker_range(self) -> tuple[int, int]:
-        """``(min, max)`` ranks; both are ``num_workers`` for a fixed size."""
-        if isinstance(self.num_workers, tuple):
-            return self.num_workers
-        return (self.num_workers, self.num_workers)
-
-    def __post_init__(self) -> None:
-        low, high = self.worker_range
-        if not 1 <= low <= high:
-            raise ConfigError(
-                f"ScalingConfig(num_workers={self.num_workers}) must be at least 1, and a "
-                "(min, max) pair must have 1 <= min <= max."
-            )
-        for name, amount in (self.resources_per_worker or {}).items():
-            if amount <= 0:
-                raise ConfigError(
-                    f"ScalingConfig(resources_per_worker={{{name!r}: {amount}}}) must be > 0."
-                )
-        if self.worker_setup is not None and not callable(self.worker_setup):
-            raise ConfigError(
-                f"ScalingConfig(worker_setup={self.worker_setup!r}) must be a function of no "
-                "arguments (or None)."
-            )
-
-
-@dataclass(frozen=True, kw_only=True)
-class CheckpointConfig:
-    """Which checkpoints to keep.
-
-    Args:
-        num_to_keep: Keep this many best checkpoints (``None`` keeps all). The latest
-            checkpoint is always kept as well, so a run can resume from it.
-        checkpoint_score_attribute: Metric that ranks checkpoints; ``None`` ranks by recency.
-        checkpoint_score_order: ``"max"`` or ``"min"``: which end of the score is best.
-    """
-
-    num_to_keep: int | None = None
-    checkpoint_score_attribute: str | None = None
-    checkpoint_score_order: Literal["max", "min"] = "max"
-
-    def __post_init__(self) -> None:
-        if self.num_to_keep is not None and self.num_to_keep < 1:
-            raise ConfigError(
-                f"CheckpointConfig(num_to_keep={self.num_to_keep}) must be None or at least 1."
-            )
-        if self.checkpoint_score_order not in ("max", "min"):
-            raise ConfigError(
-                f"CheckpointConfig(checkpoint_score_order={self.checkpoint_score_order!r}) "
-                "must be 'max' or 'min'."
-            )
-
-
-@dataclass(frozen=True, kw_only=True)
-class FailureConfig:
-    """How often to restart the worker group after a failure, and when a rank counts as hung.
-
-    Args:
-        max_failures: Restarts allowed before ``fit()`` raises; ``-1`` means unlimited.
-        hang_timeout_s: A rank that has not made the next ``report()`` for this long while the
-            run makes no progress is declared hung and the attempt fails (or restarts).
-            Collectives then time out after ``2 * hang_timeout_s`` at most. ``None`` derives it
-            from the run: after the first report, 5 times the longest interval between two
-            reports so far, at least 60 s (before it, only ``TorchConfig.timeout_s`` applies).
-    """
-
-    max_failures: int = 0
-    hang_timeout_s: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.max_failures < -1:
-            raise ConfigError(
-                f"FailureConfig(max_failures={self.max_failures}) must be -1 (unlimited) or >= 0."
-            )
-        if self.hang_timeout_s is not None and self.hang_timeout_s <= 0:
-            raise ConfigError(
-                f"FailureConfig(hang_timeout_s={self.hang_timeout_s}) must be positive or None."
-            )
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunConfig:
-    """Where and how a run is stored and observed.
-
-    Args:
-        name: Run name; the run directory is ``{storage_path}/{name}``. ``None`` generates
-            ``TorchTrainer_<UTC timestamp>``. Re-using a name resumes from its latest checkpoint.
-        storage_path: Local directory or fsspec URL (``s3://bucket/prefix``) shared by all ranks.
-        storage_filesystem: An fsspec filesystem to use instead of inferring one from
-            ``storage_path`` (e.g. an ``s3fs.S3FileSystem`` with an endpoint).
-        checkpoint_config: Checkpoint retention.
-        failure_config: Restarts after failures.
-        callbacks: Receive run start, every report, and the end (see ``trainlib.Callback``).
-    """
-
-    name: str | None = None
-    storage_path: str = DEFAULT_STORAGE_PATH
-    storage_filesystem: AbstractFileSystem | None = None
-    checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
-    failure_config: FailureConfig = field(default_factory=FailureConfig)
-    callbacks: Sequence[Callback] = ()
-
-    def __post_init__(self) -> None:
-        if self.name is not None and (not self.name or "/" in self.name):
-            raise ConfigError(f"RunConfig(name={self.name!r}) must be non-empty without '/'.")
-        if not self.storage_path:
-            raise ConfigError("RunConfig(storage_path='') must name a directory or URL.")
-
-
-@dataclass(frozen=True, kw_only=True)
-class TorchConfig:
-    """torch.distributed settings.
-
-    Args:
-        backend: ``"gloo"``, ``"nccl"`` or ``None`` (NCCL with GPUs, gloo otherwise).
-        timeout_s: Timeout of process-group set-up and collectives.
-    """
-
-    backend: Literal["gloo", "nccl"] | None = None
-    timeout_s: int = 1800
-
-    def __post_init__(self) -> None:
-        if self.backend not in (None, "gloo", "nccl"):
-            raise ConfigError(
-                f"TorchConfig(backend={self.backend!r}) must be 'gloo', 'nccl' or None."
-            )
-        if self.timeout_s <= 0:
-            raise ConfigError(f"TorchConfig(timeout_s={self.timeout_s}) must be positive.")
+__all__ = [
+    "DEFAULT_STORAGE_PATH",
+    "CheckpointConfig",
+    "DaskConfig",
+    "FailureConfig",
+    "RunConfig",
+    "ScalingConfig",
+    "TorchConfig",
+]
 
 
 @dataclass(frozen=True, kw_only=True)

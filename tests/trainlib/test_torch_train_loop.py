@@ -19,6 +19,7 @@ from tests.helpers import set_single_rank_environment
 from trainlib._internal.common.messages import RankSpec
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.rank import session
+from trainlib._internal.rank.state import RANK
 from trainlib.torch import get_device, prepare_data_loader, prepare_model
 from trainlib.torch.train_loop import _DeviceDataLoader
 
@@ -28,7 +29,7 @@ StartRank = Callable[..., None]
 @pytest.fixture
 def start_rank(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> StartRank:
     """Makes this process rank ``world_rank`` of ``world_size`` (the session only, no group)."""
-    monkeypatch.setattr(session, "_current", None)  # restored after the test
+    monkeypatch.setattr(RANK, "session", None)  # restored after the test
 
     def start(world_rank: int = 0, world_size: int = 1, use_gpu: bool = False) -> None:
         spec = RankSpec(
@@ -47,7 +48,7 @@ def start_rank(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> StartRank:
             latest_checkpoint=None,
             train_func_payload=b"",
         )
-        session.start_session(session.Session(spec, lambda message: None))
+        RANK.start(session.Session(spec, lambda message: None))
 
     return start
 

@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+from trainlib._internal.common.data_config import CachePlan
 
 if TYPE_CHECKING:
     import torch
@@ -23,18 +24,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Block = dict[str, np.ndarray]
-CacheLocation = Literal["off", "host", "device"]
-
-
-@dataclass(frozen=True)
-class CachePlan:
-    """What a rank needs to cache one dataset's shard (plain data, sent to every rank)."""
-
-    location: CacheLocation
-    budget_bytes: int
-    shuffle: bool  # a split dataset with a shuffle seed: every pass gets another order
-    seed: int
-    world_rank: int = 0  # rank 0 logs what it keeps at INFO, the others at DEBUG
 
 
 class ShardCollector:

@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
+from trainlib._internal.common.data_config import CachePlan
 from trainlib._internal.rank.session import Session, current_session
 from trainlib.data import _batching
-from trainlib.data.cache import CachedShard, CachePlan, ShardCollector
+from trainlib.data.cache import CachedShard, ShardCollector
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from trainlib._internal.rank.session import current_session
+from trainlib._internal.rank.state import RANK
 from trainlib.data.iterator import DataIterator
-
-_iterators: dict[str, DataIterator] = {}
 
 
 def get_dataset_shard(name: str) -> DataIterator:
@@ -21,7 +20,9 @@ def get_dataset_shard(name: str) -> DataIterator:
             f"get_dataset_shard({name!r}): the trainer has no dataset {name!r}; "
             f"TorchTrainer(datasets=...) gave {sorted(names) or 'none'}."
         )
-    if name not in _iterators:
+    iterators = RANK.dataset_iterators  # one per dataset for the whole training function
+    if name not in iterators:
         plan = current_session("get_dataset_shard()").spec.data_cache.get(name)
-        _iterators[name] = DataIterator(name, plan)
-    return _iterators[name]
+        iterators[name] = DataIterator(name, plan)
+    iterator: DataIterator = iterators[name]
+    return iterator

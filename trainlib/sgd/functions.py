@@ -12,9 +12,8 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from trainlib._internal.rank.state import RANK
 from trainlib.sgd.precision import get_mixed_precision
-
-_step_freq: Literal["batch", "epoch"] = "batch"
 
 
 def train_epoch(
@@ -48,11 +47,11 @@ def train_epoch(
         optimizer.zero_grad()
         precision.backward(loss)
         stepped = precision.step(optimizer)
-        if scheduler is not None and _step_freq == "batch" and stepped:
+        if scheduler is not None and RANK.scheduler_step_freq == "batch" and stepped:
             scheduler.step()
         total += loss.item() * len(target)
         count += len(target)
-    if scheduler is not None and _step_freq == "epoch":
+    if scheduler is not None and RANK.scheduler_step_freq == "epoch":
         scheduler.step()
     return {"train_loss": total / count if count else math.nan, "num_samples": count}
 
@@ -95,8 +94,7 @@ def validate_epoch(
 
 def set_scheduler_step_freq(freq: Literal["batch", "epoch"]) -> None:
     """When the default train function steps the scheduler (set once per rank)."""
-    global _step_freq
-    _step_freq = freq
+    RANK.scheduler_step_freq = freq
 
 
 def _check_single(name: str, model: Any, optimizer: Any, scheduler: Any, criterion: Any) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-_current: MixedPrecision | None = None
+from trainlib._internal.rank.state import RANK
 
 
 class MixedPrecision:
@@ -76,15 +76,15 @@ def get_mixed_precision() -> MixedPrecision:
     Raises:
         RuntimeError: Called outside a PyTorchTrainer's train or validation function.
     """
-    if _current is None:
+    current: MixedPrecision | None = RANK.mixed_precision
+    if current is None:
         raise RuntimeError(
             "trainlib.sgd.get_mixed_precision() was called outside a PyTorchTrainer rank; "
             "call it inside the train_function or validation_function you gave the trainer."
         )
-    return _current
+    return current
 
 
 def set_mixed_precision(precision: MixedPrecision) -> None:
     """Make ``precision`` this rank's (once, when the rank's runner is built)."""
-    global _current
-    _current = precision
+    RANK.mixed_precision = precision

@@ -18,7 +18,7 @@ import cloudpickle
 from torch import nn
 
 from trainlib._internal.common.messages import Command
-from trainlib._internal.driver.controller import RunPlan
+from trainlib._internal.driver.plan import RunPlan
 from trainlib.callbacks import Report
 from trainlib.config import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, TorchConfig
 from trainlib.context import get_context

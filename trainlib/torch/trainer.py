@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
-from trainlib._internal.driver.controller import RunPlan, run_training
+from trainlib._internal.driver.controller import run_training
+from trainlib._internal.driver.plan import RunPlan
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import DaskConfig, RunConfig, ScalingConfig, TorchConfig
 from trainlib.data.config import DataConfig

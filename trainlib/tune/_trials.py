@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import TrialState
 
-from trainlib._internal.driver import cluster
-from trainlib._internal.driver.controller import RunPlan, run_training
+from trainlib._internal.common.callbacks import Callback, Report
+from trainlib._internal.common.result import Result
+from trainlib._internal.driver import workers
+from trainlib._internal.driver.controller import run_training
 from trainlib._internal.driver.interrupt import InterruptWatch
-from trainlib._internal.driver.leases import WorkerBook, WorkerLease
-from trainlib.callbacks import Callback, Report
+from trainlib._internal.driver.plan import RunPlan
 from trainlib.errors import NotEnoughWorkersError
-from trainlib.result import Result
+from trainlib.tune._leases import WorkerBook, WorkerLease
 from trainlib.tune._study import Study, metric_value
 from trainlib.tune.callback import Callback as SearchCallback
 from trainlib.tune.callback import Trial
@@ -107,7 +108,7 @@ class TrialRunner:
         limit = self._setup.max_concurrent
         while remaining - started > 0 and (limit is None or len(self._threads) < limit):
             owner = uuid.uuid4().hex
-            live = cluster.eligible_workers(
+            live = workers.eligible_workers(
                 self._client, self._setup.resources, self._setup.use_gpu
             )
             if not self._book.reserve(owner, self._setup.num_workers, live):
@@ -196,7 +197,7 @@ class TrialRunner:
         return ended
 
     def _not_enough_workers(self) -> NotEnoughWorkersError:
-        live = cluster.eligible_workers(self._client, self._setup.resources, self._setup.use_gpu)
+        live = workers.eligible_workers(self._client, self._setup.resources, self._setup.use_gpu)
         scheduler = self._client.scheduler
         return NotEnoughWorkersError(
             requested=self._setup.num_workers,

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
-from trainlib._internal.driver.controller import RunPlan
 from trainlib._internal.driver.interrupt import InterruptWatch
+from trainlib._internal.driver.plan import RunPlan
 from trainlib.config import DaskConfig, RunConfig, ScalingConfig
 from trainlib.errors import ConfigError
 from trainlib.result import Result

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
+from trainlib._internal.rank.state import RANK
 from trainlib.sgd import MixedPrecision, functions, get_mixed_precision
-from trainlib.sgd import precision as precision_module
 
 
 def _step(precision: MixedPrecision) -> tuple[torch.dtype, bool]:
@@ -74,8 +74,8 @@ def test_precision_step_says_when_the_scaler_skipped_it() -> None:
 def test_precision_train_epoch_computes_the_loss_in_float32_and_skips_the_scheduler(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(precision_module, "_current", _scaled_cpu_precision())
-    monkeypatch.setattr(functions, "_step_freq", "batch")
+    monkeypatch.setattr(RANK, "mixed_precision", _scaled_cpu_precision())
+    monkeypatch.setattr(RANK, "scheduler_step_freq", "batch")
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)

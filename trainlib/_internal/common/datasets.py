@@ -15,7 +15,7 @@ import numpy as np
 from dask.base import optimize
 from dask.delayed import Delayed, delayed
 
-from trainlib.data.config import DataConfig
+from trainlib._internal.common.data_config import DataConfig
 from trainlib.errors import ConfigError, DatasetError
 
 Block = dict[str, np.ndarray]

@@ -6,12 +6,12 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from trainlib._internal.common.checkpoint import Checkpoint
 from trainlib._internal.common.storage import FileEntry, RunStorage
-from trainlib.checkpoint import Checkpoint
 
-if TYPE_CHECKING:  # a rank process never imports the feeder (nor Dask)
-    from trainlib._internal.worker.feeder import FeedPlan
-    from trainlib.data.cache import CachePlan
+if TYPE_CHECKING:  # a rank process never imports Dask
+    from trainlib._internal.common.data_config import CachePlan
+    from trainlib._internal.common.datasets import DatasetSource
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,17 @@ class RankSpec:
     dataset_names: tuple[str, ...] = ()
     setup_payload: bytes | None = None  # ScalingConfig.worker_setup, pickled
     data_cache: dict[str, CachePlan] = field(default_factory=dict)  # DataConfig.cache_shards
+
+
+@dataclass(frozen=True)
+class FeedPlan:
+    """What a rank's feeder needs: the datasets, and where the group's ranks run."""
+
+    sources: tuple[DatasetSource, ...]
+    world_rank: int
+    worker_addresses: tuple[str, ...]  # by world rank
+    shuffle_seed: int | None
+    attempt_key: int  # differs between attempts, so a restarted pass gets a new order
 
 
 @dataclass(frozen=True)
@@ -133,3 +144,15 @@ class Command:
 
     kind: str
     payload: Any = None
+
+
+def is_private(variable: str) -> bool:
+    """A variable named with a leading underscore: a library's own state, not configuration.
+
+    Such variables may differ between an idle rank process and its launch, which sets them as
+    they are now. MLflow's telemetry sets ``_MLFLOW_TELEMETRY_SESSION_ID`` in the driver's
+    environment and removes it again when its telemetry stops (offline: once its configuration
+    cannot be fetched), which the workers of a LocalCluster (threads of the driver) see at any
+    moment.
+    """
+    return variable.startswith("_")

@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 import fsspec
 from fsspec import AbstractFileSystem
 
+from trainlib._internal.common.checkpoint import Checkpoint
 from trainlib._internal.common.retries import call_storage
-from trainlib.checkpoint import Checkpoint
 from trainlib.errors import CheckpointError
 
 logger = logging.getLogger(__name__)

@@ -6,9 +6,9 @@ import logging
 import math
 from typing import Any
 
+from trainlib._internal.common.checkpoint import Checkpoint
+from trainlib._internal.common.config import CheckpointConfig
 from trainlib._internal.common.storage import CommittedCheckpoint, RunStorage
-from trainlib.checkpoint import Checkpoint
-from trainlib.config import CheckpointConfig
 
 logger = logging.getLogger(__name__)
 

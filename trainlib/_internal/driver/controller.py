@@ -9,57 +9,31 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import cloudpickle
 
-from trainlib._internal.common.messages import RankLaunch, RankSpec
+from trainlib._internal.common.callbacks import Report, RunInfo
+from trainlib._internal.common.checkpoint import Checkpoint
+from trainlib._internal.common.result import Result
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib._internal.driver.interrupt import InterruptWatch
+from trainlib._internal.driver.plan import AttemptStart, RunPlan, rank_launch
 from trainlib._internal.driver.reports import ReportCollector
 from trainlib._internal.driver.watchdog import ProgressWatchdog
-from trainlib._internal.rank import backend
-from trainlib.callbacks import Report, RunInfo
-from trainlib.checkpoint import Checkpoint
-from trainlib.config import DaskConfig, RunConfig, ScalingConfig, TorchConfig
-from trainlib.data.cache import CachePlan
-from trainlib.data.config import DataConfig
 from trainlib.errors import RankFailure, WorkerGroupError
-from trainlib.result import Result
 
 if TYPE_CHECKING:
     from distributed import Client
 
-    from trainlib._internal.common.datasets import DatasetSource
-    from trainlib._internal.driver.leases import WorkerLease
     from trainlib._internal.driver.ranks import WorkerSlot
     from trainlib._internal.driver.worker_group import WorkerGroup
-    from trainlib._internal.worker.feeder import FeedPlan
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """Everything one run needs, as its front end resolved it."""
-
-    train_func_payload: bytes
-    scaling: ScalingConfig
-    run_config: RunConfig
-    torch_config: TorchConfig
-    dask_config: DaskConfig
-    resume_from: Checkpoint | None = None
-    datasets: tuple[DatasetSource, ...] = ()
-    data_config: DataConfig = field(default_factory=DataConfig)
-    default_name_prefix: str = "TorchTrainer"
-    lease: WorkerLease | None = None  # a Tuner trial: select ranks only among its workers
 
 
 def run_training(plan: RunPlan, client: Client | None = None) -> Result:
@@ -145,14 +119,14 @@ class Run:
     def attempt(self, client: Client) -> Iterator[tuple[WorkerGroup, ProgressWatchdog]]:
         """Form the next group, resuming from the latest intact checkpoint (or the plan's);
         on leaving, its ranks are stopped. Workers unresponsive before are avoided."""
-        from trainlib._internal.driver import cluster
+        from trainlib._internal.driver import workers
         from trainlib._internal.driver.worker_group import WorkerGroup
 
         self.storage.remove_uncommitted()
         latest = self.manager.latest_intact()
         start_index = latest.index + 1 if latest else 0
         resume_from = latest.checkpoint if latest else self.plan.resume_from
-        slots = cluster.select_workers(
+        slots = workers.select_workers(
             client,
             self.plan.scaling,
             self.plan.dask_config.worker_timeout_s,
@@ -164,7 +138,10 @@ class Run:
         self._announce(slots, resume_from)
         watchdog = ProgressWatchdog(self.plan.run_config.failure_config.hang_timeout_s, slots)
         self.collector.start_attempt(len(slots), start_index, watchdog)
-        build = functools.partial(self._rank_launch, start_index, resume_from, slots)
+        start = AttemptStart(
+            self.plan, self.name, self.storage, start_index, resume_from, slots, self.setup_payload
+        )
+        build = functools.partial(rank_launch, start)
         resources = dict(self.plan.scaling.resources_per_worker or {}) or None
         group: WorkerGroup | None = None
         try:
@@ -220,85 +197,4 @@ class Run:
             error=error,
             metrics_history=history,
             failures=self.failures,
-        )
-
-    def _collective_timeout_s(self) -> int:
-        """TorchConfig's timeout, capped so a collective never outwaits the hang watchdog."""
-        hang = self.plan.run_config.failure_config.hang_timeout_s
-        if hang is None:
-            return self.plan.torch_config.timeout_s
-        return min(self.plan.torch_config.timeout_s, max(1, math.ceil(2 * hang)))
-
-    def _rank_launch(
-        self,
-        start_index: int,
-        resume_from: Checkpoint | None,
-        slots: list[WorkerSlot],
-        slot: WorkerSlot,
-        master_addr: str,
-        master_port: int,
-    ) -> RankLaunch:
-        plan = self.plan
-        world_size = len(slots)
-        spec = RankSpec(
-            world_rank=slot.world_rank,
-            local_rank=slot.local_rank,
-            node_rank=slot.node_rank,
-            world_size=world_size,
-            local_world_size=slot.local_world_size,
-            host=slot.host,
-            backend=backend.choose_backend(plan.torch_config, plan.scaling.use_gpu),
-            timeout_s=self._collective_timeout_s(),
-            use_gpu=plan.scaling.use_gpu,
-            run_name=self.name,
-            storage=self.storage,
-            start_index=start_index,
-            latest_checkpoint=resume_from,
-            train_func_payload=plan.train_func_payload,
-            dataset_names=tuple(source.name for source in plan.datasets),
-            setup_payload=self.setup_payload,
-            data_cache=self._cache_plans(slot.world_rank),
-        )
-        environment = backend.rank_environment(
-            world_rank=slot.world_rank,
-            local_rank=slot.local_rank,
-            node_rank=slot.node_rank,
-            world_size=world_size,
-            local_world_size=slot.local_world_size,
-            master_addr=master_addr,
-            master_port=master_port,
-        )
-        return RankLaunch(
-            world_rank=slot.world_rank,
-            host=slot.host,
-            local_rank=slot.local_rank,
-            local_world_size=slot.local_world_size,
-            use_gpu=plan.scaling.use_gpu,
-            torch_environment=environment,
-            sys_path=tuple(sys.path),
-            spec_payload=cloudpickle.dumps(spec),
-            feed=self._feed_plan(slots, slot, start_index),
-            device=slot.device,
-        )
-
-    def _cache_plans(self, world_rank: int) -> dict[str, CachePlan]:
-        plans = {
-            source.name: self.plan.data_config.cache_plan(source.split, world_rank)
-            for source in self.plan.datasets
-        }
-        return {name: plan for name, plan in plans.items() if plan is not None}
-
-    def _feed_plan(
-        self, slots: list[WorkerSlot], slot: WorkerSlot, start_index: int
-    ) -> FeedPlan | None:
-        if not self.plan.datasets:
-            return None
-        from trainlib._internal.worker.feeder import FeedPlan
-
-        return FeedPlan(
-            sources=self.plan.datasets,
-            world_rank=slot.world_rank,
-            worker_addresses=tuple(s.address for s in slots),
-            shuffle_seed=self.plan.data_config.shuffle_seed,
-            attempt_key=start_index,
         )

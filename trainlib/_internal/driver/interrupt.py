@@ -15,15 +15,16 @@ import threading
 from types import FrameType, TracebackType
 from typing import Any
 
+from trainlib._internal.driver.state import DRIVER
+
 
 class InterruptWatch:
     """Context manager: defers SIGINT to ``check()`` calls while active in the main thread.
 
     In any other thread it changes nothing (signal handlers belong to the main thread), and
-    ``check()`` only reports interrupts recorded by an enclosing watch of the main thread.
+    ``check()`` only reports interrupts recorded by an enclosing watch of the main thread (the
+    flag is the process's: ``state.DRIVER.interrupt_requested``).
     """
-
-    _requested = threading.Event()  # shared: a Tuner's trial threads see the main thread's Ctrl-C
 
     def __init__(self) -> None:
         self._previous: Any = None
@@ -31,7 +32,7 @@ class InterruptWatch:
 
     def __enter__(self) -> InterruptWatch:
         if threading.current_thread() is threading.main_thread() and not _active_watch():
-            InterruptWatch._requested.clear()
+            DRIVER.interrupt_requested.clear()
             self._previous = signal.signal(signal.SIGINT, self._handle)
             self._installed = True
         return self
@@ -45,25 +46,25 @@ class InterruptWatch:
         if self._installed:
             signal.signal(signal.SIGINT, self._previous)
             self._installed = False
-            if kind is None and InterruptWatch._requested.is_set():
-                InterruptWatch._requested.clear()
+            if kind is None and DRIVER.interrupt_requested.is_set():
+                DRIVER.interrupt_requested.clear()
                 raise KeyboardInterrupt  # Ctrl-C during the last steps of a run that finished
-            InterruptWatch._requested.clear()
+            DRIVER.interrupt_requested.clear()
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
-        if InterruptWatch._requested.is_set():
+        if DRIVER.interrupt_requested.is_set():
             raise KeyboardInterrupt  # the second Ctrl-C: stop waiting for an orderly stop
-        InterruptWatch._requested.set()
+        DRIVER.interrupt_requested.set()
 
     @staticmethod
     def requested() -> bool:
         """True once Ctrl-C was pressed while a watch is active."""
-        return InterruptWatch._requested.is_set()
+        return DRIVER.interrupt_requested.is_set()
 
     @staticmethod
     def check() -> None:
         """Raise ``KeyboardInterrupt`` if Ctrl-C was pressed (call it at safe points)."""
-        if InterruptWatch._requested.is_set():
+        if DRIVER.interrupt_requested.is_set():
             raise KeyboardInterrupt
 
 

@@ -7,6 +7,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from trainlib._internal.common.callbacks import Callback, Report
 from trainlib._internal.common.messages import (
     REPORTED_CHECKPOINTS,
     CheckpointsQuery,
@@ -17,7 +18,6 @@ from trainlib._internal.common.messages import (
 from trainlib._internal.common.storage import FileEntry, RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib._internal.driver.watchdog import ProgressWatchdog
-from trainlib.callbacks import Callback, Report
 from trainlib.errors import TrainingFailedError
 
 logger = logging.getLogger(__name__)

@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import pickle
-import queue
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,18 +11,16 @@ from typing import Any
 from distributed import Client, Event, Future, Queue
 
 from trainlib._internal.common.messages import Command, RankLaunch
-from trainlib._internal.common.waiting import Completions, result_within
-from trainlib._internal.driver import cluster
+from trainlib._internal.common.waiting import Completions, Mailbox, result_within
+from trainlib._internal.driver.plan import find_free_port
 from trainlib._internal.driver.ranks import WorkerSlot
-from trainlib._internal.rank import backend
+from trainlib._internal.driver.workers import live_workers
 from trainlib._internal.worker import command_relay
 from trainlib._internal.worker.supervisor import RankOutcome, supervise_rank
 from trainlib.errors import RankFailure
 
 STOP_TIMEOUT_S = 10.0
 _POLL_S = 0.5  # a rank's task ending or a message wakes the driver sooner
-_MAIL_END = b""  # put on the queue to end the mail thread
-_MAIL_FLUSH = b"flush"  # put on the queue to learn that everything before it was taken
 _LIVENESS_CHECK_S = 1.0
 _STOP_POLL_S = 0.2
 
@@ -54,7 +48,7 @@ class WorkerGroup:
         self._outcomes: dict[int, RankOutcome] = {}
         self._unresponsive: set[str] = set()
         self._completions = Completions(futures)
-        self._mail = _Mail(queue, self._completions.wake)
+        self._mail = Mailbox(queue, self._completions.wake)
 
     @classmethod
     @contextmanager
@@ -71,7 +65,7 @@ class WorkerGroup:
         stop = Event(f"trainlib-stop-{token}", client=client)
         rank0 = slots[0]
         port_future = client.submit(
-            backend.find_free_port, workers=[rank0.address], allow_other_workers=False, pure=False
+            find_free_port, workers=[rank0.address], allow_other_workers=False, pure=False
         )
         port = result_within(port_future, STOP_TIMEOUT_S, give_up=lambda: True)
         futures = [
@@ -140,31 +134,18 @@ class WorkerGroup:
         A rank that cannot take it (its supervisor ended, its worker left) is found by the
         next ``run``.
         """
-        addresses = [slot.address for slot in self._slots]
-        self._client.run(
-            command_relay.deliver,
-            self._queue.name,
-            command,
-            workers=addresses,
-            on_error="return",
-        )
+        self._deliver(command, [slot.address for slot in self._slots])
 
     def send_to(self, world_rank: int, command: Command) -> None:
         """Deliver ``command`` to one rank (an answer to its question); a rank gone is found
         by the next ``run``."""
         slot = next(s for s in self._slots if s.world_rank == world_rank)
-        self._client.run(
-            command_relay.deliver,
-            self._queue.name,
-            command,
-            workers=[slot.address],
-            on_error="return",
-        )
+        self._deliver(command, [slot.address])
 
-    @property
-    def num_ended(self) -> int:
-        """How many ranks have ended (cleanly or not)."""
-        return len(self._outcomes)
+    def _deliver(self, command: Command, addresses: list[str]) -> None:
+        self._client.run(
+            command_relay.deliver, self._queue.name, command, workers=addresses, on_error="return"
+        )
 
     def _failures(self) -> dict[int, RankFailure]:
         return {r: o.failure for r, o in self._outcomes.items() if o.failure is not None}
@@ -189,7 +170,7 @@ class WorkerGroup:
                 self._record(slot, "exception", summary)
 
     def _check_workers_alive(self) -> None:
-        alive = cluster.live_workers(self._client)
+        alive = live_workers(self._client)
         for slot in self._slots:
             if slot.address not in alive and slot.world_rank not in self._outcomes:
                 self._record(slot, "worker_lost", f"Dask worker {slot.address} left the cluster")
@@ -248,73 +229,3 @@ class WorkerGroup:
         self._mail.close()
         self._queue.close()
         self._stop.clear()
-
-
-class _Mail:
-    """A thread that takes the ranks' messages off the Dask queue as they arrive.
-
-    The driver's loop then wakes at once for a message instead of polling the scheduler
-    (a live group's call returns within milliseconds of its last report). Blocking
-    ``Queue.get()`` without a timeout: Dask's timed waits are unreliable on Python 3.11
-    (see ``waiting``); the thread ends on ``_MAIL_END``.
-    """
-
-    def __init__(self, source: Queue, wake: Callable[[], None]) -> None:
-        self._source = source
-        self._wake = wake
-        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
-        self._error: BaseException | None = None
-        self._flushed = threading.Event()
-        self._thread = threading.Thread(target=self._receive, name="trainlib-mail", daemon=True)
-        self._thread.start()
-
-    def _receive(self) -> None:
-        try:
-            while (item := self._source.get()) != _MAIL_END:
-                if item == _MAIL_FLUSH:
-                    self._flushed.set()
-                    continue
-                self._inbox.put(pickle.loads(item))
-                self._wake()
-        except BaseException as exc:  # the scheduler went away: tell the driver loop
-            self._error = exc
-            self._wake()
-
-    def has_mail(self) -> bool:
-        """True when messages wait to be taken."""
-        return not self._inbox.empty()
-
-    def take_all(self) -> list[tuple[str, Any]]:
-        """The messages that arrived so far, oldest first.
-
-        Raises:
-            The error that ended the thread, once the messages before it are taken.
-        """
-        taken = []
-        while not self._inbox.empty():
-            taken.append(self._inbox.get())
-        if not taken and self._error is not None and not self._thread.is_alive():
-            raise self._error
-        return taken
-
-    def flush(self) -> None:
-        """Wait (bounded) until every message already on the Dask queue has been taken.
-
-        A supervisor's last message is on the queue before its task ends, but may reach this
-        process after the task's end does (another connection).
-        """
-        if not self._thread.is_alive():
-            return
-        self._flushed.clear()
-        try:
-            self._source.put(_MAIL_FLUSH)
-        except Exception:
-            return  # the scheduler is gone: take_all() raises what the thread saw
-        self._flushed.wait(STOP_TIMEOUT_S)
-
-    def close(self) -> None:
-        """End the thread (bounded wait)."""
-        if self._thread.is_alive():
-            with contextlib.suppress(Exception):
-                self._source.put(_MAIL_END)
-            self._thread.join(STOP_TIMEOUT_S)

@@ -1,4 +1,5 @@
-"""The torch.distributed process group: backend choice, free port, init and destroy."""
+"""The torch.distributed process group of a rank: init and destroy, and telling a peer's failure
+from a root cause. (The backend, port and variables a rank is launched with: ``driver/plan.py``.)"""
 
 from __future__ import annotations
 
@@ -8,43 +9,6 @@ from datetime import timedelta
 from typing import Literal
 
 from trainlib._internal.common.devices import duplicate_devices
-from trainlib.config import TorchConfig
-
-
-def choose_backend(config: TorchConfig, use_gpu: bool) -> Literal["gloo", "nccl"]:
-    """NCCL with GPUs, gloo otherwise, unless the config names one."""
-    if config.backend is not None:
-        return config.backend
-    return "nccl" if use_gpu else "gloo"
-
-
-def find_free_port() -> int:
-    """A TCP port that is free on this host now (run on rank 0's Dask worker)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", 0))
-        return int(s.getsockname()[1])
-
-
-def rank_environment(
-    *,
-    world_rank: int,
-    local_rank: int,
-    node_rank: int,
-    world_size: int,
-    local_world_size: int,
-    master_addr: str,
-    master_port: int,
-) -> dict[str, str]:
-    """The torchrun-compatible variables a rank process gets (``env://`` rendezvous)."""
-    return {
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": str(master_port),
-        "RANK": str(world_rank),
-        "LOCAL_RANK": str(local_rank),
-        "GROUP_RANK": str(node_rank),
-        "WORLD_SIZE": str(world_size),
-        "LOCAL_WORLD_SIZE": str(local_world_size),
-    }
 
 
 def init_process_group(
@@ -112,13 +76,3 @@ def is_collective_error(exc: BaseException) -> bool:
         return True
     message = str(exc).lower()
     return "gloo" in message or "nccl" in message
-
-
-def is_private(variable: str) -> bool:
-    """A variable named with a leading underscore: a library's own state, not configuration.
-
-    MLflow's telemetry sets ``_MLFLOW_TELEMETRY_SESSION_ID`` in the driver's environment and
-    removes it again when its telemetry stops (offline: once its configuration cannot be
-    fetched), which the workers of a LocalCluster (threads of the driver) see at any moment.
-    """
-    return variable.startswith("_")

@@ -14,6 +14,7 @@ import contextlib
 import ctypes
 import ctypes.util
 import gc
+import importlib
 import logging
 import logging.handlers
 import os
@@ -27,14 +28,15 @@ from typing import Any, NoReturn
 
 import cloudpickle
 
-from trainlib._internal.common.messages import RankSpec, RankStarted
+from trainlib._internal.common.messages import RankSpec, RankStarted, is_private
 from trainlib._internal.rank import backend
-from trainlib._internal.rank.session import Session, start_session
+from trainlib._internal.rank.session import Session
+from trainlib._internal.rank.state import RANK
 from trainlib.errors import RankFailure
 
 _EXIT_FAILED = 1
 _EXIT_ORPHANED = 70
-_STARTED_WITH: dict[str, str] = {}  # the environment this process started with
+_PRELOADED_FRONT_ENDS = ("trainlib.data", "trainlib.torch")
 
 
 class _LogForwarder:
@@ -100,8 +102,10 @@ def _prepare() -> None:
     import torch._dynamo
     import torch.distributed  # noqa: F401
 
-    import trainlib.data
-    import trainlib.torch  # noqa: F401
+    # The front ends a training function calls, loaded by name: the engine uses nothing of
+    # them (they import it), it only spares the user's function their import time.
+    for front_end in _PRELOADED_FRONT_ENDS:
+        importlib.import_module(front_end)
 
 
 def _load_spec(connection: Connection) -> RankSpec:
@@ -112,8 +116,8 @@ def _load_spec(connection: Connection) -> RankSpec:
     except (EOFError, OSError):
         os._exit(_EXIT_ORPHANED)  # never launched: the worker closed or died
     _name_process("trainlib-rank")
-    for gone in _STARTED_WITH.keys() - environment.keys():
-        if backend.is_private(gone):  # the launch carries the private variables of now
+    for gone in RANK.started_with.keys() - environment.keys():
+        if is_private(gone):  # the launch carries the private variables of now
             os.environ.pop(gone, None)
     os.environ.update(environment)
     if "OMP_NUM_THREADS" in environment:
@@ -145,13 +149,13 @@ def _exit_failed(send: Callable[[tuple[str, Any]], None], failure: RankFailure) 
 
 
 def main(fd: int) -> None:
-    _STARTED_WITH.update(os.environ)
+    RANK.started_with.update(os.environ)
     _name_process("trainlib-spare")
     connection = Connection(fd)
     _prepare()
     spec = _load_spec(connection)
     session = Session(spec, connection.send)
-    start_session(session)
+    RANK.start(session)
     threading.Thread(
         target=_receive_until_orphaned, args=(connection, session), daemon=True
     ).start()

@@ -9,9 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from trainlib._internal.common.messages import REPORTED_CHECKPOINTS, Command, RankSpec
+from trainlib._internal.rank.state import RANK
 from trainlib._internal.rank.uploads import Uploads
-
-_current: Session | None = None
 
 
 class Session:
@@ -51,12 +50,6 @@ class Session:
         return self._inboxes[name]
 
 
-def start_session(session: Session) -> None:
-    """Make ``session`` the current one (once per rank process)."""
-    global _current
-    _current = session
-
-
 def next_command() -> Command:
     """Block until the driver sends this rank its next command (a live group's rank loop)."""
     return current_session("next_command()").commands.get()
@@ -64,9 +57,10 @@ def next_command() -> Command:
 
 def current_session(caller: str) -> Session:
     """The current session; raises a RuntimeError naming ``caller`` outside a training function."""
-    if _current is None:
+    session = RANK.session
+    if session is None:
         raise RuntimeError(
             f"trainlib.{caller} was called outside a training function; call it inside the "
             "train_loop_per_worker that TorchTrainer runs on every rank."
         )
-    return _current
+    return session

@@ -27,15 +27,14 @@ from typing import Any
 
 import psutil
 
+from trainlib._internal.common.checkpoint import Checkpoint
 from trainlib._internal.common.messages import CheckpointsQuery, ReportMessage
 from trainlib._internal.common.storage import FileEntry, RunStorage
-from trainlib.checkpoint import Checkpoint
+from trainlib._internal.rank.state import RANK
 from trainlib.errors import CheckpointError
 
 Message = ReportMessage | CheckpointsQuery
 _LOWEST_PRIORITY = 19
-_helper: ProcessPoolExecutor | None = None  # this rank's upload process, started on first use
-_helper_lock = threading.Lock()
 _STAGING_PREFIX = "trainlib-staging-"
 _STAGING_DIR = re.compile(rf"\.?{_STAGING_PREFIX}(\d+)-")
 
@@ -167,16 +166,15 @@ def upload_in_helper(
     CPU; benchmarks/checkpoint_upload.py); in this process at the lowest priority, 0.5 s. The
     helper's log records (each retry) go to this process's loggers: rank 0's reach the driver.
     """
-    global _helper
-    with _helper_lock:
-        if _helper is None:
+    with RANK.upload_helper_lock:
+        if RANK.upload_helper is None:
             context = multiprocessing.get_context("spawn")  # never fork a process running torch
             records: Any = context.Queue()
             logging.handlers.QueueListener(records, _Relay()).start()
-            _helper = ProcessPoolExecutor(
+            RANK.upload_helper = ProcessPoolExecutor(
                 1, mp_context=context, initializer=_send_logs_to, initargs=(records,)
             )
-        helper = _helper
+        helper = RANK.upload_helper
     return helper.submit(storage.upload_directory, local_dir, index, name).result()
 
 

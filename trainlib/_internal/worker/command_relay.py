@@ -8,26 +8,23 @@ in its session (``Session.commands``).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from trainlib._internal.common.messages import Command
-
-_lock = threading.Lock()
-_sinks: dict[tuple[str, str], Callable[[Any], None]] = {}  # (token, worker) -> rank's send
+from trainlib._internal.worker.state import WORKER
 
 
 def register(token: str, worker: str, send: Callable[[Any], None]) -> None:
     """Route commands for group ``token`` on ``worker`` to ``send``."""
-    with _lock:
-        _sinks[(token, worker)] = send
+    with WORKER.relay_lock:
+        WORKER.command_routes[(token, worker)] = send
 
 
 def unregister(token: str, worker: str) -> None:
     """Stop routing (the rank ended)."""
-    with _lock:
-        _sinks.pop((token, worker), None)
+    with WORKER.relay_lock:
+        WORKER.command_routes.pop((token, worker), None)
 
 
 def deliver(token: str, command: Command, dask_worker: Any = None) -> bool:
@@ -36,8 +33,8 @@ def deliver(token: str, command: Command, dask_worker: Any = None) -> bool:
     Returns:
         False when that rank is gone (its supervisor has ended).
     """
-    with _lock:
-        send = _sinks.get((token, dask_worker.address))
+    with WORKER.relay_lock:
+        send = WORKER.command_routes.get((token, dask_worker.address))
     if send is None:
         return False
     try:

@@ -18,12 +18,12 @@ import traceback
 import zlib
 from collections import deque
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from typing import Any
 
 from distributed import Client, Future
 
 from trainlib._internal.common.datasets import Block, DatasetSource, num_rows, take_rows
+from trainlib._internal.common.messages import FeedPlan
 from trainlib._internal.common.waiting import result_within
 from trainlib._internal.worker.split import EqualSplit, Segment, pass_order, windows
 from trainlib.errors import DatasetError
@@ -33,17 +33,6 @@ _WAIT_S = 0.5
 # Windows computed ahead of the one the rank reads: with one, benchmarks/ingest.py delivered
 # about 10% fewer images/s into a rank (the supervisor waited on the cluster more often).
 _WINDOWS_AHEAD = 2
-
-
-@dataclass(frozen=True)
-class FeedPlan:
-    """What a rank's feeder needs: the datasets, and where the group's ranks run."""
-
-    sources: tuple[DatasetSource, ...]
-    world_rank: int
-    worker_addresses: tuple[str, ...]  # by world rank
-    shuffle_seed: int | None
-    attempt_key: int  # differs between attempts, so a restarted pass gets a new order
 
 
 class Feeder:

@@ -21,10 +21,7 @@ import multiprocessing
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 import dask
@@ -32,7 +29,8 @@ import psutil
 from distributed.comm.addressing import get_address_host
 from distributed.diagnostics.plugin import WorkerPlugin
 
-from trainlib._internal.rank import backend
+from trainlib._internal.common.messages import is_private
+from trainlib._internal.worker.state import WORKER, RankProcess
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -44,20 +42,6 @@ MAX_IDLE_PER_WORKER = 4
 # IDLE_MEMORY_SHARE of the memory available on it.
 IDLE_PROCESS_BYTES = 300 * 2**20
 IDLE_MEMORY_SHARE = 0.1
-
-
-@dataclass
-class RankProcess:
-    """A started rank process and the supervisor's end of its connection."""
-
-    process: subprocess.Popen[bytes]
-    connection: Connection
-    environment: dict[str, str]
-
-
-_lock = threading.Lock()
-_idle: dict[str, list[RankProcess]] = {}  # worker address -> its idle processes, oldest first
-_wanted: dict[str, int] = {}  # worker address -> how many idle processes it keeps (default 1)
 
 
 def process_environment(worker_env: dict[str, str]) -> dict[str, str]:
@@ -76,13 +60,13 @@ def process_environment(worker_env: dict[str, str]) -> dict[str, str]:
 def take(worker: str, environment: dict[str, str]) -> RankProcess:
     """The worker's oldest idle process started with this environment, else a new one.
 
-    Private variables (``backend.is_private``) may differ: the launch sets them as they are now.
+    Private variables (``is_private``) may differ: the launch sets them as they are now.
     """
     unusable = []
     taken = None
     wanted = _configuration(environment)
-    with _lock:
-        idle = _idle.get(worker, [])
+    with WORKER.pool_lock:
+        idle = WORKER.idle.get(worker, [])
         while idle and taken is None:
             candidate = idle.pop(0)
             alive = candidate.process.poll() is None
@@ -96,20 +80,20 @@ def take(worker: str, environment: dict[str, str]) -> RankProcess:
 
 
 def _configuration(environment: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in environment.items() if not backend.is_private(k)}
+    return {k: v for k, v in environment.items() if not is_private(k)}
 
 
 def keeps(worker: str) -> int:
     """How many idle processes the worker keeps now (1 unless a search asked for more)."""
-    with _lock:
-        return _wanted.get(worker, 1)
+    with WORKER.pool_lock:
+        return WORKER.wanted.get(worker, 1)
 
 
 def refill(worker: str, environment: dict[str, str]) -> None:
     """Start idle processes until the worker has as many as it keeps."""
-    with _lock:
-        idle = _idle.setdefault(worker, [])
-        while len(idle) < _wanted.get(worker, 1):
+    with WORKER.pool_lock:
+        idle = WORKER.idle.setdefault(worker, [])
+        while len(idle) < WORKER.wanted.get(worker, 1):
             idle.append(start(environment))
 
 
@@ -121,10 +105,10 @@ def keep_idle(count: int, workers_on_host: int = 1, dask_worker: Any = None) -> 
     if count > 1:
         budget = psutil.virtual_memory().available * IDLE_MEMORY_SHARE / workers_on_host
         count = max(1, min(count, 1 + int(budget // IDLE_PROCESS_BYTES)))
-    with _lock:
-        _wanted[worker] = count
-        surplus = _idle.get(worker, [])[count:]
-        del _idle.setdefault(worker, [])[count:]
+    with WORKER.pool_lock:
+        WORKER.wanted[worker] = count
+        surplus = WORKER.idle.get(worker, [])[count:]
+        del WORKER.idle.setdefault(worker, [])[count:]
     for process in surplus:
         stop(process)
     refill(worker, process_environment(dict(os.environ)))
@@ -151,9 +135,9 @@ def idle_processes(client: Client, count: int) -> Iterator[None]:
 
 def close(worker: str) -> None:
     """Stop the worker's idle processes (the worker is closing)."""
-    with _lock:
-        idle = _idle.pop(worker, [])
-        _wanted.pop(worker, None)
+    with WORKER.pool_lock:
+        idle = WORKER.idle.pop(worker, [])
+        WORKER.wanted.pop(worker, None)
     for process in idle:
         stop(process)
 

@@ -21,8 +21,7 @@ from typing import Any
 from distributed import Event, Queue, get_client, get_worker, secede
 from distributed.core import Status
 
-from trainlib._internal.common.messages import RankLaunch
-from trainlib._internal.rank import backend
+from trainlib._internal.common.messages import RankLaunch, is_private
 from trainlib._internal.worker import command_relay, rank_pool
 from trainlib._internal.worker.feeder import Feeder
 from trainlib.errors import RankFailure
@@ -90,7 +89,7 @@ def launch_environment(launch: RankLaunch, process_env: dict[str, str]) -> dict[
     """What a rank sets in its environment when it starts: torchrun's variables, its share of
     the host's cores (unless OMP_NUM_THREADS is set), with GPUs its one device, and the
     private variables as they are now (an idle process may have started with others)."""
-    env = {k: v for k, v in process_env.items() if backend.is_private(k)}
+    env = {k: v for k, v in process_env.items() if is_private(k)}
     env.update(launch.torch_environment)
     if "OMP_NUM_THREADS" not in process_env:
         env["OMP_NUM_THREADS"] = str(thread_share(os.cpu_count(), launch.local_world_size))

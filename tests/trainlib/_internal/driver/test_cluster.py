@@ -15,7 +15,8 @@ from distributed import Client, Scheduler, SpecCluster, Worker
 from tests.helpers import local_cluster
 from trainlib import ConfigError, DaskConfig, NotEnoughWorkersError, ScalingConfig
 from trainlib._internal.common import devices
-from trainlib._internal.driver.cluster import connect, live_workers, select_workers
+from trainlib._internal.driver.cluster import connect
+from trainlib._internal.driver.workers import live_workers, select_workers
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,7 @@
-"""The process group helpers: backend choice, rendezvous variables, init and destroy."""
+"""The rank's process group: init and destroy, collective errors."""
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -10,14 +9,10 @@ import torch
 import torch.distributed as dist
 
 from tests.helpers import set_single_rank_environment
-from trainlib import TorchConfig
 from trainlib._internal.rank.backend import (
-    choose_backend,
     destroy_process_group,
-    find_free_port,
     init_process_group,
     is_collective_error,
-    rank_environment,
 )
 
 
@@ -28,44 +23,6 @@ def one_rank_environment(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     if dist.is_initialized():  # a failed test must not leave the group to the next one
         dist.destroy_process_group()
-
-
-@pytest.mark.parametrize(
-    ("backend", "use_gpu", "chosen"),
-    [(None, True, "nccl"), (None, False, "gloo"), ("gloo", True, "gloo"), ("nccl", False, "nccl")],
-)
-def test_backend_choice_follows_gpus_unless_config_names_one(
-    backend: str | None, use_gpu: bool, chosen: str
-) -> None:
-    assert choose_backend(TorchConfig(backend=backend), use_gpu) == chosen  # type: ignore[arg-type]
-
-
-def test_backend_free_port_can_be_bound() -> None:
-    port = find_free_port()
-    assert 0 < port < 65536
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("", port))
-
-
-def test_backend_rank_environment_is_torchrun_compatible() -> None:
-    environment = rank_environment(
-        world_rank=5,
-        local_rank=1,
-        node_rank=2,
-        world_size=8,
-        local_world_size=2,
-        master_addr="10.0.0.1",
-        master_port=29500,
-    )
-    assert environment == {
-        "MASTER_ADDR": "10.0.0.1",
-        "MASTER_PORT": "29500",
-        "RANK": "5",
-        "LOCAL_RANK": "1",
-        "GROUP_RANK": "2",
-        "WORLD_SIZE": "8",
-        "LOCAL_WORLD_SIZE": "2",
-    }
 
 
 @pytest.mark.usefixtures("one_rank_environment")

@@ -3,7 +3,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trainlib._internal.common.messages import RankLaunch
-from trainlib._internal.rank.backend import rank_environment as rank_torch_environment
+from trainlib._internal.driver.plan import rank_environment as rank_torch_environment
 from trainlib._internal.worker.rank_pool import process_environment
 from trainlib._internal.worker.supervisor import launch_environment, thread_share
 

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from trainlib._internal.driver.leases import WorkerBook
+from trainlib.tune._leases import WorkerBook
 
 LIVE = ["tcp://a", "tcp://b", "tcp://c"]
 

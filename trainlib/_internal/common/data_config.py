@@ -1,0 +1,79 @@
+"""DataConfig: how ``TorchTrainer(datasets=...)`` reaches the ranks (Ray Train's DataConfig),
+and the ``CachePlan`` each rank gets from it. Public as ``trainlib.data.DataConfig``."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from trainlib.errors import ConfigError
+
+CacheLocation = Literal["off", "host", "device"]
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """What a rank needs to cache one dataset's shard (plain data, sent to every rank)."""
+
+    location: CacheLocation
+    budget_bytes: int
+    shuffle: bool  # a split dataset with a shuffle seed: every pass gets another order
+    seed: int
+    world_rank: int = 0  # rank 0 logs what it keeps at INFO, the others at DEBUG
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataConfig:
+    """Which datasets are split across the ranks, and how a pass orders their partitions.
+
+    Args:
+        datasets_to_split: ``"all"``, or the names of the datasets to split: at every pass
+            each rank gets the same number of rows, different rows on every rank. A dataset
+            not named is given whole to every rank, partitions in order.
+        shuffle_seed: Seed of the shuffle of partition order a split dataset gets at every
+            pass; each pass (and each restart after a failure) gets another order. ``None``
+            keeps the partitions in order.
+        cache_shards: ``"host"`` or ``"device"``: each rank keeps its shard of every dataset
+            after its first complete pass, in host memory or on its device (its GPU; the CPU
+            without one), and later passes read it with no Dask traffic: the same rows every
+            pass, in an order shuffled locally per pass (split datasets with a
+            ``shuffle_seed``, or ``local_shuffle_buffer_size``). ``"off"`` streams every pass.
+        cache_budget_bytes: The largest shard a rank keeps; a larger one streams every pass.
+    """
+
+    datasets_to_split: Literal["all"] | Sequence[str] = "all"
+    shuffle_seed: int | None = 0
+    cache_shards: CacheLocation = "off"
+    cache_budget_bytes: int = 2 * 1024**3
+
+    def __post_init__(self) -> None:
+        if self.cache_shards not in ("off", "host", "device") or self.cache_budget_bytes < 0:
+            raise ConfigError(
+                f"DataConfig(cache_shards={self.cache_shards!r}, cache_budget_bytes="
+                f"{self.cache_budget_bytes}) needs 'off', 'host' or 'device' and a budget >= 0."
+            )
+        if isinstance(self.datasets_to_split, str) and self.datasets_to_split != "all":
+            raise ConfigError(
+                f"DataConfig(datasets_to_split={self.datasets_to_split!r}) must be 'all' or a "
+                f"list of dataset names, e.g. [{self.datasets_to_split!r}]."
+            )
+
+    def split_names(self, datasets: Iterable[str]) -> list[str]:
+        """The names of the datasets to split, given the names of those the trainer has."""
+        if self.datasets_to_split == "all":
+            return list(datasets)
+        return list(self.datasets_to_split)
+
+    def cache_plan(self, split: bool, world_rank: int) -> CachePlan | None:
+        """What rank ``world_rank`` needs to cache a dataset (None when not caching)."""
+        if self.cache_shards == "off":
+            return None
+        return CachePlan(
+            location=self.cache_shards,
+            budget_bytes=self.cache_budget_bytes,
+            shuffle=split and self.shuffle_seed is not None,
+            seed=zlib.crc32(f"{self.shuffle_seed}:{world_rank}".encode()),
+            world_rank=world_rank,
+        )

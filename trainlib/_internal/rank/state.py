@@ -1,0 +1,46 @@
+"""The rank process's own state, in one place: ``RANK``.
+
+A rank process runs one training function and is never reused, so what it keeps is kept for
+the whole process: the session the function reports through, what the front ends keep for
+it (its ``get_dataset_shard`` iterators, ``trainlib.sgd``'s mixed precision and scheduler
+step), the upload helper process, and the environment it started with. Nothing else in a rank
+is module-level state.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from trainlib._internal.rank.session import Session
+
+
+@dataclass
+class RankState:
+    """What this rank process keeps; the front ends' objects are typed loosely (``Any``)
+    because the engine never imports the front ends."""
+
+    session: Session | None = None
+    started_with: dict[str, str] = field(default_factory=dict)  # the environment at start
+    upload_helper: ProcessPoolExecutor | None = None  # started on the first async upload
+    upload_helper_lock: threading.Lock = field(default_factory=threading.Lock)
+    dataset_iterators: dict[str, Any] = field(default_factory=dict)  # name -> DataIterator
+    mixed_precision: Any = None  # trainlib.sgd's MixedPrecision, once its loop chose one
+    scheduler_step_freq: Literal["batch", "epoch"] = "batch"  # trainlib.sgd's default passes
+
+    def start(self, session: Session) -> None:
+        """Make ``session`` the current one (once per rank process)."""
+        self.session = session
+
+    def reset(self) -> None:
+        """Forget the session and what the front ends kept (tests run sessions in-process)."""
+        self.session = None
+        self.dataset_iterators.clear()
+        self.mixed_precision = None
+        self.scheduler_step_freq = "batch"
+
+
+RANK = RankState()
