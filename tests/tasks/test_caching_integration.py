@@ -69,6 +69,10 @@ def test_caching_reuses_intact_results_and_recomputes_damaged_ones(
     assert (damaged["download"], damaged["preprocess"]) == ("Completed", "Completed")
     healed, _ = _states(url, md5, tmp_path, scheduler)
     assert (healed["download"], healed["preprocess"]) == ("Cached", "Cached")
+    for record in (tmp_path / "store" / "cache").iterdir():  # the cache's own files damaged
+        record.write_bytes(b"{not a result record")
+    recomputed, _ = _states(url, md5, tmp_path, scheduler)
+    assert (recomputed["download"], recomputed["preprocess"]) == ("Completed", "Completed")
 
 
 def test_caching_unwritable_cache_folder_runs_uncached_with_a_warning(
