@@ -1,0 +1,273 @@
+"""The controller's state machine: attempts, restarts from the latest checkpoint, giving up.
+
+The cluster and the ranks are stand-ins: ``select_workers`` returns two slots, and each
+attempt's worker group replays a script of rank messages and failures into the controller's
+handler. Storage is a real run directory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import cloudpickle
+import pytest
+from fsspec.implementations.local import LocalFileSystem
+
+from trainlib import (
+    Callback,
+    DaskConfig,
+    FailureConfig,
+    RankFailure,
+    Report,
+    Result,
+    RunConfig,
+    RunInfo,
+    ScalingConfig,
+    TorchConfig,
+    TrainingFailedError,
+    WorkerGroupError,
+)
+from trainlib._internal.common.messages import RankSpec, ReportMessage
+from trainlib._internal.common.storage import RunStorage
+from trainlib._internal.driver import worker_group, workers
+from trainlib._internal.driver.controller import run_training
+from trainlib._internal.driver.plan import RunPlan
+from trainlib._internal.driver.ranks import WorkerSlot, assign_ranks
+
+SLOTS = assign_ranks([("host", "tcp://w0"), ("host", "tcp://w1")])
+Handle = Callable[[str, Any], None]
+Script = Callable[[Handle, RunStorage], dict[int, RankFailure]]
+
+
+class Recorder(Callback):
+    def __init__(self) -> None:
+        self.starts: list[RunInfo] = []
+        self.reports: list[Report] = []
+        self.ends: list[Result] = []
+
+    def on_start(self, run: RunInfo) -> None:
+        self.starts.append(run)
+
+    def on_report(self, report: Report) -> None:
+        self.reports.append(report)
+
+    def on_end(self, result: Result) -> None:
+        self.ends.append(result)
+
+
+class ScriptedGroup:
+    """An attempt's worker group whose ranks say what the script makes them say."""
+
+    def __init__(self, script: Script, storage: RunStorage, unresponsive: set[str]) -> None:
+        self._script = script
+        self._storage = storage
+        self.unresponsive_workers = unresponsive
+
+    def run(self, handle: Handle, *args: Any, **kwargs: Any) -> dict[int, RankFailure]:
+        return self._script(handle, self._storage)
+
+    def send_to(self, world_rank: int, command: Any) -> None:
+        pass
+
+
+class Attempts:
+    """Stands in for ``WorkerGroup``: one script per attempt; keeps each rank's spec."""
+
+    def __init__(self, *scripts: Script, unresponsive: tuple[set[str], ...] = ()) -> None:
+        self._scripts = list(scripts)
+        self._unresponsive = list(unresponsive)
+        self.specs: list[list[RankSpec]] = []
+
+    @contextmanager
+    def start(
+        self, client: Any, slots: list[WorkerSlot], build: Any, resources: Any = None
+    ) -> Iterator[ScriptedGroup]:
+        launches = [build(slot, slot.host, 29500) for slot in slots]
+        specs: list[RankSpec] = [cloudpickle.loads(launch.spec_payload) for launch in launches]
+        self.specs.append(specs)
+        unresponsive = self._unresponsive.pop(0) if self._unresponsive else set()
+        yield ScriptedGroup(self._scripts.pop(0), specs[0].storage, unresponsive)
+
+
+class Client:
+    """The client a run is given: the controller only registers the rank pool's plugin."""
+
+    def register_plugin(self, plugin: Any) -> None:
+        pass
+
+
+def report(index: int, metrics: dict[str, Any], checkpoint_dir: Path | None = None) -> Script:
+    """Both ranks make report ``index``; rank 0 with ``metrics`` and the checkpoint's files."""
+
+    def script(handle: Handle, storage: RunStorage) -> dict[int, RankFailure]:
+        files = storage.upload_directory(str(checkpoint_dir), index) if checkpoint_dir else None
+        handle("report", ReportMessage(0, index, metrics, files))
+        handle("report", ReportMessage(1, index, None, {} if files is not None else None))
+        return {}
+
+    return script
+
+
+def then(*scripts: Script) -> Script:
+    def script(handle: Handle, storage: RunStorage) -> dict[int, RankFailure]:
+        failures: dict[int, RankFailure] = {}
+        for step in scripts:
+            failures = step(handle, storage)
+        return failures
+
+    return script
+
+
+def fail(handle: Handle, storage: RunStorage) -> dict[int, RankFailure]:
+    return {1: RankFailure(1, "host", "exception", "RuntimeError: boom", time=0.0)}
+
+
+@pytest.fixture
+def selections(monkeypatch: pytest.MonkeyPatch) -> list[frozenset[str]]:
+    """Every ``select_workers`` call's excluded workers; it always finds the two slots."""
+    calls: list[frozenset[str]] = []
+
+    def select(client: Any, scaling: Any, timeout_s: float, exclude: Any, **_: Any) -> Any:
+        calls.append(exclude)
+        return SLOTS
+
+    monkeypatch.setattr(workers, "select_workers", select)
+    return calls
+
+
+def run(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    attempts: Attempts,
+    max_failures: int = 0,
+    lease: Any = None,
+    recorder: Recorder | None = None,
+) -> tuple[Result, Recorder]:
+    monkeypatch.setattr(worker_group, "WorkerGroup", attempts)
+    recorder = recorder or Recorder()
+    plan = RunPlan(
+        train_func_payload=b"",
+        scaling=ScalingConfig(num_workers=2),
+        run_config=RunConfig(
+            name="run",
+            storage_path=str(tmp_path / "runs"),
+            failure_config=FailureConfig(max_failures=max_failures),
+            callbacks=[recorder],
+        ),
+        torch_config=TorchConfig(),
+        dask_config=DaskConfig(),
+        lease=lease,
+    )
+    return run_training(plan, Client()), recorder  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def checkpoint_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "local_checkpoint"
+    directory.mkdir()
+    (directory / "model.pt").write_bytes(b"weights")
+    return directory
+
+
+@pytest.mark.usefixtures("selections")
+def test_controller_restarts_from_the_latest_checkpoint_after_a_failure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, checkpoint_dir: Path
+) -> None:
+    attempts = Attempts(
+        then(report(0, {"loss": 1.0}, checkpoint_dir), report(1, {"loss": 0.9}), fail),
+        report(1, {"loss": 0.5}),
+    )
+    result, recorder = run(monkeypatch, tmp_path, attempts, max_failures=1)
+    first, second = attempts.specs
+    assert [spec.start_index for spec in first + second] == [0, 0, 1, 1]
+    assert second[0].latest_checkpoint is not None
+    assert second[0].latest_checkpoint.path.endswith("checkpoint_000000")
+    assert result.metrics == {"loss": 0.5}
+    assert result.metrics_history == [{"loss": 1.0}, {"loss": 0.5}]  # report 1 was redone
+    assert [f.summary for f in result.failures] == ["RuntimeError: boom"]
+    assert len(recorder.starts) == 1 and recorder.starts[0].world_size == 2
+    assert [r.index for r in recorder.reports] == [0, 1, 1]
+
+
+@pytest.mark.usefixtures("selections")
+def test_controller_gives_up_once_max_failures_is_used_up(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    attempts = Attempts(fail, fail, report(0, {"loss": 1.0}))
+    with pytest.raises(WorkerGroupError, match="boom") as raised:
+        run(monkeypatch, tmp_path, attempts, max_failures=1)
+    assert len(attempts.specs) == 2
+    assert raised.value.num_restarts == 1
+
+
+@pytest.mark.usefixtures("selections")
+def test_controller_tells_the_callbacks_how_a_failed_run_ended(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    recorder = Recorder()
+    with pytest.raises(WorkerGroupError) as raised:
+        run(monkeypatch, tmp_path, Attempts(fail), recorder=recorder)
+    (ended,) = recorder.ends
+    assert ended.error is raised.value
+    assert len(recorder.starts) == 1
+
+
+@pytest.mark.usefixtures("selections")
+def test_controller_without_a_limit_restarts_until_an_attempt_succeeds(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    attempts = Attempts(fail, fail, fail, report(0, {"loss": 1.0}))
+    result, _ = run(monkeypatch, tmp_path, attempts, max_failures=-1)
+    assert len(attempts.specs) == 4
+    assert len(result.failures) == 3
+    assert result.metrics == {"loss": 1.0}
+
+
+def test_controller_avoids_workers_whose_rank_did_not_stop(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, selections: list[frozenset[str]]
+) -> None:
+    class Lease:
+        def __init__(self) -> None:
+            self.withheld: list[set[str]] = []
+
+        def allowed(self, eligible: Any) -> Any:
+            return eligible
+
+        def withhold(self, addresses: set[str]) -> None:
+            self.withheld.append(set(addresses))
+
+    attempts = Attempts(fail, report(0, {}), unresponsive=({"tcp://w1"}, set()))
+    lease = Lease()
+    run(monkeypatch, tmp_path, attempts, max_failures=1, lease=lease)
+    assert selections == [frozenset(), frozenset({"tcp://w1"})]
+    assert lease.withheld == [{"tcp://w1"}, set()]
+
+
+@pytest.mark.usefixtures("selections")
+def test_controller_fails_a_run_whose_ranks_reported_unequally(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def rank_0_only(handle: Handle, storage: RunStorage) -> dict[int, RankFailure]:
+        handle("report", ReportMessage(0, 0, {"loss": 1.0}, None))
+        return {}
+
+    with pytest.raises(TrainingFailedError, match=r"made by ranks \[0\] only, out of 2"):
+        run(monkeypatch, tmp_path, Attempts(rank_0_only))
+
+
+@pytest.mark.usefixtures("selections")
+def test_controller_resumes_a_run_directory_that_has_checkpoints(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, checkpoint_dir: Path
+) -> None:
+    storage = RunStorage(LocalFileSystem(), str(tmp_path / "runs" / "run"))
+    files = storage.upload_directory(str(checkpoint_dir), 4)
+    storage.commit(4, files, {"loss": 0.3})
+    attempts = Attempts(report(5, {"loss": 0.2}))
+    result, recorder = run(monkeypatch, tmp_path, attempts)
+    assert attempts.specs[0][1].start_index == 5
+    resumed = recorder.starts[0].resumed_from
+    assert resumed is not None and resumed.index == 4 and resumed.metrics == {"loss": 0.3}
+    assert result.metrics == {"loss": 0.2}

@@ -1,0 +1,246 @@
+"""The worker group of one attempt: relaying messages, noticing failures, stopping the rest.
+
+The supervisors' Dask tasks, their queue, the stop event and the client are stand-ins with the
+same calls: no Dask cluster, no rank process.
+"""
+
+from __future__ import annotations
+
+import pickle
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from trainlib import RankFailure
+from trainlib._internal.common.messages import Command, ReportMessage
+from trainlib._internal.driver import worker_group
+from trainlib._internal.driver.ranks import assign_ranks
+from trainlib._internal.driver.worker_group import WorkerGroup
+from trainlib._internal.worker.supervisor import RankOutcome
+
+SLOTS = assign_ranks([("host", "tcp://w0"), ("host", "tcp://w1")])
+
+
+class Task:
+    """A supervisor's Dask future."""
+
+    def __init__(self, world_rank: int) -> None:
+        self.key = f"trainlib-rank-{world_rank}"
+        self.status = "pending"
+        self._outcome: RankOutcome | None = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[Task], None]] = []
+        self._lock = threading.Lock()
+
+    def done(self) -> bool:
+        return self.status != "pending"
+
+    def result(self) -> RankOutcome | None:
+        return self._outcome
+
+    def exception(self) -> BaseException | None:
+        return self._error
+
+    def add_done_callback(self, callback: Callable[[Task], None]) -> None:
+        self._callbacks.append(callback)
+
+    def end(self, outcome: RankOutcome | None = None, error: BaseException | None = None) -> None:
+        with self._lock:
+            if self.done():
+                return
+            self._outcome, self._error = outcome, error
+            self.status = "finished" if error is None else "error"
+        for callback in self._callbacks:
+            callback(self)
+
+
+class Mail:
+    """The group's ``distributed.Queue``: pickled ``(kind, payload)`` messages."""
+
+    name = "trainlib-reports-test"
+
+    def __init__(self) -> None:
+        self._items: queue.Queue[bytes] = queue.Queue()
+
+    def get(self) -> bytes:
+        return self._items.get()
+
+    def put(self, item: bytes) -> None:
+        self._items.put(item)
+
+    def say(self, kind: str, payload: Any) -> None:
+        self.put(pickle.dumps((kind, payload)))
+
+    def close(self) -> None:
+        pass
+
+
+class StopEvent:
+    """The group's stop event; setting it stops the ranks that ``obey``."""
+
+    def __init__(self, tasks: list[Task], obey: set[int]) -> None:
+        self._tasks = tasks
+        self._obey = obey
+        self.was_set = False
+
+    def set(self) -> None:
+        self.was_set = True
+        for rank in self._obey:
+            failure = RankFailure(rank, "host", "stopped", "stopped after another rank failed")
+            self._tasks[rank].end(RankOutcome(rank, failure))
+
+    def clear(self) -> None:
+        pass
+
+
+class Client:
+    """What the group asks of its client: live workers, cancelling, ``run`` on workers."""
+
+    def __init__(self) -> None:
+        self.live = {slot.address for slot in SLOTS}
+        self.runs: list[tuple[Any, tuple[Any, ...], list[str]]] = []
+        self.scheduler = self
+        self.address = "tcp://scheduler"
+        self.identity = None
+
+    def sync(self, function: Any, **kwargs: Any) -> dict[str, Any]:
+        return {"workers": {address: {"host": "host"} for address in self.live}}
+
+    def cancel(self, futures: Any) -> None:
+        pass
+
+    def run(self, function: Any, *args: Any, workers: list[str], on_error: str) -> None:
+        self.runs.append((function, args, workers))
+
+
+class Setup:
+    def __init__(self, obey: set[int]) -> None:
+        self.client = Client()
+        self.tasks = [Task(0), Task(1)]
+        self.mail = Mail()
+        self.stop = StopEvent(self.tasks, obey)
+        self.group = WorkerGroup(
+            self.client,  # type: ignore[arg-type]
+            SLOTS,
+            self.tasks,  # type: ignore[arg-type]
+            self.mail,  # type: ignore[arg-type]
+            self.stop,  # type: ignore[arg-type]
+        )
+        self.handled: list[tuple[str, Any]] = []
+
+    def handle(self, kind: str, payload: Any) -> None:
+        self.handled.append((kind, payload))
+
+
+@pytest.fixture
+def ranks() -> Iterator[Setup]:
+    setup = Setup(obey={0, 1})
+    yield setup
+    setup.group._shut_down()
+
+
+def failure(rank: int, kind: Any = "exception") -> RankFailure:
+    return RankFailure(rank, "host", kind, "RuntimeError: boom", time=0.0)
+
+
+def test_worker_group_relays_every_message_until_every_rank_ends(ranks: Setup) -> None:
+    for rank in (0, 1):
+        ranks.tasks[rank].end(RankOutcome(rank, None))
+    # said before its task ended, it may reach the driver after: still relayed
+    ranks.mail.say("report", ReportMessage(0, 0, {"loss": 1.0}, None))
+    ranks.mail.say("report", ReportMessage(1, 0, None, None))
+    assert ranks.group.run(ranks.handle) == {}
+    assert [(kind, message.world_rank) for kind, message in ranks.handled] == [
+        ("report", 0),
+        ("report", 1),
+    ]
+    assert not ranks.stop.was_set
+
+
+def test_worker_group_failure_stops_the_other_ranks(ranks: Setup) -> None:
+    ranks.tasks[1].end(RankOutcome(1, failure(1)))
+    failures = ranks.group.run(ranks.handle)
+    assert ranks.stop.was_set
+    assert failures[1].kind == "exception"
+    assert failures[0].kind == "stopped"
+    assert ranks.group.unresponsive_workers == set()
+
+
+def test_worker_group_rank_that_does_not_stop_makes_its_worker_unresponsive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worker_group, "STOP_TIMEOUT_S", 0.3)
+    setup = Setup(obey=set())  # rank 0's task never ends
+    setup.tasks[1].end(RankOutcome(1, failure(1)))
+    failures = setup.group.run(setup.handle)
+    assert failures[0].kind == "worker_lost"
+    assert "did not stop within 0.3 s" in failures[0].summary
+    assert setup.group.unresponsive_workers == {"tcp://w0"}
+    setup.group._shut_down()
+
+
+def test_worker_group_worker_that_left_loses_its_rank(ranks: Setup) -> None:
+    ranks.client.live = {"tcp://w0"}
+    failures = ranks.group.run(ranks.handle)
+    assert failures[1].kind == "worker_lost"
+    assert "tcp://w1 left the cluster" in failures[1].summary
+    assert failures[0].kind == "stopped"
+    assert ranks.group.unresponsive_workers == {"tcp://w1"}
+
+
+def test_worker_group_task_that_failed_in_dask_is_a_failed_rank(ranks: Setup) -> None:
+    ranks.tasks[0].end(error=OSError("worker died"))
+    failures = ranks.group.run(ranks.handle)
+    assert failures[0].kind == "exception"
+    assert "Dask task failed on tcp://w0" in failures[0].summary
+    assert "worker died" in failures[0].summary
+
+
+def test_worker_group_hung_ranks_named_by_the_watchdog_fail_the_attempt(ranks: Setup) -> None:
+    hung = {1: failure(1, "hang")}
+    failures = ranks.group.run(ranks.handle, check_progress=lambda: hung)
+    assert failures[1].kind == "hang"
+    assert failures[0].kind == "stopped"
+
+
+def test_worker_group_until_returns_with_the_ranks_running(ranks: Setup) -> None:
+    ranks.mail.say("report", ReportMessage(0, 0, {}, None))
+    failures = ranks.group.run(ranks.handle, until=lambda: bool(ranks.handled))
+    assert failures == {}
+    assert not ranks.stop.was_set
+    assert not any(task.done() for task in ranks.tasks)
+
+
+def test_worker_group_poll_that_raises_stops_the_ranks_when_the_group_is_left(
+    ranks: Setup,
+) -> None:
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ranks.group.run(ranks.handle, poll=interrupted)
+    ranks.group._shut_down()
+    assert ranks.stop.was_set
+    assert all(task.done() for task in ranks.tasks)
+
+
+def test_worker_group_sends_a_command_to_every_rank_or_to_one(ranks: Setup) -> None:
+    ranks.group.send(Command("train"))
+    ranks.group.send_to(1, Command("answer"))
+    sent = [(args[1].kind, workers) for _, args, workers in ranks.client.runs]
+    assert sent == [("train", ["tcp://w0", "tcp://w1"]), ("answer", ["tcp://w1"])]
+    assert all(args[0] == ranks.mail.name for _, args, _ in ranks.client.runs)
+
+
+def test_worker_group_hung_rank_whose_task_does_not_end_makes_its_worker_unresponsive(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(worker_group, "STOP_TIMEOUT_S", 0.3)
+    setup = Setup(obey={1})  # rank 0 hangs and its task never ends, even when stopped
+    failures = setup.group.run(setup.handle, check_progress=lambda: {0: failure(0, "hang")})
+    assert failures[0].kind == "hang"
+    assert setup.group.unresponsive_workers == {"tcp://w0"}
+    setup.group._shut_down()
