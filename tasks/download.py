@@ -246,5 +246,6 @@ download_task = task(name="download")(download_archive)
 def fetch_archive(url: str, layout: StorageLayout, md5: str | None) -> Archive:
     """The download step, cached by Prefect under the storage path (``tasks.caching``): a run
     on the same URL and md5 reuses the archive if it is intact."""
+    layout.check_writable()  # a clear PermissionError before storage is read (bad credentials)
     intact = archive_is_intact(url, layout, md5)
     return cached(download_task, layout, policy("retry"), intact=intact)(url, layout, md5)
