@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-offline test test-fast check clean slurm gpu-benchmark
+.PHONY: run run-offline test test-fast test-containers check clean slurm gpu-benchmark
 
 run: $(STAMP)
 	$(VENV)/bin/train-cifar $(ARGS)
@@ -21,6 +21,13 @@ test: $(STAMP) slurm
 # a couple of minutes, for the edit-test loop. `make test` stays the whole suite.
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -m "not integration"
+
+# The compose stack for real (podman, podman-compose, debootstrap: Debian's packages): builds the
+# images (cached after the first time), brings docker/docker-compose.yml up with
+# docker/compose.test.yml, runs a deployment in it, checks the registry and the volumes, and
+# removes every container, network and volume it made (tests/containers/).
+test-containers: $(STAMP)
+	$(VENV)/bin/python -m pytest tests/containers -v
 
 # The SLURM tests start a real SLURM cluster (tests/slurm_rig.py): Debian's slurm-wlm and munge.
 slurm:

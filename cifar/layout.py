@@ -19,6 +19,9 @@ from dataclasses import dataclass
 
 import fsspec
 
+STORAGE_PATH_VARIABLE = "CIFAR_STORAGE_PATH"  # where a deployment's work pool names the storage
+DEFAULT_STORAGE_PATH = "./cifar-data"
+
 
 @dataclass(frozen=True)
 class StorageLayout:
@@ -31,8 +34,11 @@ class StorageLayout:
     root: str
 
     @classmethod
-    def at(cls, storage_path: str) -> StorageLayout:
-        """The layout under ``storage_path`` (``~`` expanded, relative paths made absolute)."""
+    def at(cls, storage_path: str | None) -> StorageLayout:
+        """The layout under ``storage_path`` (``~`` expanded, relative paths made absolute);
+        None: $CIFAR_STORAGE_PATH, else ``./cifar-data``."""
+        if storage_path is None:
+            storage_path = os.environ.get(STORAGE_PATH_VARIABLE) or DEFAULT_STORAGE_PATH
         if not storage_path.strip():
             raise ValueError("storage_path is empty; give a folder or a URL such as s3://bucket.")
         if "://" in storage_path:

@@ -161,7 +161,11 @@ def add_data_options(made: argparse.ArgumentParser) -> None:
         action="store_true",
         help="generate an archive in the CIFAR-10 format (offline machines, CI) and use it",
     )
-    add("--storage-path", default="./cifar-data", help="a local folder or an s3:// URL")
+    add(
+        "--storage-path",
+        default=None,
+        help="a local folder or an s3:// URL (default: $CIFAR_STORAGE_PATH, else ./cifar-data)",
+    )
     add("--shard-size", type=positive_int, default=2500, help="images per dataset file")
 
 
@@ -197,9 +201,21 @@ def add_cluster_options(made: argparse.ArgumentParser, num_workers: int, ranks: 
 
 
 def add_registry_options(made: argparse.ArgumentParser) -> None:
-    """The MLflow store, the registered model and the promotion rule."""
+    """The MLflow store, the registered model, the promotion rule, the run's system metrics."""
     add_tracking_option(made)
-    add_model_name_option(made)
+    made.add_argument(
+        "--registered-model-name",
+        default=None,
+        help="the model's name in the MLflow registry (default: cifar10-classifier; "
+        "cifar10-classifier-synthetic for a synthetic archive, so it never competes with "
+        "models trained on CIFAR-10)",
+    )
+    made.add_argument(
+        "--no-system-metrics",
+        dest="system_metrics",
+        action="store_false",
+        help="do not log CPU, memory and GPU use on the MLflow run",
+    )
     made.add_argument(
         "--promote-margin",
         type=number,
@@ -217,6 +233,7 @@ def add_tracking_option(made: argparse.ArgumentParser) -> None:
 
 
 def add_model_name_option(made: argparse.ArgumentParser) -> None:
+    """predict-cifar's model: the name in the registry."""
     made.add_argument(
         "--registered-model-name",
         default="cifar10-classifier",

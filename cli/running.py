@@ -76,7 +76,7 @@ def use_while_preparing_mlflow(server: LocalPrefectServer | None, tracking_uri: 
         made.wait()
 
 
-def make_synthetic_archive(storage_path: str) -> tuple[str, str]:
+def make_synthetic_archive(storage_path: str | None) -> tuple[str, str]:
     """Write a synthetic CIFAR-10 archive under ``storage_path``; return its URL and md5."""
     import fsspec
 

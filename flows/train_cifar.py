@@ -25,7 +25,7 @@ from trainlib import DaskConfig
 def train_cifar(
     data_url: str = OFFICIAL_URL,
     data_md5: str | None = None,
-    storage_path: str = "./cifar-data",
+    storage_path: str | None = None,
     model: str = "small_cnn",
     epochs: int = 5,
     batch_size: int = 256,
@@ -50,7 +50,9 @@ def train_cifar(
     ``data_md5`` defaults to the official archive's checksum when ``data_url`` is the official
     URL; for another URL without ``data_md5`` the archive is checked by structure only and
     logged as unverified. Without ``mlflow_tracking_uri``, $MLFLOW_TRACKING_URI or
-    ``./mlflow.db`` is used. Dask: ``dask_address`` (an existing scheduler), else
+    ``./mlflow.db`` is used; without ``storage_path``, $CIFAR_STORAGE_PATH or ``./cifar-data``
+    (a work pool's environment can name all three: docs/containers.md). Dask:
+    ``dask_address`` (an existing scheduler), else
     ``dask_cluster_class`` started with ``dask_cluster_kwargs`` (e.g.
     ``"dask_jobqueue.SLURMCluster"``), else $DASK_SCHEDULER_ADDRESS, else a LocalCluster.
     ``compile`` wraps the model in ``torch.compile`` on every rank.

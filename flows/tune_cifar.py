@@ -3,6 +3,7 @@ evaluated and promoted."""
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from prefect import flow
@@ -19,6 +20,7 @@ from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
 from tasks.tune import (
     DEFAULT_SEARCH_SPACE,
     EXPERIMENT,
+    STUDY_STORAGE_VARIABLE,
     TuneRequest,
     check_search_space,
     largest_batch_size,
@@ -32,7 +34,7 @@ from trainlib import DaskConfig
 def tune_cifar(
     data_url: str = OFFICIAL_URL,
     data_md5: str | None = None,
-    storage_path: str = "./cifar-data",
+    storage_path: str | None = None,
     search_space: dict[str, list[Any]] | None = None,
     num_samples: int = 8,
     max_concurrent_trials: int = 2,
@@ -60,8 +62,10 @@ def tune_cifar(
     ``max_concurrent_trials`` at a time on one cluster; ASHA stops the unpromising ones early.
     ``use_gpu``, ``compile`` and the Dask options are train-cifar's. ``name`` names the search
     (the same name and storage path resume it). The Optuna study is a sqlite file under the
-    storage path, or ``study_storage`` (an RDB URL such as ``postgresql://...``; needed with
-    ``s3://`` storage). The best trial's model goes through train-cifar's rule: registered,
+    storage path, or ``study_storage`` (default: $CIFAR_STUDY_STORAGE; an Optuna storage URL
+    such as ``postgresql://...`` or ``sqlite:////studies/optuna.db``; needed with ``s3://``
+    storage). ``storage_path`` defaults to $CIFAR_STORAGE_PATH, else ``./cifar-data``. The
+    best trial's model goes through train-cifar's rule: registered,
     evaluated on the test split, promoted to ``@champion`` if it beats it.
     ``registered_model_name`` and ``system_metrics`` are train-cifar's.
     """
@@ -101,7 +105,7 @@ def tune_cifar(
             num_workers=num_workers,
             tracking_uri=tracking_uri,
             dask=cluster,
-            study_storage=study_storage,
+            study_storage=study_storage or os.environ.get(STUDY_STORAGE_VARIABLE),
             data_url=data_url,
             system_metrics=system_metrics,
         )

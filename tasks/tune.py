@@ -29,6 +29,7 @@ from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, tun
 from trainlib.torch import TorchTrainer
 
 EXPERIMENT = "tune-cifar"
+STUDY_STORAGE_VARIABLE = "CIFAR_STUDY_STORAGE"  # a work pool's study store (an Optuna URL)
 METRIC = "val_accuracy"
 TRIALS_KEY = "tune-trials"
 SUMMARY_KEY = "tune-cifar-summary"
