@@ -13,7 +13,8 @@ from typing import Any, Literal
 
 from trainlib._internal.common.messages import REPORTED_CHECKPOINTS, CheckpointsQuery, ReportMessage
 from trainlib._internal.rank import uploads
-from trainlib._internal.rank.session import Session, current_session
+from trainlib._internal.rank.session import Session
+from trainlib._internal.rank.state import current_session
 from trainlib.checkpoint import Checkpoint
 from trainlib.errors import CheckpointError
 
@@ -111,7 +112,11 @@ def report(
         index,
         staged,
         lambda local: ReportMessage(
-            rank, index, own_metrics, uploads.upload_in_helper(storage, local, index, name), name
+            rank,
+            index,
+            own_metrics,
+            session.uploads.upload_in_helper(storage, local, index, name),
+            name,
         ),
     )
 

@@ -9,7 +9,6 @@ from collections.abc import Callable
 from typing import Any
 
 from trainlib._internal.common.messages import REPORTED_CHECKPOINTS, Command, RankSpec
-from trainlib._internal.rank.state import RANK
 from trainlib._internal.rank.uploads import Uploads
 
 
@@ -48,19 +47,3 @@ class Session:
     def inbox(self, name: str) -> queue.Queue[Any]:
         """The messages filed for dataset ``name`` (or the driver's ``REPORTED_CHECKPOINTS``)."""
         return self._inboxes[name]
-
-
-def next_command() -> Command:
-    """Block until the driver sends this rank its next command (a live group's rank loop)."""
-    return current_session("next_command()").commands.get()
-
-
-def current_session(caller: str) -> Session:
-    """The current session; raises a RuntimeError naming ``caller`` outside a training function."""
-    session = RANK.session
-    if session is None:
-        raise RuntimeError(
-            f"trainlib.{caller} was called outside a training function; call it inside the "
-            "train_loop_per_worker that TorchTrainer runs on every rank."
-        )
-    return session

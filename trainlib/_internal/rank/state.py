@@ -1,21 +1,19 @@
 """The rank process's own state, in one place: ``RANK``.
 
 A rank process runs one training function and is never reused, so what it keeps is kept for
-the whole process: the session the function reports through, what the front ends keep for
-it (its ``get_dataset_shard`` iterators, ``trainlib.sgd``'s mixed precision and scheduler
-step), the upload helper process, and the environment it started with. Nothing else in a rank
-is module-level state.
+the whole process: the session the function reports through (which owns the upload helper
+process), what the front ends keep for it (its ``get_dataset_shard`` iterators,
+``trainlib.sgd``'s mixed precision and scheduler step), and the environment it started with.
+Nothing else in a rank is module-level state.
 """
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-if TYPE_CHECKING:
-    from trainlib._internal.rank.session import Session
+from trainlib._internal.common.messages import Command
+from trainlib._internal.rank.session import Session
 
 
 @dataclass
@@ -25,8 +23,6 @@ class RankState:
 
     session: Session | None = None
     started_with: dict[str, str] = field(default_factory=dict)  # the environment at start
-    upload_helper: ProcessPoolExecutor | None = None  # started on the first async upload
-    upload_helper_lock: threading.Lock = field(default_factory=threading.Lock)
     dataset_iterators: dict[str, Any] = field(default_factory=dict)  # name -> DataIterator
     mixed_precision: Any = None  # trainlib.sgd's MixedPrecision, once its loop chose one
     scheduler_step_freq: Literal["batch", "epoch"] = "batch"  # trainlib.sgd's default passes
@@ -44,3 +40,19 @@ class RankState:
 
 
 RANK = RankState()
+
+
+def next_command() -> Command:
+    """Block until the driver sends this rank its next command (a live group's rank loop)."""
+    return current_session("next_command()").commands.get()
+
+
+def current_session(caller: str) -> Session:
+    """The current session; raises a RuntimeError naming ``caller`` outside a training function."""
+    session = RANK.session
+    if session is None:
+        raise RuntimeError(
+            f"trainlib.{caller} was called outside a training function; call it inside the "
+            "train_loop_per_worker that TorchTrainer runs on every rank."
+        )
+    return session

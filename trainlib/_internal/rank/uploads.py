@@ -30,7 +30,6 @@ import psutil
 from trainlib._internal.common.checkpoint import Checkpoint
 from trainlib._internal.common.messages import CheckpointsQuery, ReportMessage
 from trainlib._internal.common.storage import FileEntry, RunStorage
-from trainlib._internal.rank.state import RANK
 from trainlib.errors import CheckpointError
 
 Message = ReportMessage | CheckpointsQuery
@@ -40,7 +39,8 @@ _STAGING_DIR = re.compile(rf"\.?{_STAGING_PREFIX}(\d+)-")
 
 
 class Uploads:
-    """One rank's outgoing reports; ``send`` is the session's (thread-safe) message sender."""
+    """One rank's outgoing reports, and its upload helper process; ``send`` is the session's
+    (thread-safe) message sender. A rank has one session, so one ``Uploads``."""
 
     def __init__(self, send: Callable[[Message], None]) -> None:
         self._send = send
@@ -49,6 +49,8 @@ class Uploads:
         self._in_flight: threading.Thread | None = None
         self._staged: str | None = None
         self._failure: CheckpointError | None = None
+        self._helper: ProcessPoolExecutor | None = None  # this rank's upload process
+        self._helper_lock = threading.Lock()
 
     def send(self, message: Message) -> None:
         """Send ``message`` after every message before it (the one of an upload in flight).
@@ -125,6 +127,27 @@ class Uploads:
         if self._failure is not None:
             raise self._failure
 
+    def upload_in_helper(
+        self, storage: RunStorage, local_dir: str, index: int, name: str | None
+    ) -> dict[str, FileEntry]:
+        """``storage.upload_directory`` in a helper process of this rank, started on first use.
+
+        Run in a thread of the rank instead, the training step after an async 256 MB checkpoint
+        took 5.1 s instead of 0.5 s (the upload's hashing, HTTP and signing share the GIL and the
+        CPU; benchmarks/checkpoint_upload.py); in this process at the lowest priority, 0.5 s. The
+        helper's log records (each retry) go to this process's loggers: rank 0's reach the driver.
+        """
+        with self._helper_lock:
+            if self._helper is None:
+                context = multiprocessing.get_context("spawn")  # never fork a running torch
+                records: Any = context.Queue()
+                logging.handlers.QueueListener(records, _Relay()).start()
+                self._helper = ProcessPoolExecutor(
+                    1, mp_context=context, initializer=_send_logs_to, initargs=(records,)
+                )
+            helper = self._helper
+        return helper.submit(storage.upload_directory, local_dir, index, name).result()
+
 
 def stage(checkpoint: Checkpoint, move: bool) -> str:
     """A new local directory holding the checkpoint's files. With ``move``, a local checkpoint
@@ -154,28 +177,6 @@ def stage(checkpoint: Checkpoint, move: bool) -> str:
         shutil.rmtree(staged, ignore_errors=True)
         raise
     return staged
-
-
-def upload_in_helper(
-    storage: RunStorage, local_dir: str, index: int, name: str | None
-) -> dict[str, FileEntry]:
-    """``storage.upload_directory`` in a helper process of this rank, started on first use.
-
-    Run in a thread of the rank instead, the training step after an async 256 MB checkpoint
-    took 5.1 s instead of 0.5 s (the upload's hashing, HTTP and signing share the GIL and the
-    CPU; benchmarks/checkpoint_upload.py); in this process at the lowest priority, 0.5 s. The
-    helper's log records (each retry) go to this process's loggers: rank 0's reach the driver.
-    """
-    with RANK.upload_helper_lock:
-        if RANK.upload_helper is None:
-            context = multiprocessing.get_context("spawn")  # never fork a process running torch
-            records: Any = context.Queue()
-            logging.handlers.QueueListener(records, _Relay()).start()
-            RANK.upload_helper = ProcessPoolExecutor(
-                1, mp_context=context, initializer=_send_logs_to, initargs=(records,)
-            )
-        helper = RANK.upload_helper
-    return helper.submit(storage.upload_directory, local_dir, index, name).result()
 
 
 class _Relay(logging.Handler):
