@@ -6,6 +6,7 @@ import os
 import shutil
 import tarfile
 import zlib
+from typing import Any
 
 import fsspec
 
@@ -13,6 +14,10 @@ from cifar.errors import NotCifarArchiveError, UnsafeArchiveError
 from cifar.format import ARCHIVE_DIR, META, TEST_BATCH, TRAIN_BATCHES
 
 MAX_MEMBER_BYTES = 200 * 1024 * 1024  # a real CIFAR-10 batch is 30 MB
+
+# tarfile's "data" filter as well, where Python has it (3.11.4+; Debian 12's 3.11.2 has not):
+# the members are checked above either way, and only CIFAR's batch files are extracted.
+_DATA_FILTER: dict[str, Any] = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
 
 
 def extract_archive(archive_uri: str, target_dir: str) -> str:
@@ -34,7 +39,7 @@ def extract_archive(archive_uri: str, target_dir: str) -> str:
             for member in tar:
                 _check_member(member)
                 if member.name in wanted:
-                    tar.extract(member, target_dir, filter="data")
+                    tar.extract(member, target_dir, **_DATA_FILTER)
                     found.add(member.name)
         if missing := wanted - found:
             raise NotCifarArchiveError(
