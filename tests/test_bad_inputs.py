@@ -29,7 +29,6 @@ import s3fs
 from distributed import Client
 from mlflow.tracking import MlflowClient
 from PIL import Image
-from trainlib._internal.common.storage import COMMIT_MARKER
 
 from cifar.errors import InvalidParameterError
 from cifar.format import write_synthetic_archive
@@ -40,6 +39,7 @@ from cli.options import LOG_FILE_VARIABLE
 from tasks.registry import CHAMPION, register_model
 from tests.conftest import HttpDir
 from tests.helpers import WAIT_S, free_port
+from trainlib._internal.common.storage import COMMIT_MARKER
 
 ARCHIVE = "bad-inputs-cifar.tar.gz"
 MODEL = "bad-inputs-model"
