@@ -74,6 +74,9 @@ def fail_at_upload(config: dict[str, Any]) -> None:
     metrics-only reports."""
     for step in range(2):
         trainlib.report({"step": step}, checkpoint=_checkpoint("x"), checkpoint_upload_mode="async")
+    # Report 1 waited for each rank's upload of report 0 and sent its message: past the barrier,
+    # checkpoint 0 is complete on both ranks whichever rank sees the failed upload first.
+    trainlib.collective.barrier()
     for step in range(config["more"]):
         trainlib.report({"step": 2 + step})
         trainlib.report(
