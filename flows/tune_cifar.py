@@ -16,17 +16,9 @@ from flows.publish import publish
 from tasks.download import expected_md5, fetch_archive
 from tasks.monitoring import tag_flow_run
 from tasks.preprocess import prepare_dataset
+from tasks.search_space import DEFAULT_SEARCH_SPACE, check_search_space, largest_batch_size
 from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
-from tasks.tune import (
-    DEFAULT_SEARCH_SPACE,
-    EXPERIMENT,
-    STUDY_STORAGE_VARIABLE,
-    TuneRequest,
-    check_search_space,
-    largest_batch_size,
-    search_name,
-    tune_task,
-)
+from tasks.tune import EXPERIMENT, STUDY_STORAGE_VARIABLE, TuneRequest, search_name, tune_task
 from trainlib import DaskConfig
 
 

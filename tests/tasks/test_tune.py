@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cifar.errors import InvalidParameterError
-from tasks.tune import DEFAULT_SEARCH_SPACE, search_space
+from tasks.search_space import DEFAULT_SEARCH_SPACE, search_space
 from trainlib import tune
 
 

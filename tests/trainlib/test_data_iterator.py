@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from trainlib.data import _batching
-from trainlib.data.iterator import _prefetched, _tensor
+from trainlib.data._conversion import tensor as _tensor
+from trainlib.data.iterator import _prefetched
 
 
 def _blocks(*sizes: int) -> Iterator[dict[str, np.ndarray]]:

@@ -17,7 +17,7 @@ import numpy as np
 from trainlib._internal.common.data_config import CachePlan
 from trainlib._internal.rank.session import Session
 from trainlib._internal.rank.state import current_session
-from trainlib.data import _batching
+from trainlib.data import _batching, _conversion
 from trainlib.data.cache import CachedShard, ShardCollector
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class DataIterator:
                     batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed
                 )
             if batch_format == "pandas":
-                batches = (_to_pandas(b) for b in batches)
+                batches = (_conversion.to_pandas(b) for b in batches)
             return _prefetched(batches, prefetch_batches)
 
         return _Passes(start)
@@ -117,14 +117,17 @@ class DataIterator:
                 "iter_torch_batches() takes dtypes or collate_fn, not both; convert the "
                 "dtypes inside collate_fn."
             )
-        target = _device(device)
+        target = _conversion.target_device(device)
         stager = _stager(target)
-        host = _host() if stager is not None else target  # where batches are made
+        host = _conversion.host() if stager is not None else target  # where batches are made
 
         def convert(batch: Block) -> Any:
             if collate_fn is not None:
-                return _move(collate_fn(batch), host)
-            return {name: _tensor(name, values, dtypes, host) for name, values in batch.items()}
+                return _conversion.move(collate_fn(batch), host)
+            return {
+                name: _conversion.tensor(name, values, dtypes, host)
+                for name, values in batch.items()
+            }
 
         def start() -> Iterator[Any]:
             if self._cached is not None and batch_size is not None and collate_fn is None:
@@ -134,7 +137,7 @@ class DataIterator:
                 tensors = self._cached.torch_batches(
                     order, batch_size, drop_last, target if on_device else host, stager is not None
                 )
-                cast = (_cast(b, dtypes) for b in tensors)
+                cast = (_conversion.cast(b, dtypes) for b in tensors)
                 return _delivered(cast, prefetch_batches, None if on_device else stager)
             batches = self._numpy_batches(
                 batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed
@@ -263,63 +266,3 @@ def _stager(device: torch.device) -> DeviceStager | None:
     from trainlib._internal.rank.transfer import DeviceStager
 
     return DeviceStager(device)
-
-
-def _host() -> torch.device:
-    import torch
-
-    return torch.device("cpu")
-
-
-def _to_pandas(batch: Block) -> pd.DataFrame:
-    import pandas as pd
-
-    return pd.DataFrame({k: list(v) if v.ndim > 1 else v for k, v in batch.items()})
-
-
-def _device(device: str | torch.device) -> torch.device:
-    import torch
-
-    if device != "auto":
-        return torch.device(device)
-    if current_session("DataIterator.iter_torch_batches()").spec.use_gpu:
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
-
-
-def _tensor(
-    name: str,
-    values: np.ndarray,
-    dtypes: torch.dtype | Mapping[str, torch.dtype] | None,
-    device: torch.device,
-) -> torch.Tensor:
-    import torch
-
-    if values.dtype == object:
-        kind = type(values[0]).__name__ if len(values) else "object"
-        raise TypeError(
-            f"Column {name!r} holds Python {kind} values, which are not tensors; turn them into "
-            "numbers or equal-shape arrays in a map_partitions transform, or read them with "
-            "iter_batches()."
-        )
-    dtype = dtypes.get(name) if isinstance(dtypes, Mapping) else dtypes
-    tensor = torch.as_tensor(values, dtype=dtype)
-    return tensor.to(device, non_blocking=True) if device.type != "cpu" else tensor
-
-
-def _cast(
-    batch: dict[str, torch.Tensor], dtypes: torch.dtype | Mapping[str, torch.dtype] | None
-) -> dict[str, torch.Tensor]:
-    if dtypes is None:
-        return batch
-    cast = {}
-    for name, tensor in batch.items():
-        dtype = dtypes.get(name) if isinstance(dtypes, Mapping) else dtypes
-        cast[name] = tensor if dtype is None else tensor.to(dtype)
-    return cast
-
-
-def _move(value: Any, device: torch.device) -> Any:
-    from trainlib._internal.rank.transfer import move_to_device
-
-    return move_to_device(value, device)

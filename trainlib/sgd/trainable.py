@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 from trainlib.config import DaskConfig, RunConfig
 from trainlib.errors import ConfigError
 from trainlib.sgd import _runner
-from trainlib.sgd.trainer import PyTorchTrainer, runner_setup, scaling
+from trainlib.sgd._setup import runner_setup, scaling
+from trainlib.sgd.trainer import PyTorchTrainer
 from trainlib.torch.trainer import TorchTrainer
 
 if TYPE_CHECKING:
