@@ -38,7 +38,8 @@ slurm:
 			apt-get update -qq && apt-get install -y -qq slurm-wlm munge; \
 		else \
 			echo "SLURM is not installed and cannot be here (needs root and apt-get:" \
-				"apt-get install slurm-wlm munge); the SLURM tests will be skipped."; \
+				"apt-get install slurm-wlm munge); the SLURM tests will be skipped" \
+				"(in CI, CI=true, they fail)."; \
 		fi
 
 # On a GPU machine: the pipeline's training against a plain script on one GPU (bf16,

@@ -16,9 +16,9 @@ import s3fs
 from distributed import Client
 from moto.server import ThreadedMotoServer
 
-from tests.helpers import free_port, local_cluster
+from tests.helpers import free_port, local_cluster, skip_or_fail
 from tests.prefect_stack import prefect_stack
-from tests.slurm_rig import INSTALL_HINT, SlurmCluster, missing_tools, slurm_cluster
+from tests.slurm_rig import SlurmCluster, slurm_cluster, unavailable_reason
 
 S3_BUCKET = "trainlib-test"
 # Fixtures that start a server, a cluster or rank processes: a test using one is an
@@ -70,14 +70,10 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     """A real SLURM controller and node (2 cores), with ``SLURM_CONF`` pointing at it while
     the session lasts: dask-jobqueue's ``sbatch``/``squeue``/``scancel`` reach it.
 
-    Skipped where SLURM is not installed (and cannot be: not root, not Debian), except in CI
-    (``CI=true``), where its absence fails the tests instead of silently dropping them."""
-    missing = missing_tools()
-    if missing and os.environ.get("CI", "").lower() not in ("true", "1"):
-        pytest.skip(
-            f"SLURM is not installed ({', '.join(missing)} missing); as root on Debian/Ubuntu: "
-            f"{INSTALL_HINT}"
-        )
+    Skipped, saying why, where SLURM is not installed or the tests do not run as root; in CI
+    (``CI=true``) that fails the tests instead of silently dropping them."""
+    if (reason := unavailable_reason()) is not None:
+        skip_or_fail(reason)
     with slurm_cluster(tmp_path_factory.mktemp("slurm")) as cluster:
         saved = os.environ.get("SLURM_CONF")
         os.environ.update(cluster.env)

@@ -6,10 +6,23 @@ in the namespace ``{prefix}-sw``; ``cut(N)`` pulls host N's cable.
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+
+def unavailable_reason() -> str | None:
+    """Why simulated hosts cannot be made on this machine, or None when they can."""
+    if shutil.which("ip") is None:
+        return (
+            "simulated hosts need iproute2 (as root on Debian/Ubuntu: apt-get install -y iproute2)"
+        )
+    if os.geteuid() != 0:
+        return "simulated hosts are network namespaces: making them needs root"
+    return None
 
 
 def _ip(*args: str) -> None:

@@ -134,6 +134,19 @@ def missing_tools() -> list[str]:
     return [name for name in DAEMONS if shutil.which(name) is None]
 
 
+def unavailable_reason() -> str | None:
+    """Why the test cluster cannot start on this machine, or None when it can."""
+    missing = missing_tools()
+    if missing:
+        return (
+            f"SLURM is not installed ({', '.join(missing)} missing); as root on Debian/Ubuntu: "
+            f"{INSTALL_HINT}"
+        )
+    if os.geteuid() != 0:
+        return "the test SLURM cluster runs slurmctld and slurmd as root (SlurmUser=root)"
+    return None
+
+
 def _start(argv: list[str], log: Path) -> subprocess.Popen[bytes]:
     with open(log, "ab") as out:
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import wait_for_path
-from tests.netns import Hosts, simulated_hosts
+from tests.helpers import skip_or_fail, wait_for_path
+from tests.netns import Hosts, simulated_hosts, unavailable_reason
 
 SCHEDULER = 1  # host numbers; workers run on 2, 3 and 4, the driver on 1
 WORKERS = (2, 3, 4)
@@ -67,6 +67,8 @@ print("RESULT " + json.dumps({"metrics": result.metrics, "restarts": result.num_
 
 @pytest.fixture
 def hosts() -> Iterator[Hosts]:
+    if (reason := unavailable_reason()) is not None:
+        skip_or_fail(reason)
     net = f"10.78.{os.getpid() % 250}"
     with simulated_hosts(f"tl{os.getpid() % 100000}", net, 4) as made:
         yield made
