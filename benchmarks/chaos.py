@@ -7,7 +7,7 @@ Dask worker process. Printed per run and in total: completed runs, restarts, wor
 trained beyond the last checkpoint, so trained twice), corrupt checkpoints loaded (a loaded
 checkpoint whose weights do not match the digest saved with them; must be 0), and orphan rank
 processes left after the run (must be 0), and recovery time (from the kill to the first training
-step of the restarted group; issue 4's target is under 15 s plus start-up).
+step of the restarted group; target: under 15 s plus start-up).
 
 Run: python benchmarks/chaos.py [--runs 20] [--steps 60] [--every 10] [--seed 0]
 """

@@ -7,7 +7,7 @@ the flow's wall time. What is left is Prefect, MLflow (run, model logging, regis
 Dask cluster start, rank start-up, data tasks, evaluation and promotion.
 
 The first flow call of the process also starts Prefect's temporary local server; it is
-reported apart. Target (issue 3): overhead <= 10 s.
+reported apart. Target: overhead <= 10 s.
 
 Run: python benchmarks/flow_overhead.py [--runs 3] [--epochs 2]
 """

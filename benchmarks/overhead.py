@@ -9,7 +9,7 @@ global batch 128) runs three ways, alternating, for several rounds:
 
 Start-up is measured from just before the launcher process is started to the first training
 step of rank 0; the steady-state step time is the median step time after the warm-up steps.
-Targets (issue 2): trainlib step time <= 1.03x torchrun's; start-up <= torchrun's + 3 s.
+Targets: trainlib step time <= 1.03x torchrun's; start-up <= torchrun's + 3 s.
 
 Run: python benchmarks/overhead.py [--rounds 5] [--steps 60] [--warmup 10]
 """
