@@ -187,11 +187,11 @@ def test_reports_rank_0_log_records_go_to_driver_handlers(
 ) -> None:
     collector, _, _, _, _ = _collector(tmp_path)
     record = logging.LogRecord(
-        "tasks.train_loop", logging.INFO, "train_loop.py", 1, "epoch %d/%d", (1, 5), None
+        "cifar.train_loop", logging.INFO, "train_loop.py", 1, "epoch %d/%d", (1, 5), None
     )
     with caplog.at_level(logging.INFO):
         collector.handle("log", record)
-    assert [(r.name, r.getMessage()) for r in caplog.records] == [("tasks.train_loop", "epoch 1/5")]
+    assert [(r.name, r.getMessage()) for r in caplog.records] == [("cifar.train_loop", "epoch 1/5")]
 
 
 def test_reports_refuse_a_checkpoint_named_differently_on_two_ranks(tmp_path: Path) -> None:
