@@ -9,6 +9,8 @@
 # build machine) is used when present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# runc and cgroupfs, as this kind of machine needs (docker/podman-containers.conf)
+export CONTAINERS_CONF=${CONTAINERS_CONF:-$PWD/docker/podman-containers.conf}
 BASE=localhost/debian-py:bookworm
 if ! podman image exists "$BASE"; then
     root=$(mktemp -d)
