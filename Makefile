@@ -6,7 +6,8 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-offline test test-fast test-containers check clean slurm gpu-benchmark
+.PHONY: run run-offline test test-fast test-containers check clean slurm gpu-benchmark podman \
+	stack-up stack-down stack-up-local stack-down-local
 
 run: $(STAMP)
 	$(VENV)/bin/train-cifar $(ARGS)
@@ -22,12 +23,49 @@ test: $(STAMP) slurm
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -m "not integration"
 
-# The compose stack for real (podman, podman-compose, debootstrap: Debian's packages): builds the
-# images (cached after the first time), brings docker/docker-compose.yml up with
-# docker/compose.test.yml, runs a deployment in it, checks the registry and the volumes, and
-# removes every container, network and volume it made (tests/containers/).
-test-containers: $(STAMP)
-	$(VENV)/bin/python -m pytest tests/containers -v
+# The compose stack for real (podman, podman-compose, runc, debootstrap: Debian's packages,
+# installed here as root): builds the images (a Debian base once; the dependencies' layer cached
+# after the first build), brings docker/docker-compose.yml up with docker/compose.test.yml, runs
+# the deployments in it, checks the registry, the volumes and bad input, and removes every
+# container, network and volume it made (tests/containers/). `make test` runs these tests only
+# where the images were built before (a first build takes about 15 minutes): docs/containers.md.
+test-containers: $(STAMP) podman
+	CIFAR_CONTAINER_TESTS=build $(VENV)/bin/python -m pytest tests/containers -v
+
+podman:
+	@command -v podman >/dev/null && command -v podman-compose >/dev/null && \
+		command -v runc >/dev/null && command -v debootstrap >/dev/null || \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && apt-get install -y -qq podman podman-compose runc debootstrap; \
+		else \
+			echo "podman is not installed and cannot be here (needs root and apt-get:" \
+				"apt-get install podman podman-compose runc debootstrap)."; exit 1; \
+		fi
+
+# The full stack (README.md, "Run the full stack"); S3_ACCESS_KEY and S3_SECRET_KEY must be set.
+# stack-up builds the image, starts every service and creates the work pool and the deployments;
+# stack-down stops it and keeps the volumes. COMPOSE="podman compose" or podman-compose work too.
+COMPOSE ?= docker compose
+STACK := $(COMPOSE) -f docker/docker-compose.yml
+stack-up:
+	$(STACK) up -d --build
+	$(STACK) run --rm deploy
+
+stack-down:
+	$(STACK) down
+
+# The same on a machine without an image registry, as tests/containers runs it: podman, the
+# images built by docker/build-local.sh, SeaweedFS and the project's image in place of MinIO's
+# and Prefect's (docker/compose.test.yml).
+LOCAL_STACK := podman-compose -f docker/docker-compose.yml -f docker/compose.test.yml
+stack-up-local stack-down-local test-containers: export CONTAINERS_CONF ?= $(CURDIR)/docker/podman-containers.conf
+stack-up-local: podman
+	bash docker/build-local.sh
+	$(LOCAL_STACK) up -d
+	$(LOCAL_STACK) run --rm deploy
+
+stack-down-local:
+	$(LOCAL_STACK) down
 
 # The SLURM tests start a real SLURM cluster (tests/slurm_rig.py): Debian's slurm-wlm and munge.
 # Where it cannot be installed (not root, no apt-get), the SLURM tests are skipped and say why
