@@ -57,7 +57,7 @@ stack-down:
 # The same on a machine without an image registry, as tests/containers runs it: podman, the
 # images built by docker/build-local.sh, SeaweedFS and the project's image in place of MinIO's
 # and Prefect's (docker/compose.test.yml).
-LOCAL_STACK := podman-compose -f docker/docker-compose.yml -f docker/compose.test.yml
+LOCAL_STACK := podman-compose -p dask-train-cifar -f docker/docker-compose.yml -f docker/compose.test.yml
 stack-up-local stack-down-local test-containers: export CONTAINERS_CONF ?= $(CURDIR)/docker/podman-containers.conf
 stack-up-local: podman
 	bash docker/build-local.sh

@@ -268,6 +268,22 @@ def test_a_deployment_runs_on_the_stack_and_its_model_is_served_by_mlflow(
     run = _train(stack, archive)
     assert run["state"] == "COMPLETED", run
     assert _mlflow(stack).get_model_version_by_alias(MODEL, "champion").version == "1"
+    # The host loads the champion through MLflow's artifact proxy (README): the presigned S3
+    # URLs MLflow offers name the stack's S3 (http://s3:9000), which only containers resolve.
+    code = (
+        "import mlflow, numpy as np\n"
+        f"model = mlflow.pyfunc.load_model('models:/{MODEL}@champion')\n"
+        "print(model.predict(np.zeros((2, 3, 32, 32), dtype=np.uint8)).shape)\n"
+    )
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{stack['MLFLOW_PORT']}",
+        "MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD": "false",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.stdout.strip().splitlines()[-1:] == ["(2, 10)"], done.stderr[-3000:]
     # The model's files went to the stack's S3 through MLflow's artifact proxy, the dataset
     # and the checkpoints to the worker's CIFAR_STORAGE_PATH.
     s3 = _s3(stack)
@@ -319,6 +335,44 @@ def test_the_weekly_search_runs_on_the_stack_with_its_study_on_the_workers_volum
     assert _mlflow(stack).get_model_version_by_alias(f"{MODEL}-tuned", "champion").version == "1"
     study = _podman("exec", _container("prefect-worker"), "ls", "-l", "/studies").stdout
     assert "optuna.db" in study, study
+
+
+def test_deployments_made_from_a_checkout_on_the_host_run_in_the_stack(
+    stack: dict[str, str],
+) -> None:
+    """What a user does from a clone: the deployer's folder does not exist in the worker."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    prefect = str(Path(sys.executable).parent / "prefect")
+    subprocess.run(
+        [prefect, "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml"],
+        cwd=REPO,
+        env={**os.environ, "PREFECT_API_URL": f"http://127.0.0.1:{stack['PREFECT_PORT']}/api"},
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    s3 = _s3(stack)
+    for index in range(3):
+        png = io.BytesIO()
+        Image.fromarray(np.full((32, 32, 3), 60 * index, dtype=np.uint8)).save(png, "PNG")
+        s3.pipe(f"cifar/inputs/images/{index}.png", png.getvalue())
+    s3.pipe("cifar/inputs/images/broken.png", b"not a png")
+    parameters = {
+        "input_uri": "s3://cifar/inputs/images",
+        "output_uri": "s3://cifar/predictions/host.csv",
+        "model_name": MODEL,
+    }
+    run = _run(stack, "predict-cifar/champion", parameters)
+    assert run["state"] == "COMPLETED", run
+    rows = s3.cat("cifar/predictions/host.csv").decode().splitlines()
+    assert [row.split(",")[0] for row in rows[1:]] == [
+        f"s3://cifar/inputs/images/{index}.png" for index in range(3)
+    ]
+    assert "broken.png" in s3.cat("cifar/predictions/host.errors.csv").decode()
 
 
 @pytest.mark.parametrize(
