@@ -35,7 +35,8 @@ def test_train_cifar_cli_runs_every_step_in_slurm_jobs(
     monkeypatch.setenv(PROBE_DIR, str(probe))
     # The jobs run in the submitting directory (tmp_path): they import this checkout's code.
     monkeypatch.setenv("PYTHONPATH", str(REPO))
-    monkeypatch.chdir(tmp_path)  # train-cifar.log and MLflow's artifacts land here
+    monkeypatch.chdir(tmp_path)  # MLflow's artifacts land here
+    monkeypatch.setenv("CIFAR_LOG_FILE", str(tmp_path / "train-cifar.log"))
     cluster_kwargs = {
         "cores": 1,
         "processes": 1,
