@@ -2,9 +2,10 @@
 deployments created by the documented one-shot service, train-cifar/manual run on a synthetic
 archive in the stack's S3 with its ranks on the compose Dask workers, the model read back from
 the host through MLflow's server, everything kept across `down` and `up` (nightly then finds the
-champion), the weekly search with its study on the worker's volume, and bad input (a missing
-bucket, an unreachable scheduler, wrong S3 credentials) failing the run with its message while
-every service keeps running.
+champion), the weekly search with its study on the worker's volume, deployments made from the
+host's checkout (predict-cifar/champion on S3 images), and bad input (a missing bucket, an
+unreachable scheduler, wrong S3 credentials) failing the run with its message while every
+service keeps running.
 
 `make test-containers` runs it (and installs podman where it can). Under `make test` it runs
 only where the engine is installed and the stack's images were built here before (then the
@@ -175,7 +176,8 @@ def stack() -> Iterator[dict[str, str]]:
         yield stack
     finally:
         _compose(stack, "down", "-v", check=False)
-        _podman("network", "prune", "-f", check=False)
+        # podman-compose 1.0 leaves the project's network behind; only ours is removed
+        _podman("network", "rm", f"{PROJECT}_default", check=False)
     assert _leftovers() == []
 
 
