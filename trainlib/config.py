@@ -75,8 +75,9 @@ class DaskConfig:
         adapts instead); with ``address``, the existing cluster is used as it is. With
         ``wait``, the client comes once the cluster has ``num_workers`` workers, or
         ``NotEnoughWorkersError`` after ``worker_timeout_s`` (fail before any work is done).
-        With ``warm_ranks``, each worker starts a rank process now (torch imported while the
-        caller prepares), so a ``fit()`` on this cluster that follows starts its ranks at once.
+        With ``warm_ranks``, each worker starts its fork server now (torch imported while the
+        caller prepares), so even the first ``fit()`` on this cluster starts its ranks at once;
+        without it the first ``fit()`` starts them, and later fits are warm either way.
 
         Example:
             >>> with DaskConfig().connect(num_workers=2) as client:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import torch
 import torch.distributed as dist
@@ -104,7 +105,8 @@ def epochs_with_lost_worker(config: dict[str, Any]) -> None:
             wait_for_path(
                 Path(config["out_dir"], "results", "run", "checkpoint_000000", COMMIT_MARKER)
             )
-            os.kill(os.getppid(), signal.SIGKILL)  # the Dask worker that started this rank
+            # the Dask worker whose fork server (this rank's parent) forked this rank
+            os.kill(psutil.Process(os.getppid()).ppid(), signal.SIGKILL)
             threading.Event().wait()
         with tempfile.TemporaryDirectory() as directory:
             if rank == 0:

@@ -8,6 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.helpers import rank_processes, trainlib_processes, wait_for_path
@@ -99,11 +100,12 @@ def test_ctrl_c_stops_every_rank_within_deadline(phase: str, tmp_path: Path) -> 
     )
     try:
         wait_for_path(marker)
-        # Each of the 2 workers (threads of the driver) holds one rank process: its idle one,
-        # taken by its rank (which may still be loading its launch). The next idle process
-        # starts only when a rank ends (see trainlib._internal.worker.rank_pool), and none has.
-        ranks = [p for p in trainlib_processes() if p.ppid() == driver.pid]
-        assert len(ranks) == 2, [p.pid for p in ranks]
+        # Each of the 2 workers (threads of the driver) has its fork server, a child of the
+        # driver, which forks the worker's rank (see trainlib._internal.worker.rank_pool).
+        servers = [p for p in trainlib_processes() if p.ppid() == driver.pid]
+        assert len(servers) == 2, [p.pid for p in servers]
+        ranks = [rank for server in servers for rank in server.children()]
+        assert ranks, "the rank that marked the phase was not forked by the driver's servers"
         driver.send_signal(signal.SIGINT)
         _, stderr = driver.communicate(timeout=EXIT_WITHIN_S)
     finally:
@@ -114,6 +116,8 @@ def test_ctrl_c_stops_every_rank_within_deadline(phase: str, tmp_path: Path) -> 
     assert stderr.decode().rstrip().endswith("KeyboardInterrupt")
     assert [p.pid for p in ranks if p.is_running() and p.status() != "zombie"] == []
     assert rank_processes() == []
+    # the servers exit as soon as their end of the driver's sockets closes
+    assert psutil.wait_procs(servers, timeout=EXIT_WITHIN_S)[1] == []
 
 
 @pytest.fixture(autouse=True)

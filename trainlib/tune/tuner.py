@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -120,15 +119,9 @@ class Tuner:
             InterruptWatch(),
             cluster.connect(trainer._dask, self._cluster_size(), trainer._client) as client,
         ):
-            client.register_plugin(rank_pool.RankPoolPlugin())  # idle rank processes start now
+            client.register_plugin(rank_pool.RankPoolPlugin())  # fork servers start now
             runner = TrialRunner(client, study, self._setup(experiment))
-            remaining = max(0, self._num_trials() - study.counted_trials())
-            # Trials that follow each other on a worker faster than a process imports torch
-            # find one ready: a worker keeps one idle process per trial it will run (capped).
-            workers = len(client.scheduler_info(n_workers=-1)["workers"]) or self._cluster_size()
-            trials_per_worker = math.ceil(remaining * self._num_workers() / workers)
-            with rank_pool.idle_processes(client, trials_per_worker):
-                outcomes = runner.run(remaining)
+            outcomes = runner.run(max(0, self._num_trials() - study.counted_trials()))
         return self._grid(study, outcomes, experiment)
 
     def _open_study(self, name: str, experiment: RunStorage) -> Study:

@@ -133,6 +133,13 @@ class RankStarted:
 
 SHUTDOWN = "shutdown"
 
+# A worker's fork server (``rank.fork_server``): the worker asks with FORK_REQUEST; the server
+# answers ``(FORKED, pid)`` and then passes the new rank's socket, and later ``(EXITED, pid,
+# code)`` when that rank has ended.
+FORK_REQUEST = "fork"
+FORKED = "forked"
+EXITED = "exited"
+
 
 @dataclass(frozen=True)
 class Command:
@@ -149,7 +156,7 @@ class Command:
 def is_private(variable: str) -> bool:
     """A variable named with a leading underscore: a library's own state, not configuration.
 
-    Such variables may differ between an idle rank process and its launch, which sets them as
+    Such variables may differ between a worker's fork server and a rank's launch, which sets them as
     they are now. MLflow's telemetry sets ``_MLFLOW_TELEMETRY_SESSION_ID`` in the driver's
     environment and removes it again when its telemetry stops (offline: once its configuration
     cannot be fetched), which the workers of a LocalCluster (threads of the driver) see at any

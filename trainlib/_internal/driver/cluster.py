@@ -43,7 +43,7 @@ def connect(
     A cluster started here gets ``num_workers`` workers: a LocalCluster is made with that
     many, a cluster class is scaled to it (unless ``adapt_kwargs`` makes it adaptive). With
     ``wait``, the client is yielded once the cluster has ``num_workers`` workers. With
-    ``warm_ranks``, every worker starts its idle rank process now (see ``rank_pool``).
+    ``warm_ranks``, every worker starts its fork server of rank processes now (``rank_pool``).
 
     Raises:
         NotEnoughWorkersError: With ``wait``: fewer workers after ``config.worker_timeout_s``.

@@ -8,7 +8,11 @@ import socket
 from datetime import timedelta
 from typing import Literal
 
+from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixed
+
 from trainlib._internal.common.devices import duplicate_devices
+
+_STORE_POLL_S = 0.005
 
 
 def init_process_group(
@@ -29,6 +33,8 @@ def init_process_group(
             )
         device = torch.device("cuda", 0)  # the supervisor made exactly one device visible
         torch.cuda.set_device(device)
+    if os.environ.get("RANK", "0") != "0":
+        _wait_for_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), timeout_s)
     dist.init_process_group(
         backend=backend,
         init_method="env://",
@@ -37,6 +43,26 @@ def init_process_group(
     )
     if device is not None:
         _check_own_device(host or socket.gethostname())
+
+
+def _wait_for_store(host: str, port: int, timeout_s: float) -> None:
+    """Wait until rank 0's TCPStore accepts connections (at most ``timeout_s``).
+
+    torch's store client backs off 0.5-1.5 s after a refused connection, so a rank started a
+    few milliseconds before rank 0 joined its group up to 0.65 s late (the start of every warm
+    run). Any other error, or rank 0 never listening, is left to ``init_process_group`` to
+    report as it does.
+    """
+    probe = retry(
+        retry=retry_if_exception_type(ConnectionRefusedError),
+        wait=wait_fixed(_STORE_POLL_S),
+        stop=stop_after_delay(timeout_s),
+        reraise=True,
+    )(lambda: socket.create_connection((host, port), timeout=timeout_s).close())
+    try:
+        probe()
+    except OSError:
+        return
 
 
 def _check_own_device(host: str) -> None:

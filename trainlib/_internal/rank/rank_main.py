@@ -1,11 +1,13 @@
-"""Entry point of a rank process: ``python -m trainlib._internal.rank.rank_main FD``.
+"""Entry point of a worker's rank processes: ``python -m trainlib._internal.rank.rank_main FD``.
 
-The supervisor (in a Dask worker) passes one end of a socket pair as FD and sends the launch
-message on it: rank, host, the driver's ``sys.path`` and the pickled ``RankSpec``, loaded only
-once that path applies (it may reference the user's modules). The rank joins the process
-group, runs the train function, and sends reports, rank 0's log records, and finally ``done``
-or ``error`` back. If the supervisor goes away (its Dask worker died), the connection closes and
-the rank exits at once.
+The process started so is the worker's fork server (``fork_server``): it imports what every rank
+needs once, then forks a rank per request of the worker's pool on FD. A forked rank gets a
+socket pair of its own; the supervisor (in the Dask worker) sends the launch message on it:
+rank, host, the driver's ``sys.path`` and the pickled ``RankSpec``, loaded only once that path
+applies (it may reference the user's modules). The rank joins the process group, runs the train
+function, and sends reports, rank 0's log records, and finally ``done`` or ``error`` back. If
+the supervisor goes away (its Dask worker died), the connection closes and the rank exits at
+once.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any, NoReturn
 import cloudpickle
 
 from trainlib._internal.common.messages import RankSpec, RankStarted, is_private
-from trainlib._internal.rank import backend
+from trainlib._internal.rank import backend, fork_server
 from trainlib._internal.rank.session import Session
 from trainlib._internal.rank.state import RANK
 from trainlib.errors import RankFailure
@@ -95,7 +97,7 @@ def _run(spec: RankSpec, session: Session) -> None:
 
 
 def _prepare() -> None:
-    """What every rank needs, imported while the process waits for its launch (warm pool).
+    """What every rank needs, imported by the fork server before its first fork.
     DistributedDataParallel imports torch._dynamo when it is built: 4 s on a busy 2-core
     machine, at the start of the first epoch."""
     import torch
@@ -134,8 +136,8 @@ def _load_spec(connection: Connection) -> RankSpec:
 
 
 def _name_process(name: str) -> None:
-    """Name this process (``ps -o comm``, psutil's ``name()``): ``trainlib-spare`` while it
-    waits in the pool, ``trainlib-rank`` once launched. Linux only; elsewhere a no-op."""
+    """Name this process (``ps -o comm``, psutil's ``name()``): ``trainlib-spare`` for the fork
+    server, ``trainlib-rank`` once a forked rank is launched. Linux only; elsewhere a no-op."""
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
         libc.prctl(15, name.encode()[:15], 0, 0, 0)  # 15 = PR_SET_NAME
@@ -151,8 +153,8 @@ def _exit_failed(send: Callable[[tuple[str, Any]], None], failure: RankFailure) 
 def main(fd: int) -> None:
     RANK.started_with.update(os.environ)
     _name_process("trainlib-spare")
-    connection = Connection(fd)
     _prepare()
+    connection = fork_server.serve(Connection(fd))  # returns in a forked rank only
     spec = _load_spec(connection)
     session = Session(spec, connection.send)
     RANK.start(session)

@@ -19,11 +19,11 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from distributed import Event, Queue, get_client, get_worker, secede
-from distributed.core import Status
 
 from trainlib._internal.common.messages import RankLaunch, is_private
 from trainlib._internal.worker import command_relay, rank_pool
 from trainlib._internal.worker.feeder import Feeder
+from trainlib._internal.worker.fork_client import LOST, ForkedProcess
 from trainlib.errors import RankFailure
 
 _POLL_S = 0.5  # a message or the rank's exit wakes the supervisor sooner
@@ -52,11 +52,6 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
     queue, stop = Queue(queue_name), Event(stop_event_name)
     environment = rank_pool.process_environment(dict(os.environ))
     rank = rank_pool.take(worker, environment)
-    if rank_pool.keeps(worker) > 1:
-        # A search's next trials: their processes import torch while this rank trains. Else
-        # the next idle process starts when this rank ends: an import now would take CPU from
-        # the ranks (the first epoch of a 2-rank run on 2 cores began 1.8 s later).
-        rank_pool.refill(worker, environment)
     send = _locked(rank.connection.send)
     feeder = Feeder(launch.feed, get_client(), send) if launch.feed is not None else None
     command_relay.register(queue_name, worker, send)  # a live group's commands (see there)
@@ -78,8 +73,6 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
             feeder.close()
         _kill_session(rank.process)
         rank.connection.close()
-        if get_worker().status == Status.running:
-            rank_pool.refill(worker, environment)  # the next run on this worker starts warm
     if outcome.failure is not None and outcome.failure.kind != "stopped":
         stop.set()
     return outcome
@@ -116,7 +109,7 @@ def _locked(send: Callable[[Any], None]) -> Callable[[Any], None]:
 
 def _relay(
     launch: RankLaunch,
-    process: subprocess.Popen[bytes],
+    process: ForkedProcess,
     connection: Connection,
     queue: Queue,
     stop: Event,
@@ -148,7 +141,7 @@ def _relay(
                 )
     if state.error is not None:
         return RankOutcome(launch.world_rank, state.error)
-    if code == 0 and state.finished:
+    if state.finished and code in (0, LOST):  # LOST: said done; its exit code is unknown
         return RankOutcome(launch.world_rank, None)
     return RankOutcome(launch.world_rank, _failure(launch, "exit", _describe_exit(code)))
 
@@ -196,7 +189,7 @@ def _receive(connection: Connection, timeout_s: float) -> tuple[str, Any] | None
     return None
 
 
-def _wait(process: subprocess.Popen[bytes]) -> int:
+def _wait(process: ForkedProcess) -> int:
     """The exit code of a rank that is exiting; killed if it lingers."""
     try:
         return process.wait(timeout=_EXIT_WAIT_S)
@@ -210,12 +203,17 @@ def _failure(launch: RankLaunch, kind: Any, summary: str) -> RankFailure:
 
 
 def _describe_exit(code: int) -> str:
+    if code == LOST:
+        return (
+            "rank process ended without reporting an error; its exit code is unknown: the "
+            "worker's rank process server (trainlib-spare) died first (killed, out of memory?)"
+        )
     if code < 0:
         return f"rank process was killed by signal {signal.Signals(-code).name}"
     return f"rank process exited with code {code} without reporting an error"
 
 
-def _kill_session(process: subprocess.Popen[bytes], grace_s: float = 0.0) -> None:
+def _kill_session(process: ForkedProcess, grace_s: float = 0.0) -> None:
     """Stop the rank and every process it started (it leads its own session)."""
     if grace_s and process.poll() is None:
         _signal_group(process.pid, signal.SIGTERM)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -9,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from tests.helpers import set_single_rank_environment
+from trainlib._internal.rank import backend
 from trainlib._internal.rank.backend import (
     destroy_process_group,
     init_process_group,
@@ -63,3 +66,15 @@ def test_backend_collective_errors_are_recognised(exc: BaseException) -> None:
 def test_backend_user_errors_are_not_collective_errors() -> None:
     assert not is_collective_error(ValueError("shapes (3, 4) and (5, 6) do not match"))
     assert not is_collective_error(KeyboardInterrupt())
+
+
+def test_wait_for_store_returns_once_rank_zeros_port_listens_and_gives_up_quietly() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listening:
+        port = listening.getsockname()[1]
+        backend._wait_for_store("127.0.0.1", port, timeout_s=30)  # returns: it listens
+        assert listening.accept()[0] is not None  # and the probe really connected
+    started = time.monotonic()
+    backend._wait_for_store("127.0.0.1", port, timeout_s=0.2)  # nobody listens any more
+    assert time.monotonic() - started >= 0.2  # it kept trying for the whole timeout
+    # what is not a refusal is left to init_process_group at once (here: a bad address)
+    backend._wait_for_store("256.0.0.1", port, timeout_s=30)
