@@ -3,7 +3,7 @@
 A forked rank is the server's child, not the worker's, so the worker cannot wait for it
 itself: the server reports each exit, and ``ForkedProcess`` offers what the supervisor uses of
 ``subprocess.Popen`` (``pid``, ``poll()``, ``wait()``). Should the server die first, its
-children's ends are watched through pidfds; their exit codes are then unknown (``LOST``).
+children's ends are watched with psutil; their exit codes are then unknown (``LOST``).
 """
 
 from __future__ import annotations
@@ -12,12 +12,13 @@ import contextlib
 import multiprocessing
 import os
 import queue
-import select
 import subprocess
 import sys
 import threading
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import recv_handle
+
+import psutil
 
 from trainlib._internal.common.messages import EXITED, FORK_REQUEST, FORKED
 
@@ -124,14 +125,11 @@ class ForkServer:
 
 def _watch_orphans(children: list[ForkedProcess]) -> None:
     """Mark each child of a dead server ended (code ``LOST``) once its process is gone."""
-    pidfds = {}
+    processes = []
     for child in children:
         try:
-            pidfds[os.pidfd_open(child.pid)] = child
-        except ProcessLookupError:
+            processes.append(psutil.Process(child.pid))
+        except psutil.NoSuchProcess:
             child.ended(LOST)
-    while pidfds:
-        ready, _, _ = select.select(list(pidfds), [], [])
-        for pidfd in ready:
-            os.close(pidfd)
-            pidfds.pop(pidfd).ended(LOST)
+    by_pid = {child.pid: child for child in children}
+    psutil.wait_procs(processes, callback=lambda gone: by_pid[gone.pid].ended(LOST))

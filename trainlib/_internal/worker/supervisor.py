@@ -1,7 +1,8 @@
 """Runs inside a Dask worker: starts one rank process, relays its messages, stops it.
 
-A rank is a plain (non-daemonic) OS process in its own session, so it may start DataLoader
-workers, and it can be killed with everything it started without touching the Dask worker.
+A rank is a plain (non-daemonic) OS process leading its own process group, so it may start
+DataLoader workers, and it can be killed with everything it started without touching the Dask
+worker.
 """
 
 from __future__ import annotations
@@ -214,7 +215,7 @@ def _describe_exit(code: int) -> str:
 
 
 def _kill_session(process: ForkedProcess, grace_s: float = 0.0) -> None:
-    """Stop the rank and every process it started (it leads its own session)."""
+    """Stop the rank and every process it started (it leads its own process group)."""
     if grace_s and process.poll() is None:
         _signal_group(process.pid, signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):
