@@ -122,10 +122,13 @@ def _load_spec(connection: Connection) -> RankSpec:
         if is_private(gone):  # the launch carries the private variables of now
             os.environ.pop(gone, None)
     os.environ.update(environment)
-    if "OMP_NUM_THREADS" in environment:
+    # torch read OMP_NUM_THREADS in the fork server, and a fork resets its pool to the default:
+    # applied here, as a new process would (the launch's thread share, or the worker's own)
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    if threads.isdigit() and int(threads) > 0:
         import torch
 
-        torch.set_num_threads(int(environment["OMP_NUM_THREADS"]))
+        torch.set_num_threads(int(threads))
     sys.path[:0] = [p for p in sys_path if p not in sys.path]
     try:
         os.chdir(cwd)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import psutil
+import torch
 from distributed import Client
 
 import trainlib
@@ -167,3 +168,28 @@ def test_pool_uses_a_server_whose_private_variables_changed_since_it_started(
         (None, "now"),
         (None, "now"),
     ]
+
+
+def record_threads(config: dict[str, Any]) -> None:
+    rank = trainlib.get_context().get_world_rank()
+    Path(config["out"], f"threads-{rank}.json").write_text(json.dumps(torch.get_num_threads()))
+    trainlib.report({"ok": 1})
+
+
+def test_pool_forked_ranks_use_the_workers_omp_num_threads(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    """torch read OMP_NUM_THREADS in the fork server, and a fork resets its thread pool: the
+    rank applies the variable as a new process would."""
+    try:
+        dask_client.run(_set_variable, "OMP_NUM_THREADS", "3")  # the servers start anew
+        TorchTrainer(
+            record_threads,
+            train_loop_config={"out": str(tmp_path)},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(storage_path=str(tmp_path / "runs")),
+            client=dask_client,
+        ).fit()
+    finally:
+        dask_client.run(_set_variable, "OMP_NUM_THREADS", None)
+    assert [json.loads((tmp_path / f"threads-{r}.json").read_text()) for r in range(2)] == [3, 3]
