@@ -49,6 +49,17 @@ def _fit(client: Client | None, out: Path, run: str) -> list[dict[str, Any]]:
     return [json.loads((out / f"{run}-{r}.json").read_text()) for r in range(2)]
 
 
+def _run(client: Client, train_func: Any, out: Path) -> trainlib.Result:
+    """A 2-rank run of ``train_func`` on ``client``, given ``{"out": out}``."""
+    return TorchTrainer(
+        train_func,
+        train_loop_config={"out": str(out)},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(out / "runs")),
+        client=client,
+    ).fit()
+
+
 def _servers(client: Client) -> dict[str, list[psutil.Process]]:
     """Each worker's fork servers now, by worker address."""
     workers = client.run(os.getpid)
@@ -152,13 +163,7 @@ def test_pool_uses_a_server_whose_private_variables_changed_since_it_started(
         servers = {p.pid for found in _servers(dask_client).values() for p in found}
         dask_client.run(_set_variable, "_TRAINLIB_TEST_GONE", None)
         dask_client.run(_set_variable, "_TRAINLIB_TEST_NEW", "now")
-        TorchTrainer(
-            record_private_state,
-            train_loop_config={"out": str(tmp_path)},
-            scaling_config=ScalingConfig(num_workers=2),
-            run_config=RunConfig(storage_path=str(tmp_path / "runs")),
-            client=dask_client,
-        ).fit()
+        _run(dask_client, record_private_state, tmp_path)
     finally:
         for name in PRIVATE:
             dask_client.run(_set_variable, name, None)
@@ -183,13 +188,7 @@ def test_pool_forked_ranks_use_the_workers_omp_num_threads(
     rank applies the variable as a new process would."""
     try:
         dask_client.run(_set_variable, "OMP_NUM_THREADS", "3")  # the servers start anew
-        TorchTrainer(
-            record_threads,
-            train_loop_config={"out": str(tmp_path)},
-            scaling_config=ScalingConfig(num_workers=2),
-            run_config=RunConfig(storage_path=str(tmp_path / "runs")),
-            client=dask_client,
-        ).fit()
+        _run(dask_client, record_threads, tmp_path)
     finally:
         dask_client.run(_set_variable, "OMP_NUM_THREADS", None)
     assert [json.loads((tmp_path / f"threads-{r}.json").read_text()) for r in range(2)] == [3, 3]
