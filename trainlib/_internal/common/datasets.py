@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 from dask.base import optimize
 from dask.delayed import Delayed, delayed
+from dask.highlevelgraph import HighLevelGraph
 
 from trainlib._internal.common.data_config import DataConfig
 from trainlib.errors import ConfigError, DatasetError
@@ -83,19 +84,53 @@ def _array_source(name: str, arrays: dict[str, Any], split: bool) -> DatasetSour
         # file holding both images and labels) apart, and each was computed once per array.
         per_array.append(array.rechunk(chunks).to_delayed(optimize_graph=False).ravel())
     names = tuple(arrays)
-    blocks = tuple(
-        _culled(delayed(arrays_to_block, pure=True)(names, *(chunks[i] for chunks in per_array)))
+    blocks = [
+        delayed(arrays_to_block, pure=True)(names, *(chunks[i] for chunks in per_array))
         for i in range(len(rows))
-    )
+    ]
     known = None if any(np.isnan(n) for n in rows) else tuple(int(n) for n in rows)
-    return DatasetSource(name, blocks, split, known)
+    return DatasetSource(name, _fused(blocks), split, known)
 
 
-def _culled(block: Delayed) -> Delayed:
-    """The block with only the tasks it needs: computing one then submits a few tasks, not the
-    graph of every partition."""
-    (culled,) = optimize(block)
-    return culled
+def _fused(blocks: list[Delayed]) -> tuple[Delayed, ...]:
+    """Each block as one task over only what it needs, tasks shared between blocks kept apart.
+
+    ``optimize`` left a block with the tasks of every later partition (108 of 123 tasks for the
+    4th of 24 files of ``cifar.dataset.split_arrays``) and each task of a block is scheduled on
+    its own: the scheduler's work per partition, not the file read, limited a streamed pass
+    (benchmarks/ingest.py). Here the graph is built once; a block's tasks that no other block
+    needs run as one task (``Task.fuse``), and a task two blocks share (a file read across a
+    row chunk boundary) stays a task of its own, computed once for both.
+    """
+    try:
+        from dask._task_spec import GraphNode, Task, convert_legacy_graph
+    except ImportError:  # a Dask without task specs: every block's tasks as optimize culls them
+        return tuple(optimize(block)[0] for block in blocks)
+    graph: dict[Any, GraphNode] = convert_legacy_graph(
+        dict(HighLevelGraph.merge(*(block.dask for block in blocks)))
+    )
+    needs = [_needed(graph, block.key) for block in blocks]
+    users: dict[Any, int] = {}
+    for keys in needs:
+        for key in keys:
+            users[key] = users.get(key, 0) + 1
+    fused = []
+    for block, keys in zip(blocks, needs, strict=True):
+        own = [graph[k] for k in keys if users[k] == 1]
+        shared = {k: graph[k] for k in keys if users[k] > 1}
+        fused.append(Delayed(block.key, {**shared, block.key: Task.fuse(*own, key=block.key)}))
+    return tuple(fused)
+
+
+def _needed(graph: Mapping[Any, Any], key: Any) -> list[Any]:
+    """The keys of ``graph`` that computing ``key`` needs, ``key`` included."""
+    found, stack = {key}, [key]
+    while stack:
+        for dependency in graph[stack.pop()].dependencies:
+            if dependency in graph and dependency not in found:
+                found.add(dependency)
+                stack.append(dependency)
+    return list(found)
 
 
 def _frame_lengths(frame: Any) -> tuple[int, ...] | None:

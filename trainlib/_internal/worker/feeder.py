@@ -18,13 +18,14 @@ import traceback
 import zlib
 from collections import deque
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, cast
 
-from distributed import Client, Future
+from distributed import Client, Future, Worker, get_worker
 
+from trainlib._internal.common import shared_blocks
 from trainlib._internal.common.datasets import Block, DatasetSource, num_rows, take_rows
 from trainlib._internal.common.messages import FeedPlan
-from trainlib._internal.common.waiting import result_within
+from trainlib._internal.common.waiting import Completions, result_within
 from trainlib._internal.worker.split import EqualSplit, Segment, pass_order, windows
 from trainlib.errors import DatasetError
 
@@ -60,6 +61,10 @@ class _DatasetFeed:
         self.requests: queue.Queue[int | None] = queue.Queue()
         self._stopped = threading.Event()
         self._held: dict[int, Future[Block]] = {}
+        self._worker = _this_worker()
+        # Blocks go to the rank in shared memory when the rank runs on this host: always, as
+        # this feeder runs in the Dask worker that started the rank.
+        self._slots = shared_blocks.SharedSlots() if shared_blocks.available() else None
         self._thread = threading.Thread(target=self._serve, daemon=True, name=f"feed-{source.name}")
         self._thread.start()
 
@@ -72,6 +77,10 @@ class _DatasetFeed:
         current: tuple[int, Generator[Block, None, None]] | None = None
         try:
             while (pass_id := self.requests.get()) is not None:
+                if current is not None and current[0] == pass_id and self._slots is not None:
+                    # The rank asks for the next block of a pass once it has the last one, and
+                    # reads messages in order: it has read every block sent so far.
+                    self._slots.received()
                 if current is None or current[0] != pass_id:
                     if current is not None:
                         current[1].close()  # a pass the rank left unfinished
@@ -83,13 +92,28 @@ class _DatasetFeed:
                 except Exception as exc:  # the rank raises it, so the run fails with it
                     block = self._error(exc)
                     current = None
-                payload = _Protocol5(block) if isinstance(block, dict) else block
-                self._send(("data", (self._source.name, pass_id, payload)))
+                self._send(("data", (self._source.name, pass_id, self._payload(block))))
+                if block is None and self._slots is not None:
+                    self._slots.release_free()  # the pass ended: hold no memory until the next
         except (_Stopped, OSError):
             pass  # the rank ended (its connection is closed); nobody waits for the block
         finally:
             if current is not None:
                 current[1].close()
+            if self._slots is not None:
+                self._slots.close()
+
+    def _payload(self, block: Block | DatasetError | None) -> Any:
+        """What the message carries: a block in shared memory where it can be, else pickled
+        (an error or the end of the pass as it is)."""
+        if not isinstance(block, dict):
+            return block
+        if self._slots is not None and shared_blocks.shareable(block):
+            try:
+                return self._slots.put(block)
+            except OSError:  # no memory for the file: this block goes pickled
+                pass
+        return _Protocol5(block)
 
     def _blocks(self, pass_id: int) -> Generator[Block, None, None]:
         """The blocks of this rank's share of one pass, in order."""
@@ -154,9 +178,16 @@ class _DatasetFeed:
     def _fetch(self, segment: Segment, partition_rows: int) -> Block:
         """The segment's rows; raises if the partition has fewer than its metadata said."""
         future = self._held[segment.partition]
-        if segment.start != 0 or segment.stop != partition_rows:
-            future = self._client.submit(take_rows, future, segment.start, segment.stop, pure=False)
-        block: Block = self._wait(future)
+        whole = segment.start == 0 and segment.stop == partition_rows
+        block: Block | None = self._in_process(future)
+        if block is not None:
+            block = block if whole else take_rows(block, segment.start, segment.stop)
+        else:
+            if not whole:
+                future = self._client.submit(
+                    take_rows, future, segment.start, segment.stop, pure=False
+                )
+            block = self._wait(future)
         if num_rows(block) != segment.num_rows:
             raise DatasetError(
                 f"Partition {segment.partition} of datasets[{self._source.name!r}] has "
@@ -165,6 +196,31 @@ class _DatasetFeed:
                 "true row counts."
             )
         return block
+
+    def _in_process(self, future: Future[Block]) -> Block | None:
+        """The computed block from the memory of a Dask worker of this process, else None.
+
+        The feeder runs in its rank's Dask worker, where the rank's partitions are computed
+        (and with the default LocalCluster every worker is a thread of this process): taken
+        from the worker's memory, a block is not sent to this same process over the cluster's
+        TCP connection and the event loop the scheduler also runs on. A failed or cancelled
+        computation, or a block held elsewhere, goes the usual way (``_wait``).
+        """
+        if self._worker is None:
+            return None
+        completions = Completions([future])
+        while not future.done():
+            if not completions.wait(_WAIT_S) and self._stopped.is_set():
+                raise _Stopped
+        if future.status != "finished":
+            return None
+        for worker in (self._worker, *Worker._instances):
+            try:
+                block = worker.data[future.key]
+            except (KeyError, AttributeError):
+                continue
+            return cast(Block, block)
+        return None
 
     def _wait(self, future: Future[Any]) -> Any:
         """The future's result; raises ``_Stopped`` once the feeder is stopped."""
@@ -178,6 +234,14 @@ class _DatasetFeed:
         for partition in partitions:
             if (future := self._held.pop(partition, None)) is not None:
                 future.release()
+
+
+def _this_worker() -> Worker | None:
+    """The Dask worker this feeder runs in (it is made in its supervisor's task), if any."""
+    try:
+        return get_worker()
+    except ValueError:
+        return None
 
 
 class _Protocol5:

@@ -83,3 +83,15 @@ def test_data_config_split_names_and_validation() -> None:
     assert DataConfig(datasets_to_split=["a"]).split_names(["a", "b"]) == ["a"]
     with pytest.raises(ConfigError, match=r"must be 'all' or a list"):
         DataConfig(datasets_to_split="train")
+
+
+def test_datasets_array_blocks_are_one_task_each_and_shared_tasks_stay_shared() -> None:
+    image = da.arange(12, chunks=4).reshape(12, 1)
+    aligned = sources_from({"t": {"image": image, "label": da.arange(12, chunks=4)}}, DataConfig())
+    assert [len(p.dask) for p in aligned["t"].partitions] == [1, 1, 1]
+    # label chunk 3:9 feeds two blocks: it stays a task of its own, in both blocks' graphs
+    crossing = {"image": image, "label": da.arange(12, chunks=(3, 6, 3))}
+    (source,) = sources_from({"t": crossing}, DataConfig()).values()
+    blocks = [p.compute(scheduler="sync") for p in source.partitions]
+    assert [b["label"].tolist() for b in blocks] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert set(source.partitions[0].dask) & set(source.partitions[1].dask)
