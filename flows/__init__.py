@@ -1,1 +1,8 @@
-"""The Prefect flows: train-cifar, tune-cifar, predict-cifar and the publish subflow they share."""
+"""The Prefect flows: train-cifar, tune-cifar, predict-cifar and the publish subflow they share.
+
+Each flow persists its return value (``persist_result=True``, in Prefect's local result
+storage): on a SQLite Prefect server a write can wait up to a minute for the database lock
+(PrefectHQ/prefect#18934), and when the flow's final ``Completed`` is then sent again, Prefect
+keeps the server's copy of the state, which holds the value only if it was persisted; otherwise
+the command that ran the flow fails with ``MissingResult`` after the work is done.
+"""

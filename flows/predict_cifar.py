@@ -11,7 +11,7 @@ from tasks.registry import CHAMPION
 from tasks.tracking import resolve_tracking_uri
 
 
-@flow(name="predict-cifar")
+@flow(name="predict-cifar", persist_result=True)  # see flows/__init__.py
 def predict_cifar(
     input_uri: str,
     output_uri: str,

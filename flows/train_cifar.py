@@ -21,7 +21,7 @@ from tasks.train import EXPERIMENT, TrainRequest, run_tags, train_task, training
 from trainlib import DaskConfig
 
 
-@flow(name="train-cifar")
+@flow(name="train-cifar", persist_result=True)  # see flows/__init__.py
 def train_cifar(
     data_url: str = OFFICIAL_URL,
     data_md5: str | None = None,

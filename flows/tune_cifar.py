@@ -22,7 +22,7 @@ from tasks.tune import EXPERIMENT, STUDY_STORAGE_VARIABLE, TuneRequest, search_n
 from trainlib import DaskConfig
 
 
-@flow(name="tune-cifar")
+@flow(name="tune-cifar", persist_result=True)  # see flows/__init__.py
 def tune_cifar(
     data_url: str = OFFICIAL_URL,
     data_md5: str | None = None,

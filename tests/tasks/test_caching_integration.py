@@ -21,7 +21,7 @@ from tasks.preprocess import prepare_dataset
 from trainlib import DaskConfig
 
 
-@flow(name="data-steps")
+@flow(name="data-steps", persist_result=True)  # as the pipeline's flows: see flows/__init__.py
 def data_steps(url: str, md5: str, storage_path: str, scheduler: str) -> str:
     layout = StorageLayout.at(storage_path)
     archive = fetch_archive(url, layout, md5)
