@@ -9,6 +9,9 @@ global batch 128) runs three ways, alternating, for several rounds:
 
 Start-up is measured from just before the launcher process is started to the first training
 step of rank 0; the steady-state step time is the median step time after the warm-up steps.
+Also measured: the launcher's CPU (torchrun's agent; trainlib's driver, whose event loop runs
+the Dask scheduler and workers) while the ranks take those steps, in % of one core: on a
+machine whose cores the ranks fill, what the launcher takes comes out of their steps.
 Targets: trainlib step time <= 1.03x torchrun's; start-up <= torchrun's + 3 s.
 
 Run: python benchmarks/overhead.py [--rounds 5] [--steps 60] [--warmup 10]
@@ -55,9 +58,12 @@ def train_steps(world_size: int, rank: int, steps: int, out: str) -> None:
     batch = GLOBAL_BATCH // world_size
     images, labels = torch.randn(batch, 3, 32, 32), torch.randint(0, 10, (batch,))
     first_step_at, step_s = 0.0, []
+    launcher, launcher_cpu = (_launcher() if world_size > 1 else None), []
     for step in range(steps):
         if step == 0:
             first_step_at = time.time()
+        if step in (min(10, steps - 1), steps - 1) and launcher is not None:
+            launcher_cpu.append((time.monotonic(), _cpu_seconds(launcher)))
         start = time.perf_counter()
         loss = nn.functional.cross_entropy(model(images), labels)
         optimizer.zero_grad()
@@ -65,8 +71,29 @@ def train_steps(world_size: int, rank: int, steps: int, out: str) -> None:
         optimizer.step()
         step_s.append(time.perf_counter() - start)
     if rank == 0:
+        figures: dict[str, Any] = {"first_step_at": first_step_at, "step_s": step_s}
+        if len(launcher_cpu) == 2:
+            (began, cpu_began), (ended, cpu_ended) = launcher_cpu
+            figures["launcher_core_share"] = (cpu_ended - cpu_began) / (ended - began)
         with open(out, "w") as f:
-            json.dump({"first_step_at": first_step_at, "step_s": step_s}, f)
+            json.dump(figures, f)
+
+
+def _launcher() -> Any:
+    """The process that launched this rank (torchrun's agent, or the driver whose Dask workers
+    started it), found as the nearest ancestor running this script; None as a single process."""
+    import psutil
+
+    for process in psutil.Process().parents():
+        if any(os.path.basename(__file__) in part for part in process.cmdline()):
+            return process
+    return None
+
+
+def _cpu_seconds(process: Any) -> float:
+    """CPU time of the launcher with all its threads (the ranks are other processes)."""
+    times = process.cpu_times()
+    return float(times.user + times.system)
 
 
 def run_torchrun(steps: int, out: str) -> None:
@@ -139,6 +166,10 @@ def measure(rounds: int, steps: int, warmup: int) -> dict[str, dict[str, list[fl
                     timings = json.load(f)
                 figures[mode]["startup_s"].append(timings["first_step_at"] - launched_at)
                 figures[mode]["step_s"].append(statistics.median(timings["step_s"][warmup:]))
+                if "launcher_core_share" in timings:
+                    figures[mode].setdefault("launcher_cpu", []).append(
+                        timings["launcher_core_share"]
+                    )
                 print(
                     f"round {round_index + 1}/{rounds} {mode:9s} "
                     f"startup {figures[mode]['startup_s'][-1]:6.2f} s  "
@@ -153,12 +184,15 @@ def report(figures: dict[str, dict[str, list[float]]]) -> None:
     base = medians["torchrun"]
     print(
         f"\n{'mode':9s} {'startup (median)':>17s} {'step (median)':>14s} {'step / torchrun':>16s}"
+        f" {'launcher CPU':>13s}"
     )
     for mode, m in medians.items():
+        launcher = f"{100 * m['launcher_cpu']:11.1f} %" if "launcher_cpu" in m else ""
         print(
             f"{mode:9s} {m['startup_s']:15.2f} s {1000 * m['step_s']:11.1f} ms "
-            f"{m['step_s'] / base['step_s']:15.3f}x"
+            f"{m['step_s'] / base['step_s']:15.3f}x {launcher}"
         )
+    print("(launcher CPU: its CPU time while rank 0 took its steps after the 10th, % of one core)")
     paired = [
         t / r
         for t, r in zip(figures["trainlib"]["step_s"], figures["torchrun"]["step_s"], strict=True)

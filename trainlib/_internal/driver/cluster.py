@@ -96,14 +96,18 @@ def _start_cluster(config: ClusterOptions, num_workers: int) -> Iterator[Any]:
             "host": "127.0.0.1",
             "dashboard_address": ":0",
         }
-        # Its workers only supervise rank processes: Dask's statistical profiler, a
-        # twice-a-second system monitor, 1 s heartbeats and 100 ms work stealing (rank tasks
-        # are pinned anyway) took about 6% of a core from the ranks (py-spy on
-        # benchmarks/overhead.py).
-        kwargs["heartbeat_interval"] = "5s"
+        # Its workers only supervise rank processes, and their event loop shares the driver
+        # process with the ranks' cores. Dask's statistical profiler, a twice-a-second system
+        # monitor and 100 ms work stealing (rank tasks are pinned anyway) took about 6% of a
+        # core from the ranks; the scheduler's and each worker's 20 ms loop-health tick and
+        # the workers' 100 ms memory monitor another 5% (py-spy while 2 ranks train,
+        # benchmarks/overhead.py). What is left is mostly the workers' heartbeats, whose
+        # interval the scheduler sets (0.5 s up to 10 workers).
         quiet = {
             "distributed.worker.profile.enabled": False,
             "distributed.admin.system-monitor.interval": "5s",
+            "distributed.admin.tick.interval": "1s",
+            "distributed.worker.memory.monitor-interval": "1s",
             "distributed.scheduler.work-stealing": False,
         }
         with dask.config.set(quiet), LocalCluster(**{**kwargs, **config.cluster_kwargs}) as local:
