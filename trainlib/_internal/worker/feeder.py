@@ -14,6 +14,7 @@ import itertools
 import pickle
 import queue
 import threading
+import time
 import traceback
 import zlib
 from collections import deque
@@ -34,6 +35,7 @@ _WAIT_S = 0.5
 # Windows computed ahead of the one the rank reads: with one, benchmarks/ingest.py delivered
 # about 10% fewer images/s into a rank (the supervisor waited on the cluster more often).
 _WINDOWS_AHEAD = 2
+_JOIN_S = 5.0  # a stopped thread ends within _WAIT_S unless a send to a dead rank hangs
 
 
 class Feeder:
@@ -47,9 +49,19 @@ class Feeder:
         self._feeds[name].requests.put(pass_id)
 
     def close(self) -> None:
-        """Stop every thread and release what they hold on the cluster."""
+        """Stop every thread; each releases what it holds on the cluster as it ends."""
         for feed in self._feeds.values():
             feed.stop()
+
+    def join(self, timeout_s: float = _JOIN_S) -> None:
+        """Wait (bounded) until every thread has ended and released its partitions.
+
+        Called once the rank is gone, so that a run's next attempt, started when this
+        supervisor's task ends, finds none of this attempt's partitions still held.
+        """
+        deadline = time.monotonic() + timeout_s
+        for feed in self._feeds.values():
+            feed.join(max(0.0, deadline - time.monotonic()))
 
 
 class _DatasetFeed:
@@ -72,6 +84,9 @@ class _DatasetFeed:
         """Stop the thread; it releases what it holds (at most one wait of ``_WAIT_S`` later)."""
         self._stopped.set()
         self.requests.put(None)
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
 
     def _serve(self) -> None:
         current: tuple[int, Generator[Block, None, None]] | None = None

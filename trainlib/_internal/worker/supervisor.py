@@ -74,6 +74,8 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
             feeder.close()
         _kill_session(rank.process)
         rank.connection.close()
+        if feeder is not None:
+            feeder.join()  # its partitions released before the driver sees this task end
     if outcome.failure is not None and outcome.failure.kind != "stopped":
         stop.set()
     return outcome
