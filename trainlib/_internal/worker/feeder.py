@@ -229,7 +229,8 @@ class _DatasetFeed:
                 raise _Stopped
         if future.status != "finished":
             return None
-        for worker in (self._worker, *Worker._instances):
+        # its own worker first: other workers of this process (a WeakSet) only on a miss
+        for worker in itertools.chain((self._worker,), Worker._instances):
             try:
                 block = worker.data[future.key]
             except (KeyError, AttributeError):
