@@ -16,6 +16,12 @@ The first epoch of each is left out (trainlib's first streams the data from Dask
 read it before). Modes alternate, the first mode alternating too, for ``--rounds`` rounds.
 Throughput = training images per second over the steady epochs (medians of rounds).
 
+CPU time per steady epoch is measured too, per process of each mode's process tree (the
+benchmark's own process, its LocalCluster and ranks; torchrun's agent and ranks): the ranks'
+CPU seconds say whether a rank does more work per epoch, the rest's what the machinery around
+them takes from the 2 cores. Unlike wall time it is not stretched by the hypervisor or by a
+neighbour taking the CPU, so it separates a real cost from this machine's noise.
+
 Run: python benchmarks/epoch_throughput.py [--images 45000] [--model small_cnn] [--epochs 3]
     [--rounds 3] [--gpu] [--compile]
 On a GPU machine: make gpu-benchmark (both models, compile off and on).
@@ -24,6 +30,7 @@ On a GPU machine: make gpu-benchmark (both models, compile off and on).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -31,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -60,8 +67,8 @@ def write_dataset(root: str, train_rows: int, val_rows: int) -> Any:
     return Dataset(root, manifest)
 
 
-def run_trainlib(dataset: Any, options: argparse.Namespace, storage: str) -> list[float]:
-    """Epoch durations of the pipeline's training function under TorchTrainer."""
+def run_trainlib(dataset: Any, options: argparse.Namespace, storage: str) -> Epochs:
+    """Epoch durations and CPU samples of the pipeline's training function under TorchTrainer."""
     import trainlib
     from cifar.checkpoint import ModelSpec
     from cifar.dataset import ingest_config, split_arrays
@@ -71,9 +78,11 @@ def run_trainlib(dataset: Any, options: argparse.Namespace, storage: str) -> lis
     class EpochClock(trainlib.Callback):
         def __init__(self) -> None:
             self.times: list[float] = []
+            self.cpu: list[dict[str, float]] = []
 
         def on_report(self, report: trainlib.Report) -> None:
             self.times.append(time.monotonic())
+            self.cpu.append(tree_cpu(os.getpid()))
 
     clock = EpochClock()
     config = TrainConfig(
@@ -92,11 +101,42 @@ def run_trainlib(dataset: Any, options: argparse.Namespace, storage: str) -> lis
         scaling_config=trainlib.ScalingConfig(num_workers=_ranks(options), use_gpu=options.gpu),
         run_config=trainlib.RunConfig(storage_path=storage, callbacks=[clock]),
     ).fit()
-    return list(np.diff(clock.times))
+    return Epochs([float(d) for d in np.diff(clock.times)], clock.cpu)
 
 
 def _ranks(options: argparse.Namespace) -> int:
     return 1 if options.gpu else 2
+
+
+class Epochs(NamedTuple):
+    durations: list[float]  # between consecutive epoch ends (the first epoch left out)
+    cpu: list[dict[str, float]]  # at every epoch end: pid -> CPU seconds, the whole tree
+
+
+def tree_cpu(root: int) -> dict[str, float]:
+    """CPU seconds (user + system) so far of ``root`` and every process under it, by pid."""
+    import psutil
+
+    seconds: dict[str, float] = {}
+    top = psutil.Process(root)
+    for process in [top, *top.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        seconds[str(process.pid)] = times.user + times.system
+    return seconds
+
+
+def steady_cpu(samples: list[dict[str, float]], ranks: int) -> tuple[float, float]:
+    """Median CPU seconds per steady epoch of one rank (the mean of the ``ranks`` busiest
+    processes) and of all the other processes together."""
+    per_rank, rest = [], []
+    for before, after in itertools.pairwise(samples):
+        used = sorted((s - before.get(pid, 0.0) for pid, s in after.items()), reverse=True)
+        per_rank.append(sum(used[:ranks]) / ranks)
+        rest.append(sum(used[ranks:]))
+    return statistics.median(per_rank), statistics.median(rest)
 
 
 def plain_main(dataset_uri: str, options: argparse.Namespace, out: str) -> None:
@@ -145,7 +185,7 @@ def plain_main(dataset_uri: str, options: argparse.Namespace, out: str) -> None:
     scheduler = torch.optim.lr_scheduler.OneCycleLR(
         optimizer, max_lr=0.05, total_steps=options.epochs * steps
     )
-    ends = []
+    ends, cpu = [], []
     for epoch in range(options.epochs):
         model.train()
         generator = torch.Generator().manual_seed(epoch)
@@ -188,9 +228,11 @@ def plain_main(dataset_uri: str, options: argparse.Namespace, out: str) -> None:
             torch.save(state, os.path.join(os.path.dirname(out), f"checkpoint-{epoch}.pt"))
         dist.barrier()
         ends.append(time.monotonic())
+        if rank == 0:
+            cpu.append(tree_cpu(os.getppid()))  # torchrun's agent and its ranks
     if rank == 0:
         with open(out, "w") as f:
-            json.dump(list(np.diff(ends)), f)
+            json.dump({"durations": list(np.diff(ends)), "cpu": cpu}, f)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -203,7 +245,7 @@ def _totals(loss_sum: Any, logits: Any, labels: Any) -> Any:
     return torch.stack([loss_sum.double(), correct.double(), seen.double()])
 
 
-def run_torchrun(dataset: Any, options: argparse.Namespace) -> list[float]:
+def run_torchrun(dataset: Any, options: argparse.Namespace) -> Epochs:
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "epochs.json")
         command = [
@@ -221,8 +263,8 @@ def run_torchrun(dataset: Any, options: argparse.Namespace) -> list[float]:
         ]
         subprocess.run(command, check=True, capture_output=True)
         with open(out) as f:
-            durations: list[float] = json.load(f)
-        return durations
+            measured = json.load(f)
+        return Epochs(measured["durations"], measured["cpu"])
 
 
 def _flags(options: argparse.Namespace) -> list[str]:
@@ -247,6 +289,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         dataset = write_dataset(os.path.join(folder, "data"), args.images, args.images // 9)
         throughput: dict[str, list[float]] = {"trainlib": [], "torchrun": []}
+        rank_cpu: dict[str, list[float]] = {"trainlib": [], "torchrun": []}
+        rest_cpu: dict[str, list[float]] = {"trainlib": [], "torchrun": []}
         for round_index in range(args.rounds):
             modes = ("trainlib", "torchrun") if round_index % 2 == 0 else ("torchrun", "trainlib")
             for mode in modes:
@@ -255,12 +299,16 @@ def main() -> None:
                     epochs = run_trainlib(dataset, args, storage)
                 else:
                     epochs = run_torchrun(dataset, args)
-                steady = statistics.median(epochs)  # the intervals after the first epoch
+                steady = statistics.median(epochs.durations)  # the intervals after the first
                 images_per_s = (args.images // GLOBAL_BATCH) * GLOBAL_BATCH / steady
                 throughput[mode].append(images_per_s)
+                one_rank, others = steady_cpu(epochs.cpu, _ranks(args))
+                rank_cpu[mode].append(one_rank)
+                rest_cpu[mode].append(others)
                 print(
-                    f"round {round_index + 1} {mode}: epochs {[round(e, 2) for e in epochs]} s,"
-                    f" {images_per_s:,.0f} images/s",
+                    f"round {round_index + 1} {mode}: epochs "
+                    f"{[round(e, 2) for e in epochs.durations]} s, {images_per_s:,.0f} images/s;"
+                    f" CPU a steady epoch: {one_rank:.2f} s a rank, {others:.2f} s the rest",
                     flush=True,
                 )
     ratios = [a / b for a, b in zip(throughput["trainlib"], throughput["torchrun"], strict=True)]
@@ -272,11 +320,17 @@ def main() -> None:
         f"{args.images:,} training images, {args.rounds} rounds, "
         f"{args.epochs} epochs each (the first left out)"
     )
-    print("| mode | images/s (median) | per round |")
-    print("|---|---|---|")
+    print(
+        "| mode | images/s (median) | per round | CPU s a steady epoch: one rank | "
+        "the rest of the tree |"
+    )
+    print("|---|---|---|---|---|")
     for mode in ("torchrun", "trainlib"):
         rounds = " / ".join(f"{v:,.0f}" for v in throughput[mode])
-        print(f"| {mode} | {statistics.median(throughput[mode]):,.0f} | {rounds} |")
+        print(
+            f"| {mode} | {statistics.median(throughput[mode]):,.0f} | {rounds} | "
+            f"{statistics.median(rank_cpu[mode]):.2f} | {statistics.median(rest_cpu[mode]):.2f} |"
+        )
     print(
         f"\ntrainlib / torchrun: {trainlib_median / torchrun_median:.3f}x (ratio of medians), "
         f"{statistics.median(ratios):.3f}x (median of per-round ratios)"
