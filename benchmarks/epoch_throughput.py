@@ -19,8 +19,9 @@ Throughput = training images per second over the steady epochs (medians of round
 CPU time per steady epoch is measured too, per process of each mode's process tree (the
 benchmark's own process, its LocalCluster and ranks; torchrun's agent and ranks): the ranks'
 CPU seconds say whether a rank does more work per epoch, the rest's what the machinery around
-them takes from the 2 cores. Unlike wall time it is not stretched by the hypervisor or by a
-neighbour taking the CPU, so it separates a real cost from this machine's noise.
+them takes from the 2 cores. Time stolen by the hypervisor is not counted, but the cores'
+speed still varies (a rank's CPU seconds an epoch varied by ±5% between runs of one mode here),
+so compare ranks over several rounds; the rest of the tree varies much less.
 
 Run: python benchmarks/epoch_throughput.py [--images 45000] [--model small_cnn] [--epochs 3]
     [--rounds 3] [--gpu] [--compile]
