@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -10,7 +11,7 @@ import torch
 
 from trainlib.data import _batching
 from trainlib.data._conversion import tensor as _tensor
-from trainlib.data.iterator import _prefetched
+from trainlib.data.iterator import _prefetched, _staged_ahead
 
 
 def _blocks(*sizes: int) -> Iterator[dict[str, np.ndarray]]:
@@ -65,3 +66,36 @@ def test_iterator_tensor_dtypes_and_object_columns() -> None:
     assert _tensor("x", np.arange(3), {"x": torch.int32}, cpu).dtype == torch.int32
     with pytest.raises(TypeError, match="Column 'name' holds Python str values"):
         _tensor("name", np.array(["a", "b"], dtype=object), None, cpu)
+
+
+class _RecordingStager:
+    """Stands in for DeviceStager's contract (stage where made, ready where used) on CPU."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def stage(self, batch: int) -> int:
+        self.calls.append(f"stage {batch}")
+        return batch
+
+    def ready(self, staged: int) -> int:
+        self.calls.append(f"ready {staged}")
+        return staged
+
+
+def test_iterator_kept_batches_are_staged_ahead_in_order_without_a_thread() -> None:
+    stager = _RecordingStager()
+    made: list[str] = []
+
+    def batches() -> Iterator[int]:
+        for i in range(4):
+            made.append(threading.current_thread().name)
+            yield i
+
+    got = list(_staged_ahead(batches(), 2, stager))  # type: ignore[arg-type]
+    assert got == [0, 1, 2, 3]
+    assert stager.calls == [
+        "stage 0", "stage 1", "stage 2", "ready 0", "stage 3", "ready 1", "ready 2", "ready 3"
+    ]  # fmt: skip
+    assert set(made) == {threading.current_thread().name}
+    assert list(_staged_ahead(iter(range(3)), 0, None)) == [0, 1, 2]

@@ -19,11 +19,11 @@ def move_to_device(batch: Any, device: torch.device, non_blocking: bool = False)
 class DeviceStager:
     """Copies batches to a CUDA device on a side stream, so the copy overlaps compute.
 
-    ``stage`` runs where batches are prepared (the prefetch thread): it pins each tensor and
-    queues its copy on the side stream. ``ready`` runs where the batch is used: the compute
-    stream waits for that copy (on the device, not the host), and the copy's memory is marked
-    as used by the compute stream so the allocator does not reuse it early. As Ray's
-    ``iter_torch_batches`` does with ``prefetch_batches``.
+    ``stage`` runs where batches are prepared (the prefetch thread, or the rank's own for a
+    kept shard): it pins each tensor and queues its copy on the side stream. ``ready`` runs
+    where the batch is used: the compute stream waits for that copy (on the device, not the
+    host), and the copy's memory is marked as used by the compute stream so the allocator does
+    not reuse it early. As Ray's ``iter_torch_batches`` does with ``prefetch_batches``.
     """
 
     def __init__(self, device: torch.device) -> None:
