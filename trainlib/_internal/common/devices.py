@@ -1,21 +1,23 @@
 """GPU assignment: which CUDA device each Dask worker's rank may use (plain data, no Dask or
 torch import).
 
-Every worker of a host gets a *stable position*: its place among all of that host's workers,
-sorted by address. A rank uses the device at its worker's position, so two groups that run
-at once on one host (concurrent search trials, each on its own workers) never share a device,
-without the groups knowing of each other. What "the device at a position" is depends on what
-the host's workers were told:
+The workers of a host that were given the same devices share them: each gets a *stable
+position* among them (sorted by address) and takes the entry at its position. So two groups
+that run at once on one host (concurrent search trials, each on its own workers) never share a
+device, without the groups knowing of each other:
 
-- Workers that were given different lists (dask-cuda gives every worker a rotation of the
-  host's devices with its own first; a job script may give each worker one device): a
-  worker's device is the first entry of its own list.
-- Workers that share one list (a user's ``export CUDA_VISIBLE_DEVICES=0,1`` inherited by a
-  LocalCluster's workers; a SLURM GPU job's list inherited by its workers): the list is
-  divided between them, position ``p`` taking entry ``p``.
-- No list: position ``p`` takes device ``p`` of the host.
+- One list several workers inherit (a user's ``export CUDA_VISIBLE_DEVICES=0,1`` before a
+  LocalCluster; a SLURM GPU job's list inherited by its worker processes): divided between
+  them, position ``p`` taking entry ``p``.
+- A list of a worker's own (dask-cuda gives every worker a rotation of the host's devices with
+  its own first; a job script may give each worker one device): its first entry.
+- No list: position ``p`` among the host's workers without one takes device ``p`` of the host.
 
-A worker whose position has no device may not host a GPU rank.
+"The same devices" are the same list, except under SLURM, which names the job's devices by the
+host's numbering (``SLURM_STEP_GPUS`` or ``SLURM_JOB_GPUS``) while ``CUDA_VISIBLE_DEVICES`` may
+count only what the job's cgroup lets it see (``ConstrainDevices``: every job on a node sees
+``0``): there the job's devices decide. A worker whose position has no device may not host a
+GPU rank.
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ class WorkerDevices:
     host: str
     visible: tuple[str, ...] | None  # CUDA_VISIBLE_DEVICES split on commas; None when unset
     device_count: int  # CUDA devices on the host, whatever the worker's list says
+    job_gpus: tuple[str, ...] | None = None  # its SLURM job's devices, in the host's numbering
+
+    @property
+    def given(self) -> tuple[str, ...] | None:
+        """What tells the devices this worker was given apart from another worker's."""
+        return self.job_gpus if self.job_gpus is not None else self.visible
 
 
 @dataclass(frozen=True)
@@ -47,8 +55,9 @@ class HostShortage:
     num_workers: int
 
 
-def probe_worker_devices() -> tuple[tuple[str, ...] | None, int]:
-    """This process's CUDA_VISIBLE_DEVICES and its host's GPU count (run on a Dask worker).
+def probe_worker_devices() -> tuple[tuple[str, ...] | None, int, tuple[str, ...] | None]:
+    """This process's CUDA_VISIBLE_DEVICES, its host's GPU count and its SLURM job's GPUs (run
+    on a Dask worker).
 
     Reads the NVIDIA driver's list rather than asking torch: a worker never imports torch.
     """
@@ -58,7 +67,8 @@ def probe_worker_devices() -> tuple[tuple[str, ...] | None, int]:
         count = len(os.listdir(_NVIDIA_GPUS_DIR))
     except OSError:
         count = 0
-    return visible, count
+    job = os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS")
+    return visible, count, None if job is None else parse_visible(job)
 
 
 def parse_visible(value: str) -> tuple[str, ...]:
@@ -73,18 +83,18 @@ def assign_devices(workers: Sequence[WorkerDevices]) -> dict[str, str | None]:
         by_host[worker.host].append(worker)
     devices: dict[str, str | None] = {}
     for host_workers in by_host.values():
-        ordered = sorted(host_workers, key=lambda w: w.address)
-        own_lists = len({w.visible for w in ordered}) > 1
-        for position, worker in enumerate(ordered):
-            devices[worker.address] = _device(worker, position, own_lists)
+        sharing: dict[tuple[str, ...] | None, list[WorkerDevices]] = defaultdict(list)
+        for worker in sorted(host_workers, key=lambda w: w.address):
+            sharing[worker.given].append(worker)
+        for group in sharing.values():
+            for position, worker in enumerate(group):
+                devices[worker.address] = _device(worker, position)
     return devices
 
 
-def _device(worker: WorkerDevices, position: int, own_list: bool) -> str | None:
+def _device(worker: WorkerDevices, position: int) -> str | None:
     if worker.visible is None:
         return str(position) if position < worker.device_count else None
-    if own_list:
-        return worker.visible[0] if worker.visible else None
     return worker.visible[position] if position < len(worker.visible) else None
 
 

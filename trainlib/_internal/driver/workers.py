@@ -107,7 +107,7 @@ def _worker_gpus(client: Client) -> _WorkerGpus:
     hosts = {address: info["host"] for address, info in _workers(client).items()}
     probed = client.run(devices.probe_worker_devices, workers=list(hosts), on_error="return")
     views = [
-        devices.WorkerDevices(address, hosts[address], view[0], view[1])
+        devices.WorkerDevices(address, hosts[address], *view)
         for address, view in probed.items()
         if address in hosts and isinstance(view, tuple)
     ]

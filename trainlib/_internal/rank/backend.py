@@ -6,11 +6,14 @@ from __future__ import annotations
 import os
 import socket
 from datetime import timedelta
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from trainlib._internal.common.devices import duplicate_devices
+
+if TYPE_CHECKING:
+    from torch.distributed.distributed_c10d import Store
 
 _STORE_POLL_S = 0.005
 
@@ -19,9 +22,12 @@ def init_process_group(
     backend: Literal["gloo", "nccl"], timeout_s: int, use_gpu: bool, host: str = ""
 ) -> None:
     """Join the group described by the environment; with GPUs, bind this rank's device first
-    and fail at once if two ranks of one host were given the same device."""
+    and fail at once, naming the ranks and the fix, if two ranks of one host were given the
+    same device."""
     import torch
     import torch.distributed as dist
+    from torch.distributed.distributed_c10d import PrefixStore
+    from torch.distributed.rendezvous import rendezvous
 
     device = None
     if use_gpu:
@@ -35,14 +41,21 @@ def init_process_group(
         torch.cuda.set_device(device)
     if os.environ.get("RANK", "0") != "0":
         _wait_for_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), timeout_s)
+    timeout = timedelta(seconds=timeout_s)
+    # env:// as init_process_group does it, so the devices are compared before NCCL exists
+    store, rank, world_size = next(rendezvous("env://", timeout=timeout))
+    store.set_timeout(timeout)
+    if device is not None:
+        uuid = str(torch.cuda.get_device_properties(device).uuid)
+        check_devices(store, rank, world_size, host or socket.gethostname(), uuid)
     dist.init_process_group(
         backend=backend,
-        init_method="env://",
-        timeout=timedelta(seconds=timeout_s),
+        store=PrefixStore("default_pg", store),
+        rank=rank,
+        world_size=world_size,
+        timeout=timeout,
         device_id=device if backend == "nccl" else None,  # NCCL binds its communicator at once
     )
-    if device is not None:
-        _check_own_device(host or socket.gethostname())
 
 
 def _wait_for_store(host: str, port: int, timeout_s: float) -> None:
@@ -65,18 +78,23 @@ def _wait_for_store(host: str, port: int, timeout_s: float) -> None:
         return
 
 
-def _check_own_device(host: str) -> None:
-    """Compare every rank's GPU (by UUID, per host): NCCL fails later and less clearly
-    ("Duplicate GPU detected") when two ranks share one."""
-    import torch
-    import torch.distributed as dist
+def check_devices(store: Store, rank: int, world_size: int, host: str, uuid: str) -> None:
+    """Compare every rank's GPU (``uuid``, per host) through the rendezvous store, before any
+    communicator exists: given the same device, NCCL fails inside ``init_process_group``
+    ("Duplicate GPU detected") and names no fix."""
+    from torch.distributed.distributed_c10d import PrefixStore
 
-    mine = (dist.get_rank(), host, str(torch.cuda.get_device_properties(0).uuid))
-    every: list[tuple[int, str, str] | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(every, mine)
-    message = duplicate_devices([entry for entry in every if entry is not None])
+    devices = PrefixStore("trainlib/devices", store)
+    devices.set(str(rank), f"{host}\n{uuid}")
+    every = []
+    for other in range(world_size):
+        other_host, other_uuid = devices.get(str(other)).decode().split("\n")
+        every.append((other, other_host, other_uuid))
+    devices.set(f"read/{rank}", "")
+    message = duplicate_devices(every)
     if message is not None:
-        dist.destroy_process_group()
+        if rank == 0:  # the store lives in rank 0: keep it until every rank has read it
+            devices.wait([f"read/{other}" for other in range(world_size)])
         raise RuntimeError(message)
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from trainlib._internal.common.devices import (
     HostShortage,
     WorkerDevices,
     assign_devices,
     duplicate_devices,
     parse_visible,
+    probe_worker_devices,
     shortages,
 )
 
@@ -99,3 +102,49 @@ def test_devices_duplicate_uuids_on_one_host_name_the_ranks_and_the_fix() -> Non
 
 def test_devices_the_same_uuid_on_two_hosts_is_no_duplicate() -> None:
     assert duplicate_devices([(0, "h1", "GPU-a"), (1, "h2", "GPU-a")]) is None
+
+
+def _slurm_job(host: str, first_port: int, job_gpus: str, workers: int) -> list[WorkerDevices]:
+    """One SLURM job's worker processes on ``host`` under ConstrainDevices: its cgroup shows
+    them its GPUs counted from 0, SLURM_JOB_GPUS names them in the host's numbering."""
+    jobs = parse_visible(job_gpus)
+    visible = tuple(str(i) for i in range(len(jobs)))
+    return [
+        WorkerDevices(f"tcp://{host}:{first_port + i}", host, visible, 8, jobs)
+        for i in range(workers)
+    ]
+
+
+def test_devices_slurm_jobs_sharing_a_node_each_divide_their_own_gpus() -> None:
+    # two jobs of --gres=gpu:2 and 2 worker processes each, on one 8-GPU node: every worker
+    # sees CUDA_VISIBLE_DEVICES=0,1, but the jobs hold GPUs 2,3 and 6,7
+    first, second = _slurm_job("n1", 4000, "2,3", 2), _slurm_job("n1", 5000, "6,7", 2)
+    assigned = assign_devices(first + second)
+    assert [assigned[w.address] for w in first + second] == ["0", "1", "0", "1"]
+    assert shortages(first + second, assigned) == []
+
+
+def test_devices_one_gpu_slurm_jobs_on_one_node_each_take_their_only_device() -> None:
+    jobs = _slurm_job("n1", 4000, "3", 1) + _slurm_job("n1", 5000, "5", 1)
+    assert assign_devices(jobs) == {"tcp://n1:4000": "0", "tcp://n1:5000": "0"}
+
+
+def test_devices_workers_sharing_a_list_divide_it_beside_a_worker_with_its_own() -> None:
+    workers = _workers("h", ["0,1", "0,1", "2"], device_count=4)
+    assigned = assign_devices(workers)
+    assert [assigned[w.address] for w in workers] == ["0", "1", "2"]
+
+
+def test_devices_probe_reads_the_list_and_slurms_own_numbering(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    monkeypatch.setenv("SLURM_JOB_GPUS", "2,3")
+    monkeypatch.delenv("SLURM_STEP_GPUS", raising=False)
+    visible, _, job = probe_worker_devices()
+    assert (visible, job) == (("0", "1"), ("2", "3"))
+    monkeypatch.setenv("SLURM_STEP_GPUS", "3")  # a job step's own devices come first
+    assert probe_worker_devices()[2] == ("3",)
+    for name in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS"):
+        monkeypatch.delenv(name)
+    assert probe_worker_devices()[0::2] == (None, None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -13,6 +14,7 @@ import torch.distributed as dist
 from tests.helpers import set_single_rank_environment
 from trainlib._internal.rank import backend
 from trainlib._internal.rank.backend import (
+    check_devices,
     destroy_process_group,
     init_process_group,
     is_collective_error,
@@ -78,3 +80,38 @@ def test_wait_for_store_returns_once_rank_zeros_port_listens_and_gives_up_quietl
     assert time.monotonic() - started >= 0.2  # it kept trying for the whole timeout
     # what is not a refusal is left to init_process_group at once (here: a bad address)
     backend._wait_for_store("256.0.0.1", port, timeout_s=30)
+
+
+def _check_devices_of(hosts_and_uuids: list[tuple[str, str]]) -> list[str | None]:
+    """Each rank's outcome of ``check_devices`` (None, or its error), ranks as threads sharing
+    one real TCPStore as the ranks of a group do."""
+    world_size = len(hosts_and_uuids)
+    master = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, wait_for_workers=False)
+    stores = [master] + [
+        dist.TCPStore("127.0.0.1", master.port, world_size, is_master=False)
+        for _ in range(world_size - 1)
+    ]
+
+    def rank(index: int) -> str | None:
+        host, uuid = hosts_and_uuids[index]
+        try:
+            check_devices(stores[index], index, world_size, host, uuid)
+        except RuntimeError as exc:
+            return str(exc)
+        return None
+
+    with ThreadPoolExecutor(world_size) as pool:
+        return list(pool.map(rank, range(world_size)))
+
+
+def test_backend_check_devices_passes_when_each_rank_of_a_host_has_its_own_gpu() -> None:
+    outcomes = _check_devices_of([("h1", "GPU-a"), ("h1", "GPU-b"), ("h2", "GPU-a")])
+    assert outcomes == [None, None, None]
+
+
+def test_backend_check_devices_fails_every_rank_naming_the_shared_gpu_and_the_fix() -> None:
+    outcomes = _check_devices_of([("h1", "GPU-a"), ("h2", "GPU-a"), ("h2", "GPU-a")])
+    assert outcomes[0] == outcomes[1] == outcomes[2]
+    assert outcomes[0] is not None
+    assert outcomes[0].startswith("ranks 1, 2 on host h2 were all given GPU GPU-a;")
+    assert "CUDA_VISIBLE_DEVICES" in outcomes[0]
