@@ -178,7 +178,8 @@ def plain_main(dataset_uri: str, options: argparse.Namespace, out: str) -> None:
         model = torch.compile(model)  # type: ignore[assignment]
     dtype = None
     if gpu:
-        dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        native_bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+        dtype = torch.bfloat16 if native_bf16 else torch.float16
     scaler = torch.amp.GradScaler("cuda", enabled=dtype is torch.float16)
     optimizer = torch.optim.SGD(
         model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4, nesterov=True
@@ -242,7 +243,7 @@ def _totals(loss_sum: Any, logits: Any, labels: Any) -> Any:
     import torch
 
     correct = (logits.argmax(1) == labels).sum()
-    seen = torch.tensor(len(labels), device=labels.device)
+    seen = torch.full((), len(labels), device=labels.device)  # a fill, not a host copy
     return torch.stack([loss_sum.double(), correct.double(), seen.double()])
 
 
@@ -262,7 +263,9 @@ def run_torchrun(dataset: Any, options: argparse.Namespace) -> Epochs:
             out,
             *_flags(options),
         ]
-        subprocess.run(command, check=True, capture_output=True)
+        ran = subprocess.run(command, capture_output=True, text=True)
+        if ran.returncode != 0:  # the ranks' own error, not only torchrun's exit status
+            raise RuntimeError(f"the torchrun script failed:\n{ran.stderr[-4000:]}")
         with open(out) as f:
             measured = json.load(f)
         return Epochs(measured["durations"], measured["cpu"])

@@ -86,6 +86,8 @@ def cifar_train_func(loop: dict[str, Any]) -> None:
         optimizer, max_lr=max(config.lr, 1e-12), total_steps=config.epochs * steps
     )
     start_epoch = _resume(classifier, optimizer, scheduler)
+    # fp16's loss scale, kept across epochs (a new scaler would skip steps to find it again)
+    scaler = torch.amp.GradScaler("cuda", enabled=_autocast_dtype(config) is torch.float16)
     train, val = trainlib.get_dataset_shard("train"), trainlib.get_dataset_shard("val")
     for epoch in range(start_epoch, config.epochs):
         began = time.perf_counter()
@@ -96,7 +98,7 @@ def cifar_train_func(loop: dict[str, Any]) -> None:
             local_shuffle_seed=config.seed * 1000 + epoch,
         )
         train_loss, train_accuracy = _train_epoch(
-            model, batches, optimizer, scheduler, config, epoch
+            model, batches, optimizer, scheduler, scaler, config, epoch
         )
         val_loss, val_accuracy = _evaluate(model, val.iter_torch_batches(batch_size=1024), config)
         metrics = {
@@ -127,6 +129,7 @@ def _train_epoch(
     batches: Iterable[dict[str, torch.Tensor]],
     optimizer: torch.optim.Optimizer,
     scheduler: Any,
+    scaler: torch.amp.GradScaler,
     config: TrainConfig,
     epoch: int,
 ) -> tuple[float, float]:
@@ -137,7 +140,6 @@ def _train_epoch(
     """
     model.train()
     dtype = _autocast_dtype(config)
-    scaler = torch.amp.GradScaler("cuda", enabled=dtype is torch.float16)
     totals = torch.zeros(3, dtype=torch.float64, device=_device(model))  # loss, correct, seen
     checked = step = 0  # steps known to be finite, steps taken
     for step, batch in enumerate(batches, start=1):
@@ -185,7 +187,7 @@ def _batch_totals(
 ) -> torch.Tensor:
     """A batch's loss sum, correct count and size, as one device tensor (no host sync)."""
     correct = (logits.argmax(1) == labels).sum()
-    seen = torch.tensor(len(labels), device=labels.device)
+    seen = torch.full((), len(labels), device=labels.device)  # a fill, not a host copy
     return torch.stack([loss_sum.double(), correct.double(), seen.double()])
 
 
@@ -220,7 +222,8 @@ def _autocast_dtype(config: TrainConfig) -> torch.dtype | None:
     """bfloat16 on GPUs that have it, float16 (with loss scaling) on older ones, else None."""
     if not config.use_gpu:
         return None
-    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    native_bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+    return torch.bfloat16 if native_bf16 else torch.float16
 
 
 def _autocast(dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:

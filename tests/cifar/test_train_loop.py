@@ -55,7 +55,8 @@ def _diverging_epoch(losses_nan_at: set[int], num_batches: int) -> None:
         }
         for step in range(1, num_batches + 1)
     ]
-    _train_epoch(model, batches, optimizer, scheduler, TrainConfig(lr=0.05), epoch=2)
+    scaler = torch.amp.GradScaler("cuda", enabled=False)  # as on a CPU rank
+    _train_epoch(model, batches, optimizer, scheduler, scaler, TrainConfig(lr=0.05), epoch=2)
 
 
 def test_train_loop_stops_at_a_non_finite_loss_naming_epoch_and_step() -> None:

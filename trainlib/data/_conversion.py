@@ -32,7 +32,10 @@ def target_device(device: str | torch.device) -> torch.device:
     import torch
 
     if device != "auto":
-        return torch.device(device)
+        chosen = torch.device(device)
+        if chosen.type == "cuda" and chosen.index is None:  # as tensors placed there report it
+            return torch.device("cuda", torch.cuda.current_device())
+        return chosen
     if current_session("DataIterator.iter_torch_batches()").spec.use_gpu:
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 Block = dict[str, np.ndarray]
+Rows = TypeVar("Rows", "np.ndarray", "torch.Tensor")  # a pass's row order, on host or device
 
 
 class ShardCollector:
@@ -110,8 +111,8 @@ class CachedShard:
 
         tensors = self._tensors(where)
         pinned = pinned and where.type == "cpu"
-        for part in _slices(order, batch_size, drop_last):
-            rows = torch.from_numpy(part).to(where)
+        on_device = torch.from_numpy(order).to(where)  # once a pass: a copy from the host waits
+        for rows in _slices(on_device, batch_size, drop_last):
             batch = {}
             for name, values in tensors.items():
                 gathered = torch.empty(
@@ -132,7 +133,7 @@ class CachedShard:
         return self._kept
 
 
-def _slices(order: np.ndarray, batch_size: int, drop_last: bool) -> Iterator[np.ndarray]:
+def _slices(order: Rows, batch_size: int, drop_last: bool) -> Iterator[Rows]:
     stop = len(order) - len(order) % batch_size if drop_last else len(order)
     for start in range(0, stop, batch_size):
         yield order[start : start + batch_size]

@@ -163,7 +163,7 @@ def train(config, model, train_iterator, criterion, optimizer, scheduler=None):
     optimD, optimG = optimizers
     real_label = 1.0  # fixed: 1 makes an integer label tensor, which BCELoss refuses
     fake_label = 0
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = next(netD.parameters()).device  # fixed: the rank's device, not any GPU the host has
 
     for i, data in enumerate(dataloader, 0):  # noqa: B007 (the guide's code)
         netD.zero_grad()
