@@ -13,11 +13,10 @@ device, without the groups knowing of each other:
   its own first; a job script may give each worker one device): its first entry.
 - No list: position ``p`` among the host's workers without one takes device ``p`` of the host.
 
-"The same devices" are the same list, except under SLURM, which names the job's devices by the
-host's numbering (``SLURM_STEP_GPUS`` or ``SLURM_JOB_GPUS``) while ``CUDA_VISIBLE_DEVICES`` may
-count only what the job's cgroup lets it see (``ConstrainDevices``: every job on a node sees
-``0``): there the job's devices decide. A worker whose position has no device may not host a
-GPU rank.
+"The same devices" are the same list in the same SLURM job: SLURM names a job's devices by
+the host's numbering (``SLURM_STEP_GPUS`` or ``SLURM_JOB_GPUS``) while ``CUDA_VISIBLE_DEVICES``
+may count only what the job's cgroup lets it see (``ConstrainDevices``: every job on a node
+sees ``0``). A worker whose position has no device may not host a GPU rank.
 """
 
 from __future__ import annotations
@@ -41,9 +40,9 @@ class WorkerDevices:
     job_gpus: tuple[str, ...] | None = None  # its SLURM job's devices, in the host's numbering
 
     @property
-    def given(self) -> tuple[str, ...] | None:
+    def given(self) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
         """What tells the devices this worker was given apart from another worker's."""
-        return self.job_gpus if self.job_gpus is not None else self.visible
+        return self.visible, self.job_gpus
 
 
 @dataclass(frozen=True)
@@ -83,7 +82,7 @@ def assign_devices(workers: Sequence[WorkerDevices]) -> dict[str, str | None]:
         by_host[worker.host].append(worker)
     devices: dict[str, str | None] = {}
     for host_workers in by_host.values():
-        sharing: dict[tuple[str, ...] | None, list[WorkerDevices]] = defaultdict(list)
+        sharing: dict[object, list[WorkerDevices]] = defaultdict(list)
         for worker in sorted(host_workers, key=lambda w: w.address):
             sharing[worker.given].append(worker)
         for group in sharing.values():

@@ -148,3 +148,13 @@ def test_devices_probe_reads_the_list_and_slurms_own_numbering(
     for name in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS"):
         monkeypatch.delenv(name)
     assert probe_worker_devices()[0::2] == (None, None)
+
+
+def test_devices_dask_cuda_inside_one_slurm_job_still_gives_each_worker_its_first_entry() -> None:
+    lists = ["0,1,2,3", "1,2,3,0", "2,3,0,1", "3,0,1,2"]  # dask-cuda's rotations, one job
+    workers = [
+        WorkerDevices(f"tcp://n1:{4000 + i}", "n1", parse_visible(v), 4, ("4", "5", "6", "7"))
+        for i, v in enumerate(lists)
+    ]
+    assigned = assign_devices(workers)
+    assert [assigned[w.address] for w in workers] == ["0", "1", "2", "3"]
