@@ -112,14 +112,16 @@ class RunStorage:
     def upload_directory(
         self, local_dir: str, index: int, name: str | None = None
     ) -> dict[str, FileEntry]:
-        """Upload the files of a local directory for ``index`` and check their sizes there."""
+        """Upload the files of a local directory for ``index``; ``commit`` checks them there.
+
+        (Not here: other ranks may be writing a file of the same name at this moment.)
+        """
         relpaths = Checkpoint.from_directory(local_dir).files()
         entries = {rel: _describe(os.path.join(local_dir, rel)) for rel in relpaths}
         target = self.checkpoint_dir(index, name)
         self._call(
             "upload the checkpoint to", target, lambda: self._put(local_dir, relpaths, target)
         )
-        self._check_sizes(target, entries)
         return entries
 
     def _put(self, local_dir: str, relpaths: list[str], target: str) -> None:
@@ -134,7 +136,7 @@ class RunStorage:
             )
 
     def _check_sizes(self, target: str, entries: dict[str, FileEntry]) -> None:
-        """Raise unless every uploaded file is there with its size (a cut-off upload is not)."""
+        """Raise unless every uploaded file is there with its size."""
         self.filesystem.invalidate_cache(target)
         found = self._call(
             "list the uploaded checkpoint at",
@@ -156,7 +158,9 @@ class RunStorage:
         metrics: dict[str, Any],
         name: str | None = None,
     ) -> CommittedCheckpoint:
-        """Write the commit marker that makes checkpoint ``index`` visible."""
+        """Write the commit marker that makes checkpoint ``index`` visible, once every rank's
+        upload has ended and each file is there with its size (a cut-off upload is not)."""
+        self._check_sizes(self.checkpoint_dir(index, name), files)
         marker = {
             "index": index,
             "metrics": metrics,

@@ -80,3 +80,13 @@ def test_storage_refused_write_fails_naming_the_path(storage: RunStorage, tmp_pa
     Path(storage.checkpoint_dir(1)).write_text("a file where the directory goes")
     with pytest.raises(CheckpointError, match=r"Could not upload the checkpoint to .*000001"):
         storage.upload(_checkpoint(tmp_path, b"w1"), 1)
+
+
+def test_storage_commit_refuses_a_file_the_storage_did_not_keep_whole(
+    storage: RunStorage, tmp_path: Path
+) -> None:
+    files = storage.upload(_checkpoint(tmp_path, b"weights"), 2)
+    Path(storage.checkpoint_dir(2), "model.pt").write_bytes(b"w")  # cut off after the upload
+    with pytest.raises(CheckpointError, match=r"model.pt .* left 1 bytes instead of 7; the stor"):
+        storage.commit(2, files, {})
+    assert storage.list_committed() == []

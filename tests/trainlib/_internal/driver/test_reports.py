@@ -222,3 +222,34 @@ def test_reports_answer_a_checkpoints_query_once_its_reports_are_processed(
     assert rank == 0 and command.kind == REPORTED_CHECKPOINTS
     [(checkpoint, metrics)] = command.payload
     assert checkpoint.path == storage.checkpoint_dir(0) and metrics == {"loss": 1.0}
+
+
+def _upload_content(
+    storage: RunStorage, tmp_path: Path, rank: int, content: bytes
+) -> dict[str, FileEntry]:
+    source = tmp_path / f"rank-{rank}-model"
+    source.mkdir()
+    (source / "model.pt").write_bytes(content)
+    return storage.upload(Checkpoint.from_directory(source), 0)
+
+
+def test_reports_keep_one_copy_of_a_file_every_rank_reported_alike(tmp_path: Path) -> None:
+    # Ray's guides have every DDP rank save the same replica under one name
+    collector, storage, _, _, _ = _collector(tmp_path)
+    _report(collector, 1, 0, None, _upload_content(storage, tmp_path, 1, b"replica"))
+    _report(collector, 0, 0, {"loss": 0.5}, _upload_content(storage, tmp_path, 0, b"replica"))
+    [committed] = storage.list_committed()
+    assert sorted(committed.files) == ["model.pt"]
+    assert storage.verify(committed) is None
+
+
+def test_reports_refuse_one_file_reported_with_different_contents(tmp_path: Path) -> None:
+    collector, storage, _, _, _ = _collector(tmp_path)
+    _report(collector, 0, 0, {"loss": 0.5}, _upload_content(storage, tmp_path, 0, b"rank 0"))
+    with pytest.raises(
+        TrainingFailedError,
+        match=r"Report 0: ranks 0 and 1 both put model.pt in the checkpoint, with different "
+        r"contents; .* Report that file from one rank",
+    ):
+        _report(collector, 1, 0, None, _upload_content(storage, tmp_path, 1, b"rank one"))
+    assert storage.list_committed() == []
