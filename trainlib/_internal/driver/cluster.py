@@ -113,7 +113,16 @@ def _start_cluster(config: ClusterOptions, num_workers: int) -> Iterator[Any]:
         with dask.config.set(quiet), LocalCluster(**{**kwargs, **config.cluster_kwargs}) as local:
             yield local
         return
-    with _import_class(config.cluster_class)(**config.cluster_kwargs) as cluster:
+    # No statistical profiler in the workers it starts here either: it calls
+    # sys._current_frames() every 10 ms, which on CPython 3.11 before the fix of gh-106883 can
+    # deadlock the whole process (a GC inside it holding the runtime lock against the GIL);
+    # workers in the driver's process (processes=False) then froze the driver for good. Their
+    # threads only supervise rank processes: the profile had nothing to show.
+    cluster_class = _import_class(config.cluster_class)
+    with (
+        dask.config.set({"distributed.worker.profile.enabled": False}),
+        cluster_class(**config.cluster_kwargs) as cluster,
+    ):
         if config.adapt_kwargs is not None:
             cluster.adapt(**config.adapt_kwargs)
         else:

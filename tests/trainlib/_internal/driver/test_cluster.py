@@ -220,3 +220,25 @@ def test_cluster_more_gpu_ranks_than_devices_fail_at_once_naming_the_host(
     assert time.monotonic() - started < 5  # not after the 60 s wait for workers
     [slot] = select_workers(client, ScalingConfig(num_workers=1, use_gpu=True), timeout_s=5)
     assert (slot.address, slot.device) == (_workers(client)[0], "0")
+
+
+def test_cluster_class_workers_run_no_statistical_profiler() -> None:
+    # sys._current_frames() every 10 ms deadlocked the driver once (CPython gh-106883)
+    from dataclasses import dataclass, field
+    from typing import Any
+
+    from trainlib._internal.driver.cluster import _start_cluster
+
+    @dataclass
+    class Options:
+        address: str | None = None
+        cluster_class: str | None = "distributed.LocalCluster"
+        cluster_kwargs: dict[str, Any] = field(
+            default_factory=lambda: {"n_workers": 0, "processes": False}
+        )
+        adapt_kwargs: dict[str, Any] | None = None
+
+    with _start_cluster(Options(), 1) as cluster, Client(cluster) as client:
+        client.wait_for_workers(1, timeout=60)
+        profiling = client.run(lambda dask_worker: "profile" in dask_worker.periodic_callbacks)
+    assert list(profiling.values()) == [False]
