@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -135,6 +135,10 @@ class RunStorage:
                 [os.path.join(local_dir, r) for r in relpaths], [f"{target}/{r}" for r in relpaths]
             )
 
+    def _stored_entry(self, path: str) -> FileEntry:
+        data = self._call("read back", path, lambda: self.filesystem.cat_file(path))
+        return FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+
     def _check_sizes(self, target: str, entries: dict[str, FileEntry]) -> None:
         """Raise unless every uploaded file is there with its size."""
         self.filesystem.invalidate_cache(target)
@@ -157,10 +161,17 @@ class RunStorage:
         files: dict[str, FileEntry],
         metrics: dict[str, Any],
         name: str | None = None,
+        differing: Collection[str] = (),
     ) -> CommittedCheckpoint:
         """Write the commit marker that makes checkpoint ``index`` visible, once every rank's
-        upload has ended and each file is there with its size (a cut-off upload is not)."""
-        self._check_sizes(self.checkpoint_dir(index, name), files)
+        upload has ended and each file is there with its size (a cut-off upload is not).
+
+        ``differing``: files that ranks uploaded with different contents; the marker records
+        the copy the storage kept (read back), whichever rank wrote it last.
+        """
+        directory = self.checkpoint_dir(index, name)
+        files = {**files, **{rel: self._stored_entry(f"{directory}/{rel}") for rel in differing}}
+        self._check_sizes(directory, files)
         marker = {
             "index": index,
             "metrics": metrics,

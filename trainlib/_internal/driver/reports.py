@@ -114,7 +114,7 @@ class ReportCollector:
 
     def _complete(self, index: int, reports: list[ReportMessage]) -> None:
         metrics = next(r.metrics for r in reports if r.world_rank == 0) or {}
-        files = _merged_files(index, reports)
+        files, differing = _merged_files(reports)
         names = sorted({str(r.dir_name) for r in reports if r.files is not None})
         if len(names) > 1:
             raise TrainingFailedError(
@@ -124,7 +124,7 @@ class ReportCollector:
         checkpoint = None
         if any(r.files is not None for r in reports):
             name = next(r.dir_name for r in reports if r.files is not None)
-            committed = self._storage.commit(index, files, metrics, name)
+            committed = self._storage.commit(index, files, metrics, name, differing)
             self._manager.register(committed)
             checkpoint = committed.checkpoint
         self._history.append((index, metrics))
@@ -132,20 +132,14 @@ class ReportCollector:
             callback.on_report(Report(index, metrics, checkpoint))
 
 
-def _merged_files(index: int, reports: Sequence[ReportMessage]) -> dict[str, FileEntry]:
-    """Every rank's files of one report as one checkpoint; a path that ranks reported with
-    different contents cannot be kept (the storage holds one of them, whichever came last)."""
+def _merged_files(reports: Sequence[ReportMessage]) -> tuple[dict[str, FileEntry], set[str]]:
+    """Every rank's files of one report as one checkpoint, and the paths that ranks reported
+    with different contents (the storage keeps whichever was written last, as Ray's does)."""
     files: dict[str, FileEntry] = {}
-    owners: dict[str, int] = {}
-    for report in sorted(reports, key=lambda r: r.world_rank):
+    differing: set[str] = set()
+    for report in reports:
         for rel, entry in (report.files or {}).items():
             if rel in files and files[rel].sha256 != entry.sha256:
-                raise TrainingFailedError(
-                    f"Report {index}: ranks {owners[rel]} and {report.world_rank} both put "
-                    f"{rel} in the checkpoint, with different contents; the storage keeps one "
-                    "file of a name. Report that file from one rank (e.g. only when "
-                    "trainlib.get_context().get_world_rank() == 0) or give each rank's file its "
-                    "own name."
-                )
-            files[rel], owners[rel] = entry, owners.get(rel, report.world_rank)
-    return files
+                differing.add(rel)
+            files[rel] = entry
+    return files, differing
