@@ -136,8 +136,14 @@ class RunStorage:
             )
 
     def _stored_entry(self, path: str) -> FileEntry:
-        data = self._call("read back", path, lambda: self.filesystem.cat_file(path))
-        return FileEntry(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+        """Size and sha256 of a stored file, read in chunks (a model need not fit in memory)."""
+
+        def read() -> FileEntry:
+            with self.filesystem.open(path, "rb") as stored:
+                digest = hashlib.file_digest(stored, "sha256")
+                return FileEntry(size=stored.tell(), sha256=digest.hexdigest())
+
+        return self._call("read back", path, read)
 
     def _check_sizes(self, target: str, entries: dict[str, FileEntry]) -> None:
         """Raise unless every uploaded file is there with its size."""
