@@ -142,8 +142,10 @@ class DataIterator:
                 tensors = self._cached.torch_batches(
                     order, batch_size, drop_last, target if on_device else host, stager is not None
                 )
-                cast = (_conversion.cast(b, dtypes) for b in tensors)
-                return _staged_ahead(cast, prefetch_batches, None if on_device else stager)
+                staged = _staged_ahead(tensors, prefetch_batches, None if on_device else stager)
+                # Cast where the batch is used: a cast on the host would swap the pinned
+                # gather for an unpinned copy, to be pinned again before it goes to the GPU.
+                return (_conversion.cast(b, dtypes) for b in staged)
             batches = self._numpy_batches(
                 batch_size, drop_last, local_shuffle_buffer_size, local_shuffle_seed
             )
