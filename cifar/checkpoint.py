@@ -1,9 +1,9 @@
 """The training checkpoint file: what a rank saves each epoch and the registry loads.
 
 One file, ``checkpoint.pt``, in a trainlib checkpoint directory: the classifier's weights and
-what rebuilds it (model name, normalisation), the optimiser and scheduler states, the epoch,
-and the hyper-parameters. Loaded with ``torch.load(..., weights_only=True)``: plain tensors and
-Python values only, never pickled code.
+what rebuilds it (model name, normalisation), the optimiser, scheduler and fp16 loss-scaler
+states, the epoch, and the hyper-parameters. Loaded with ``torch.load(...,
+weights_only=True)``: plain tensors and Python values only, never pickled code.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def save_training_state(
     scheduler: Any,
     epoch: int,
     hyperparameters: dict[str, Any],
+    scaler: torch.amp.GradScaler | None = None,
 ) -> None:
     """Write ``checkpoint.pt`` into ``directory`` (the unwrapped model's weights)."""
     torch.save(
@@ -51,6 +52,9 @@ def save_training_state(
             "model_spec": {"name": spec.name, "mean": list(spec.mean), "std": list(spec.std)},
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
+            # fp16's loss scale ({} when the scaler is off): a resumed run keeps it instead of
+            # skipping steps to find it again
+            "scaler": scaler.state_dict() if scaler is not None else {},
             "epoch": epoch,
             "hyperparameters": hyperparameters,
         },
@@ -64,6 +68,27 @@ def load_training_state(directory: str) -> dict[str, Any]:
         os.path.join(directory, CHECKPOINT_FILE), weights_only=True, map_location="cpu"
     )
     return state
+
+
+def restore_training_state(
+    directory: str,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    scaler: torch.amp.GradScaler,
+) -> int:
+    """Load ``checkpoint.pt`` from ``directory`` into the training objects; the next epoch.
+
+    The loss scale is restored only where both runs use one (fp16 on both GPUs).
+    """
+    state = load_training_state(directory)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if state.get("scaler") and scaler.is_enabled():  # absent in checkpoints before it was kept
+        scaler.load_state_dict(state["scaler"])
+    return int(state["epoch"]) + 1
 
 
 def load_classifier(checkpoint_uri: str) -> Classifier:

@@ -20,7 +20,7 @@ from torch import nn
 
 import trainlib
 from cifar.augment import augment
-from cifar.checkpoint import ModelSpec, load_training_state, save_training_state
+from cifar.checkpoint import ModelSpec, restore_training_state, save_training_state
 from cifar.dataset import per_rank_batch_size
 from cifar.errors import InvalidParameterError, TrainingDivergedError
 from cifar.model_names import check_model_name
@@ -85,9 +85,9 @@ def cifar_train_func(loop: dict[str, Any]) -> None:
     scheduler = torch.optim.lr_scheduler.OneCycleLR(
         optimizer, max_lr=max(config.lr, 1e-12), total_steps=config.epochs * steps
     )
-    start_epoch = _resume(classifier, optimizer, scheduler)
     # fp16's loss scale, kept across epochs (a new scaler would skip steps to find it again)
     scaler = torch.amp.GradScaler("cuda", enabled=_autocast_dtype(config) is torch.float16)
+    start_epoch = _resume(classifier, optimizer, scheduler, scaler)
     train, val = trainlib.get_dataset_shard("train"), trainlib.get_dataset_shard("val")
     for epoch in range(start_epoch, config.epochs):
         began = time.perf_counter()
@@ -120,6 +120,7 @@ def cifar_train_func(loop: dict[str, Any]) -> None:
                     scheduler=scheduler,
                     epoch=epoch,
                     hyperparameters=asdict(config),
+                    scaler=scaler,
                 )
             trainlib.report(metrics, checkpoint=Checkpoint.from_directory(directory))
 
@@ -232,17 +233,20 @@ def _autocast(dtype: torch.dtype | None) -> contextlib.AbstractContextManager[An
     return torch.autocast("cuda", dtype=dtype)
 
 
-def _resume(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> int:
+def _resume(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    scaler: torch.amp.GradScaler,
+) -> int:
     """Load the latest checkpoint if there is one; return the first epoch to train."""
     checkpoint = trainlib.get_checkpoint()
     if checkpoint is None:
         return 0
     with checkpoint.as_directory() as directory:
-        state = load_training_state(directory)
-    model.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
-    return int(state["epoch"]) + 1
+        return restore_training_state(
+            directory, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler
+        )
 
 
 def _log_epoch(metrics: dict[str, Any], epochs: int) -> None:

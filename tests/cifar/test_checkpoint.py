@@ -13,6 +13,7 @@ from cifar.checkpoint import (
     ModelSpec,
     load_classifier,
     load_training_state,
+    restore_training_state,
     save_training_state,
 )
 
@@ -36,6 +37,90 @@ def test_model_checkpoint_round_trip_rebuilds_the_classifier(tmp_path: Path) -> 
     assert not loaded.training
     for a, b in zip(model.state_dict().values(), loaded.state_dict().values(), strict=True):
         assert torch.equal(a, b)
+
+
+def _training_objects() -> tuple[
+    torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler
+]:
+    model = ModelSpec("small_cnn", (0.5,) * 3, (0.25,) * 3).build()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    return model, optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+
+
+def test_restore_brings_back_weights_optimizer_schedule_and_loss_scale(tmp_path: Path) -> None:
+    """A resumed fp16 run keeps its loss scale (a CPU scaler stands in for the GPU's)."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)
+    model, optimizer, scheduler = _training_objects()
+    scaler.scale(model(torch.rand(2, 3, 32, 32)).sum()).backward()
+    scaler.step(optimizer)
+    scheduler.step()
+    scaler.update(2.0**7)  # the scale an fp16 run found
+    spec = ModelSpec("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    save_training_state(
+        str(tmp_path),
+        model=model,
+        spec=spec,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        epoch=4,
+        hyperparameters={},
+        scaler=scaler,
+    )
+    fresh_scaler = torch.amp.GradScaler("cpu")
+    fresh, fresh_optimizer, fresh_scheduler = _training_objects()
+    next_epoch = restore_training_state(
+        str(tmp_path),
+        model=fresh,
+        optimizer=fresh_optimizer,
+        scheduler=fresh_scheduler,
+        scaler=fresh_scaler,
+    )
+    assert next_epoch == 5
+    assert fresh_scaler.get_scale() == 2.0**7
+    assert fresh_scheduler.get_last_lr() == [0.05]
+    assert fresh_optimizer.state_dict()["state"].keys() == optimizer.state_dict()["state"].keys()
+    for a, b in zip(model.state_dict().values(), fresh.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_restore_skips_the_loss_scale_where_a_run_has_none(tmp_path: Path) -> None:
+    """bf16 or CPU on either side: no scale saved, or none to restore; neither fails."""
+    spec = ModelSpec("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    model, optimizer, scheduler = _training_objects()
+    (tmp_path / "off").mkdir()
+    (tmp_path / "on").mkdir()
+    save_training_state(
+        str(tmp_path / "off"),
+        model=model,
+        spec=spec,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        epoch=0,
+        hyperparameters={},
+        scaler=torch.amp.GradScaler("cuda", enabled=False),
+    )
+    assert load_training_state(str(tmp_path / "off"))["scaler"] == {}
+    enabled = torch.amp.GradScaler("cpu", init_scale=8.0)
+    restore_training_state(
+        str(tmp_path / "off"), model=model, optimizer=optimizer, scheduler=scheduler, scaler=enabled
+    )
+    assert enabled.get_scale() == 8.0  # kept its own start
+
+    save_training_state(
+        str(tmp_path / "on"),
+        model=model,
+        spec=spec,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        epoch=0,
+        hyperparameters={},
+        scaler=torch.amp.GradScaler("cpu", init_scale=4.0),
+    )
+    disabled = torch.amp.GradScaler("cuda", enabled=False)
+    restore_training_state(
+        str(tmp_path / "on"), model=model, optimizer=optimizer, scheduler=scheduler, scaler=disabled
+    )
+    assert not disabled.is_enabled()
 
 
 def test_model_checkpoint_refuses_pickled_code(tmp_path: Path) -> None:
