@@ -150,15 +150,30 @@ def _train_epoch(
         loss = nn.functional.cross_entropy(logits.float(), labels)
         optimizer.zero_grad(set_to_none=True)
         scaler.scale(loss).backward()
-        scaler.step(optimizer)  # optimizer.step() when the scaler is disabled
-        scaler.update()
-        scheduler.step()
+        if _stepped(scaler, optimizer):
+            scheduler.step()
         totals += _batch_totals(loss.detach() * len(labels), logits, labels)
         if step % CHECK_EVERY_STEPS == 0:
             checked = _check_finite(totals, checked, step, config, epoch)
     _check_finite(totals, checked, step, config, epoch)
     loss_sum, correct, seen = _sum_across_ranks(totals)
     return loss_sum / seen, correct / seen
+
+
+def _stepped(scaler: torch.amp.GradScaler, optimizer: torch.optim.Optimizer) -> bool:
+    """Step ``optimizer``; False when fp16's GradScaler skipped the step (inf or NaN
+    gradients while it finds its scale), so the schedule must not advance either.
+
+    Only fp16 (GPUs without native bf16) reads the scale back, a wait for the device that
+    ``GradScaler.step`` already makes at every step to check the gradients.
+    """
+    if not scaler.is_enabled():
+        optimizer.step()
+        return True
+    scale = scaler.get_scale()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler.get_scale() >= scale  # a skipped step backs the scale off
 
 
 def _evaluate(

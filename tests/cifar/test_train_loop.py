@@ -71,3 +71,28 @@ def test_train_loop_names_the_steps_since_its_last_check(monkeypatch: pytest.Mon
     monkeypatch.setattr(train_loop, "CHECK_EVERY_STEPS", 2)
     with pytest.raises(TrainingDivergedError, match=r"at epoch 3, steps 3-4 \(lr"):
         _diverging_epoch({3}, num_batches=5)  # steps 1-2 were checked, 3-4 are the range
+
+
+def test_train_loop_does_not_advance_the_schedule_on_steps_the_scaler_skipped() -> None:
+    """fp16's GradScaler skips steps whose scaled gradients overflow; the learning rate must
+    not move on those steps (a CPU scaler stands in for the GPU's: the loop's code is shared).
+    """
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 32 * 32, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0 / (step + 1))
+    # Weight gradients up to ~4 (pixels of 8, two images): scaled by 2**127 they overflow
+    # float32 (max ~2**128) until the scale has backed off a few times.
+    start = 2.0**127
+    scaler = torch.amp.GradScaler("cpu", init_scale=start)
+    batches = [{"image": torch.full((2, 3, 32, 32), 8.0), "label": torch.tensor([0, 1])}] * 8
+    torch.distributed.init_process_group(
+        "gloo", store=torch.distributed.HashStore(), rank=0, world_size=1
+    )
+    try:
+        _train_epoch(model, batches, optimizer, scheduler, scaler, TrainConfig(lr=0.05), epoch=0)
+    finally:
+        torch.distributed.destroy_process_group()
+    skipped = round(math.log2(start / scaler.get_scale()))  # each skip halves the scale
+    assert 1 <= skipped < 8
+    assert scheduler.last_epoch == 8 - skipped
