@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -39,12 +40,49 @@ def test_model_checkpoint_round_trip_rebuilds_the_classifier(tmp_path: Path) -> 
         assert torch.equal(a, b)
 
 
+SPEC = ModelSpec("small_cnn", (0.5,) * 3, (0.25,) * 3)
+
+
 def _training_objects() -> tuple[
     torch.nn.Module, torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler
 ]:
-    model = ModelSpec("small_cnn", (0.5,) * 3, (0.25,) * 3).build()
+    model = SPEC.build()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     return model, optimizer, torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5)
+
+
+def _save(
+    directory: Path,
+    objects: tuple[torch.nn.Module, torch.optim.Optimizer, Any],
+    scaler: torch.amp.GradScaler,
+    epoch: int = 0,
+) -> str:
+    """``checkpoint.pt`` of the training ``objects`` (model, optimizer, scheduler) in a new
+    ``directory``."""
+    model, optimizer, scheduler = objects
+    directory.mkdir()
+    save_training_state(
+        str(directory),
+        model=model,
+        spec=SPEC,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        epoch=epoch,
+        hyperparameters={},
+        scaler=scaler,
+    )
+    return str(directory)
+
+
+def _restore(
+    directory: str,
+    objects: tuple[torch.nn.Module, torch.optim.Optimizer, Any],
+    scaler: torch.amp.GradScaler,
+) -> int:
+    model, optimizer, scheduler = objects
+    return restore_training_state(
+        directory, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler
+    )
 
 
 def test_restore_brings_back_weights_optimizer_schedule_and_loss_scale(tmp_path: Path) -> None:
@@ -55,26 +93,10 @@ def test_restore_brings_back_weights_optimizer_schedule_and_loss_scale(tmp_path:
     scaler.step(optimizer)
     scheduler.step()
     scaler.update(2.0**7)  # the scale an fp16 run found
-    spec = ModelSpec("small_cnn", (0.5,) * 3, (0.25,) * 3)
-    save_training_state(
-        str(tmp_path),
-        model=model,
-        spec=spec,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        epoch=4,
-        hyperparameters={},
-        scaler=scaler,
-    )
+    saved = _save(tmp_path / "run", (model, optimizer, scheduler), scaler, epoch=4)
     fresh_scaler = torch.amp.GradScaler("cpu")
     fresh, fresh_optimizer, fresh_scheduler = _training_objects()
-    next_epoch = restore_training_state(
-        str(tmp_path),
-        model=fresh,
-        optimizer=fresh_optimizer,
-        scheduler=fresh_scheduler,
-        scaler=fresh_scaler,
-    )
+    next_epoch = _restore(saved, (fresh, fresh_optimizer, fresh_scheduler), fresh_scaler)
     assert next_epoch == 5
     assert fresh_scaler.get_scale() == 2.0**7
     assert fresh_scheduler.get_last_lr() == [0.05]
@@ -85,41 +107,16 @@ def test_restore_brings_back_weights_optimizer_schedule_and_loss_scale(tmp_path:
 
 def test_restore_skips_the_loss_scale_where_a_run_has_none(tmp_path: Path) -> None:
     """bf16 or CPU on either side: no scale saved, or none to restore; neither fails."""
-    spec = ModelSpec("small_cnn", (0.5,) * 3, (0.25,) * 3)
-    model, optimizer, scheduler = _training_objects()
-    (tmp_path / "off").mkdir()
-    (tmp_path / "on").mkdir()
-    save_training_state(
-        str(tmp_path / "off"),
-        model=model,
-        spec=spec,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        epoch=0,
-        hyperparameters={},
-        scaler=torch.amp.GradScaler("cuda", enabled=False),
-    )
-    assert load_training_state(str(tmp_path / "off"))["scaler"] == {}
+    objects = _training_objects()
+    off = _save(tmp_path / "off", objects, torch.amp.GradScaler("cuda", enabled=False))
+    assert load_training_state(off)["scaler"] == {}
     enabled = torch.amp.GradScaler("cpu", init_scale=8.0)
-    restore_training_state(
-        str(tmp_path / "off"), model=model, optimizer=optimizer, scheduler=scheduler, scaler=enabled
-    )
+    assert _restore(off, objects, enabled) == 1
     assert enabled.get_scale() == 8.0  # kept its own start
 
-    save_training_state(
-        str(tmp_path / "on"),
-        model=model,
-        spec=spec,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        epoch=0,
-        hyperparameters={},
-        scaler=torch.amp.GradScaler("cpu", init_scale=4.0),
-    )
+    on = _save(tmp_path / "on", objects, torch.amp.GradScaler("cpu", init_scale=4.0))
     disabled = torch.amp.GradScaler("cuda", enabled=False)
-    restore_training_state(
-        str(tmp_path / "on"), model=model, optimizer=optimizer, scheduler=scheduler, scaler=disabled
-    )
+    assert _restore(on, objects, disabled) == 1
     assert not disabled.is_enabled()
 
 
