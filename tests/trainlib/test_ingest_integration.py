@@ -165,16 +165,26 @@ def pass_with_faults(config: dict[str, Any]) -> None:
 
 
 def kill_data_worker_once(frame: pd.DataFrame, out: str, pid: int) -> pd.DataFrame:
-    """After the rank's death, the second call kills the worker holding the source data."""
+    """After the rank's death, the second call kills the worker holding the source data.
+
+    Calls run in several worker processes at once: each mark is made by exactly one of them
+    (an exclusive create), so one call is the second and one kills, whatever the interleaving.
+    """
     marks = Path(out)
-    if (marks / "rank-died").exists() and not (marks / "worker-killed").exists():
-        calls = marks / "calls-after-restart"
-        with calls.open("a") as f:
-            f.write("x")
-        if len(calls.read_text()) == 2:
-            (marks / "worker-killed").touch()
-            os.kill(pid, signal.SIGKILL)
+    died = (marks / "rank-died").exists()
+    second = died and not _created(marks / "first-call-after-death")
+    if second and _created(marks / "worker-killed"):
+        os.kill(pid, signal.SIGKILL)
     return decode(frame)
+
+
+def _created(path: Path) -> bool:
+    """Create ``path``; False if it existed (O_EXCL: one process of many wins)."""
+    try:
+        path.touch(exist_ok=False)
+    except FileExistsError:
+        return False
+    return True
 
 
 @dataclass
