@@ -21,19 +21,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo, for tests.prefect_stack
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo, for tests.prefect_*
 
 
-async def _timings(flow_run_id: Any) -> tuple[Any, Any, Any]:
+def _timings(flow_run_id: Any) -> tuple[Any, Any, Any]:
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    async with get_client() as client:
-        run = await client.read_flow_run(flow_run_id)
-        tasks = await client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
-        )
-    train = next(t for t in tasks if t.name.startswith("train"))
+    from tests.prefect_records import task_runs
+
+    train = task_runs(flow_run_id, ["train"])["train"]  # once the server has recorded it
+
+    async def read() -> Any:
+        async with get_client() as client:
+            return await client.read_flow_run(flow_run_id)
+
+    run = asyncio.run(read())
     return run.start_time, train.start_time, run.end_time
 
 
@@ -69,7 +71,7 @@ def main() -> None:
                     },
                 )
                 assert flow_run.state.is_completed(), flow_run.state
-                running, train_start, end = asyncio.run(_timings(flow_run.id))
+                running, train_start, end = _timings(flow_run.id)
                 to_running.append(running.timestamp() - requested)
                 to_train.append(train_start.timestamp() - requested)
                 to_done.append(end.timestamp() - requested)

@@ -24,14 +24,13 @@ from prefect.client.schemas.filters import (
     FlowRunFilter,
     FlowRunFilterState,
     FlowRunFilterStateType,
-    LogFilter,
-    LogFilterFlowRunId,
 )
 from prefect.client.schemas.objects import StateType
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from cifar.format import write_synthetic_archive
 from tests.conftest import HttpDir
+from tests.prefect_records import final_flow_runs, flow_finished, flow_run_logs
 from tests.prefect_stack import REPO, deploy_all
 
 SCHEDULE_DEADLINE_S = 120.0
@@ -107,16 +106,19 @@ def test_deployment_run_shows_progress_metrics_and_summary(manual_run: Any) -> N
 
 
 def test_deployment_logs_rank_zero_lines_in_the_run(manual_run: Any) -> None:
-    async def read() -> list[str]:
-        async with get_client() as client:
-            logs = await client.read_logs(
-                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[manual_run.id]))
-            )
-        return [log.message for log in logs]
+    def rank_zero(messages: list[str]) -> bool:
+        return any(m.startswith("epoch 1/1: train loss") for m in messages)
 
-    messages = asyncio.run(read())
-    assert any(m.startswith("epoch 1/1: train loss") for m in messages)
-    assert any("starting (attempt 1) on 2 ranks" in m for m in messages)  # trainlib's state
+    def trainlib_state(messages: list[str]) -> bool:
+        return any("starting (attempt 1) on 2 ranks" in m for m in messages)
+
+    def recorded(logs: list[Any]) -> bool:
+        messages = [log.message for log in logs]
+        return flow_finished(logs) and rank_zero(messages) and trainlib_state(messages)
+
+    messages = [log.message for log in flow_run_logs(manual_run.id, until=recorded)]
+    assert rank_zero(messages), messages
+    assert trainlib_state(messages), messages
 
 
 @pytest.mark.parametrize("name", ["train-cifar/nightly", "tune-cifar/weekly"])
@@ -175,19 +177,6 @@ def webhook() -> Iterator[Webhook]:
         thread.join()
 
 
-def _wait_for_final(flow_run_ids: list[Any]) -> list[Any]:
-    async def read() -> list[Any]:
-        async with get_client() as client:
-            return [await client.read_flow_run(i) for i in flow_run_ids]
-
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    runs = asyncio.run(read())
-    while not all(r.state.is_final() for r in runs) and time.monotonic() < deadline:
-        time.sleep(0.5)  # polling the server for the runs' states, not waiting out a delay
-        runs = asyncio.run(read())
-    return runs
-
-
 @pytest.fixture(scope="module")
 def failing_nightlies(
     deployed: dict[str, str],
@@ -216,7 +205,7 @@ def failing_nightlies(
     started = [
         run_deployment("train-cifar/nightly", parameters=parameters, timeout=0) for _ in range(2)
     ]
-    return _wait_for_final([run.id for run in started])
+    return final_flow_runs([run.id for run in started], timeout=RUN_TIMEOUT_S)
 
 
 def test_deployment_nightly_runs_one_at_a_time(failing_nightlies: list[Any]) -> None:

@@ -3,36 +3,25 @@ cluster (tests/slurm_rig.py) through dask-jobqueue."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
-from typing import Any
 
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.client.schemas.objects import Log
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from cifar.format import write_synthetic_archive
+from tests.prefect_records import flow_run_logs
 from tests.prefect_stack import deploy_all
 from tests.slurm_rig import SlurmCluster
 
 RUN_TIMEOUT_S = 300
+PLACED = re.compile(r"rank (\d) on \S+ \(pid \d+, SLURM job (\d+)\)")
 
 
-async def _messages(flow_run_id: Any) -> list[str]:
-    """Every log message of the flow run (the API returns at most 200 a call)."""
-    found: list[str] = []
-    async with get_client() as client:
-        while True:
-            logs = await client.read_logs(
-                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
-                limit=200,
-                offset=len(found),
-            )
-            if not logs:
-                return found
-            found += [log.message for log in logs]
+def _placed(logs: list[Log]) -> dict[str, str]:
+    """Rank → SLURM job id, from the ranks' "rank N on HOST (pid P, SLURM job J)" lines."""
+    return dict(m.groups() for m in map(PLACED.search, (log.message for log in logs)) if m)
 
 
 def test_deployment_run_by_a_worker_trains_in_slurm_jobs(
@@ -74,12 +63,9 @@ def test_deployment_run_by_a_worker_trains_in_slurm_jobs(
             poll_interval=1,
         )
         assert run.state.is_completed(), run.state
-        messages = asyncio.run(_messages(run.id))
-    placed = dict(
-        m.groups()
-        for m in map(re.compile(r"rank (\d) on \S+ \(pid \d+, SLURM job (\d+)\)").search, messages)
-        if m
-    )
+        logs = flow_run_logs(run.id, until=lambda logs: len(_placed(logs)) == 2)
+    messages = [log.message for log in logs]
+    placed = _placed(logs)
     assert sorted(placed) == ["0", "1"], messages[-20:]
     assert {f.name.rsplit("-", 1)[-1] for f in (tmp_path / "jobs").glob("*.err")} >= {
         f"{job}.err" for job in placed.values()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import os
@@ -21,8 +20,6 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 from PIL import Image
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.states import State
 
 from cifar.dataset import read_manifest
@@ -33,6 +30,7 @@ from flows.train_cifar import train_cifar
 from tasks.predict import read_inputs
 from tests.conftest import HttpDir
 from tests.helpers import free_port
+from tests.prefect_records import task_run_states
 
 MODEL = "e2e-classifier"
 EPOCHS = 3
@@ -182,16 +180,9 @@ def test_flow_run_logs_system_metrics(first_run: dict[str, Any], workspace: Work
 def test_flow_second_run_reuses_download_and_preprocess(
     second_run: State[Any], workspace: Workspace
 ) -> None:
-    async def task_states() -> dict[str, str]:
-        async with get_client() as client:
-            runs = await client.read_task_runs(
-                flow_run_filter=FlowRunFilter(
-                    id=FlowRunFilterId(any_=[second_run.state_details.flow_run_id])
-                )
-            )
-        return {run.name.rsplit("-", 1)[0]: run.state_name or "" for run in runs}
-
-    states = asyncio.run(task_states())
+    states = task_run_states(
+        second_run.state_details.flow_run_id, ["download", "preprocess", "train"]
+    )
     assert (states["download"], states["preprocess"]) == ("Cached", "Cached")
     assert states["train"] == "Completed"
 

@@ -20,12 +20,12 @@ import pytest
 import s3fs
 from mlflow.tracking import MlflowClient
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 
 from cifar.format import write_synthetic_archive
 from flows.train_cifar import train_cifar
 from tests.conftest import S3_BUCKET
 from tests.helpers import free_port
+from tests.prefect_records import flow_finished, flow_run_logs
 
 SECRET = "s3cr3t-never-log-7f3a9c"
 MLFLOW_BUCKET = "mlflow-artifacts"
@@ -147,15 +147,12 @@ def test_s3_flow_keeps_data_checkpoints_and_artifacts_on_s3(
 def test_s3_flow_never_shows_the_secret(s3_run: dict[str, Any], mlflow_server: str) -> None:
     assert os.environ["AWS_SECRET_ACCESS_KEY"] == SECRET  # it was there to leak
 
-    async def prefect_texts() -> list[str]:
+    async def parameters() -> str:
         async with get_client() as client:
-            run = await client.read_flow_run(s3_run["flow_run_id"])
-            logs = await client.read_logs(
-                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id]))
-            )
-        return [str(run.parameters), *(log.message for log in logs)]
+            return str((await client.read_flow_run(s3_run["flow_run_id"])).parameters)
 
-    texts = asyncio.run(prefect_texts())
+    logs = flow_run_logs(s3_run["flow_run_id"], until=flow_finished)  # every line, recorded
+    texts = [asyncio.run(parameters()), *(log.message for log in logs)]
     run = MlflowClient(mlflow_server).get_run(s3_run["mlflow_run_id"])
     texts += [str(run.data.params), str(run.data.tags)]
     assert len(texts) > 5

@@ -3,21 +3,19 @@ intact, recomputed when they are not, skipped (with a warning) when it cannot be
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prefect import flow
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.states import State
 
 from cifar.format import write_synthetic_archive
 from cifar.layout import StorageLayout
 from tasks.download import fetch_archive
 from tasks.preprocess import prepare_dataset
+from tests.prefect_records import task_run_states
 from trainlib import DaskConfig
 
 
@@ -34,17 +32,8 @@ def data_steps(url: str, md5: str, storage_path: str, scheduler: str) -> str:
 
 def _states(url: str, md5: str, root: Path, scheduler: str) -> tuple[dict[str, str], str]:
     state: State[Any] = data_steps(url, md5, str(root / "store"), scheduler, return_state=True)
-
-    async def read() -> dict[str, str]:
-        async with get_client() as client:
-            runs = await client.read_task_runs(
-                flow_run_filter=FlowRunFilter(
-                    id=FlowRunFilterId(any_=[state.state_details.flow_run_id])
-                )
-            )
-        return {run.name.rsplit("-", 1)[0]: run.state_name or "" for run in runs}
-
-    return asyncio.run(read()), state.result()
+    states = task_run_states(state.state_details.flow_run_id, ["download", "preprocess"])
+    return states, state.result()
 
 
 @pytest.fixture
