@@ -77,7 +77,9 @@ def read_inputs(input_uri: str) -> Inputs:
             images.append(_read_image(fs, file))
             names.append(fs.unstrip_protocol(file))
         except Exception as exc:
-            errors.append((fs.unstrip_protocol(file), f"{type(exc).__name__}: {exc}"))
+            cause = f"{type(exc).__name__}: {exc}"
+            reason = f"{posixpath.basename(file)} is not a readable PNG or JPEG image ({cause})"
+            errors.append((fs.unstrip_protocol(file), reason))
     stacked = np.stack(images) if images else np.zeros((0, 3, 32, 32), dtype=np.uint8)
     return Inputs(names, stacked, errors)
 

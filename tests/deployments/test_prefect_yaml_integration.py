@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -121,12 +122,34 @@ def test_deployment_logs_rank_zero_lines_in_the_run(manual_run: Any) -> None:
     assert trainlib_state(messages), messages
 
 
-@pytest.mark.parametrize("name", ["train-cifar/nightly", "tune-cifar/weekly"])
-def test_deployment_schedule_creates_runs(deployed: dict[str, str], name: str) -> None:
-    async def scheduled() -> int:
+SCHEDULES = {  # deployments/prefect.yaml: deployment -> (cron, time zone)
+    "train-cifar/nightly": ("0 3 * * *", "UTC"),
+    "tune-cifar/weekly": ("0 4 * * 0", "UTC"),
+}
+
+
+def test_deployment_schedules_are_the_documented_crons(deployed: dict[str, str]) -> None:
+    async def schedules(name: str) -> list[tuple[str, str | None]]:
         async with get_client() as client:
             deployment = await client.read_deployment_by_name(name)
-            runs = await client.read_flow_runs(
+        return [(s.schedule.cron, s.schedule.timezone) for s in deployment.schedules]
+
+    for name, schedule in SCHEDULES.items():
+        assert asyncio.run(schedules(name)) == [schedule]
+    assert asyncio.run(schedules("train-cifar/manual")) == []
+    assert asyncio.run(schedules("predict-cifar/champion")) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "weekday"), [("train-cifar/nightly", None), ("tune-cifar/weekly", 6)]
+)
+def test_deployment_schedule_creates_runs_at_its_times(
+    deployed: dict[str, str], name: str, weekday: int | None
+) -> None:
+    async def scheduled() -> list[Any]:
+        async with get_client() as client:
+            deployment = await client.read_deployment_by_name(name)
+            return await client.read_flow_runs(
                 deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[deployment.id])),
                 flow_run_filter=FlowRunFilter(
                     state=FlowRunFilterState(
@@ -134,14 +157,18 @@ def test_deployment_schedule_creates_runs(deployed: dict[str, str], name: str) -
                     )
                 ),
             )
-        return len(runs)
 
     deadline = time.monotonic() + SCHEDULE_DEADLINE_S
-    count = asyncio.run(scheduled())
-    while count == 0 and time.monotonic() < deadline:
+    runs = asyncio.run(scheduled())
+    while not runs and time.monotonic() < deadline:
         time.sleep(1)  # the server's scheduler loop creates runs on its own clock
-        count = asyncio.run(scheduled())
-    assert count >= 1
+        runs = asyncio.run(scheduled())
+    assert runs, f"no scheduled run of {name} after {SCHEDULE_DEADLINE_S} s"
+    hour = int(SCHEDULES[name][0].split()[1])
+    for run in runs:  # each at the cron's time, in UTC; weekly on Sundays
+        start = run.expected_start_time.astimezone(timezone.utc)
+        assert (start.hour, start.minute, start.second) == (hour, 0, 0), start
+        assert weekday is None or start.weekday() == weekday, start
 
 
 @dataclass

@@ -21,7 +21,11 @@ def _compose() -> dict[str, Any]:
 
 
 # scheme://[user:password@]host:port, e.g. http://mlflow:5000 or tcp://dask-scheduler:8786
-SERVICE_URL = re.compile(r"[a-z][a-z0-9+]*://(?:[^@/\s]*@)?([A-Za-z0-9_.-]+):\d+")
+SERVICE_URL = re.compile(r"[a-z][a-z0-9+]*://(?:[^@/\s]*@)?([A-Za-z0-9_.-]+):(\d+)")
+# what a service listens on, as its command says: --port 5000, -s3.port=9000, --host 0.0.0.0
+# --dashboard-address :8787, --console-address :9001
+LISTEN = re.compile(r"-[\w.-]*(?:port|address)[= ](?:[^\s:]*:)?(\d+)\b")
+WAIT_FOR = re.compile(r"wait-for ((?:[\w.-]+:\d+ )+)--")
 
 
 def _strings(value: Any) -> list[str]:
@@ -31,6 +35,18 @@ def _strings(value: Any) -> list[str]:
     if isinstance(value, list):
         return [str(v) for v in value]
     return [value] if isinstance(value, str) else []
+
+
+def _listens_on(service: dict[str, Any]) -> set[int]:
+    """The container ports a service listens on: published ones, exposed ones, and the ports
+    its command and its healthcheck name."""
+    ports = {int(str(p).rsplit(":", 1)[-1].split("/")[0]) for p in service.get("ports") or []}
+    ports |= {int(str(p)) for p in service.get("expose") or []}
+    command = " ".join(_strings(service.get("command")) + _strings(service.get("entrypoint")))
+    ports |= {int(p) for p in LISTEN.findall(command)}
+    health = " ".join(_strings((service.get("healthcheck") or {}).get("test")))
+    ports |= {int(p) for p in re.findall(r"localhost[:', ]+(\d+)", health)}
+    return ports
 
 
 def _tool(name: str) -> str:
@@ -61,16 +77,62 @@ def test_compose_references_resolve() -> None:
             source = volume.split(":")[0]
             if not source.startswith((".", "/", "~", "$")) and source not in volumes:
                 problems.append(f"{name}: volume {source} undeclared")
-        for text in _strings(service.get("environment")) + _strings(service.get("command")):
-            for host in SERVICE_URL.findall(text):
-                if host not in services and host not in ("localhost", "127.0.0.1"):
-                    problems.append(f"{name}: {text} names no service")
+        texts = _strings(service.get("environment")) + _strings(service.get("command"))
+        texts += _strings(service.get("entrypoint"))
+        targets = [t for text in texts for t in SERVICE_URL.findall(text)]
+        targets += [
+            tuple(target.split(":"))
+            for text in texts
+            for found in WAIT_FOR.findall(text)
+            for target in found.split()
+        ]
+        for host, port in targets:
+            if host in ("localhost", "127.0.0.1"):
+                continue
+            if host not in services:
+                problems.append(f"{name}: {host}:{port} names no service")
+            elif int(port) not in _listens_on(services[host]):
+                problems.append(f"{name}: {host} does not listen on {port}")
         build = service.get("build")
         if build is not None:
             context = DOCKER / build["context"]
             if not (context / build["dockerfile"]).is_file():
                 problems.append(f"{name}: no {build['dockerfile']} under {context}")
     assert problems == []
+
+
+# Which servers each service reaches, and through which setting (an environment variable, or
+# "command" for its command line): a URL removed from the file fails here.
+REACHES = {
+    "mlflow": {"MLFLOW_S3_ENDPOINT_URL": "s3"},
+    "dask-worker-1": {"command": "dask-scheduler", "AWS_ENDPOINT_URL_S3": "s3"},
+    "dask-worker-2": {"command": "dask-scheduler", "AWS_ENDPOINT_URL_S3": "s3"},
+    "prefect-worker": {
+        "PREFECT_API_URL": "prefect-server",
+        "MLFLOW_TRACKING_URI": "mlflow",
+        "DASK_SCHEDULER_ADDRESS": "dask-scheduler",
+        "AWS_ENDPOINT_URL_S3": "s3",
+    },
+    "deploy": {"PREFECT_API_URL": "prefect-server"},
+}
+
+
+def test_compose_each_client_names_the_servers_it_uses() -> None:
+    services = _compose()["services"]
+    found = {}
+    for name, settings in REACHES.items():
+        environment = services[name].get("environment") or {}
+        for setting in settings:
+            if setting == "command":
+                text = " ".join(_strings(services[name]["command"]))
+            else:
+                text = str(environment.get(setting, ""))
+            found[(name, setting)] = {host for host, _ in SERVICE_URL.findall(text)}
+    assert found == {
+        (name, setting): {server}
+        for name, settings in REACHES.items()
+        for setting, server in settings.items()
+    }
 
 
 def test_dockerfile_passes_hadolint() -> None:

@@ -35,10 +35,19 @@ def _score(version: str, accuracy: float, synthetic: bool = False) -> ChampionSc
     return ChampionScore(version, accuracy, "t" * 16, "d" * 16, synthetic)
 
 
-def _dataset(root: Path, seed: int, synthetic: bool = False) -> Dataset:
-    images = np.random.default_rng(seed).integers(0, 256, (20, 3, 32, 32), dtype=np.uint8)
-    files = [write_file(str(root / "test-00000.parquet"), images, np.arange(20) % 10)]
-    splits = {"test": files, "train": files, "val": files}
+def _images(seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (20, 3, 32, 32), dtype=np.uint8)
+
+
+def _dataset(
+    root: Path, seed: int, synthetic: bool = False, labels: np.ndarray | None = None
+) -> Dataset:
+    """20 random images as the test split (``labels``, else 0-9 twice), and 20 others as the
+    train and val splits."""
+    test_labels = np.arange(20) % 10 if labels is None else labels
+    test = [write_file(str(root / "test-00000.parquet"), _images(seed), test_labels)]
+    other = [write_file(str(root / "train-00000.parquet"), _images(seed + 100), np.arange(20) % 10)]
+    splits = {"test": test, "train": other, "val": other}
     manifest = Manifest(
         "md5", True, CLASS_NAMES, (0.5,) * 3, (0.25,) * 3, 0.1, 0, splits, synthetic
     )
@@ -112,10 +121,15 @@ def test_champion_score_evaluates_once_per_test_split(tracking_uri: str, tmp_pat
     )
     client.set_model_version_tag("scored", version, tag, "0.123")  # the cached figure is used
     assert champion_score("scored", first, tracking_uri).accuracy == 0.123  # type: ignore[union-attr]
-    other = _dataset(tmp_path / "b", 2)  # another test split: evaluated on it
+    # Another test split, labelled so that the model is right on exactly 13 of its 20 images:
+    # evaluated on it, the champion scores 0.65.
+    with torch.no_grad():
+        predicted = model.eval()(torch.from_numpy(_images(2))).argmax(1).numpy()
+    labels = np.where(np.arange(20) < 13, predicted, (predicted + 1) % 10)
+    other = _dataset(tmp_path / "b", 2, labels=labels)
     assert other.manifest.digest("test") != score.test_digest
     again = champion_score("scored", other, tracking_uri)
-    assert again is not None and again.accuracy != 0.123 and 0.0 <= again.accuracy <= 1.0
+    assert again is not None and again.accuracy == pytest.approx(13 / 20)
 
 
 def write_checkpoint(directory: Path) -> str:

@@ -6,6 +6,8 @@ another number of ranks, and its consolidated model lands in ``full_model``."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import shutil
@@ -18,6 +20,7 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 from distributed import Client
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -199,10 +202,17 @@ def test_fsdp_guide_commits_every_ranks_dcp_shard(stopped_run: Path) -> None:
     assert [m["epoch"] for m in result.metrics_history] == [0, 1]
     assert result.checkpoint is not None
     assert {"__0_0.distcp", "__1_0.distcp", ".metadata"} <= set(result.checkpoint.files())
+    # the commit marker vouches for every rank's shard, by its contents
+    directory = Path(result.checkpoint.path)
+    marker = json.loads((directory / ".trainlib-commit.json").read_text())
+    assert {name: entry["sha256"] for name, entry in marker["files"].items()} == {
+        name: hashlib.sha256((directory / name).read_bytes()).hexdigest()
+        for name in ("__0_0.distcp", "__1_0.distcp", ".metadata")
+    }
 
 
 def test_fsdp_guide_resumes_at_epoch_2_and_saves_the_full_model(
-    dask_client: Client, storage: Path, caplog: pytest.LogCaptureFixture
+    dask_client: Client, storage: Path, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
     caplog.set_level(logging.INFO, logger=__name__)
     result = _fit(dask_client, storage, 2)
@@ -213,7 +223,13 @@ def test_fsdp_guide_resumes_at_epoch_2_and_saves_the_full_model(
     state = torch.load(Path(result.checkpoint.path, "full-model.pt"), weights_only=True)
     plain = init_model()
     plain.load_state_dict(state)  # a consolidated, unsharded state dict
-    assert plain(torch.randn(1, 1, 28, 28)).shape == (1, 10)
+    # the same weights as epoch 3's checkpoint: both ranks' DCP shards, gathered offline
+    epoch_3 = next(c for c, m in result.best_checkpoints if m.get("epoch") == 3)
+    gathered = tmp_path / "epoch-3.pt"
+    dcp_to_torch_save(epoch_3.path, gathered)
+    shards = torch.load(gathered, weights_only=True)["app"]["model"]
+    assert sorted(shards) == sorted(state)
+    assert [name for name in state if not torch.equal(state[name], shards[name])] == []
 
 
 def test_fsdp_guide_resumes_on_one_rank_from_two_ranks_shards(

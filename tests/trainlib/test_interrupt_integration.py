@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import psutil
@@ -87,6 +88,17 @@ class StuckUploads(LocalFileSystem):
 """
 
 
+def _forked_ranks(servers: list[psutil.Process], count: int) -> list[psutil.Process]:
+    """The servers' children, once there are ``count`` (the other rank may still be forking
+    when the first marks the phase), or what there is after 30 s."""
+    deadline = time.monotonic() + 30
+    ranks = [rank for server in servers for rank in server.children()]
+    while len(ranks) < count and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling the process table, not waiting out a delay
+        ranks = [rank for server in servers for rank in server.children()]
+    return ranks
+
+
 @pytest.mark.parametrize("phase", ["startup", "training", "upload", "teardown"])
 def test_ctrl_c_stops_every_rank_within_deadline(phase: str, tmp_path: Path) -> None:
     script = tmp_path / "train.py"
@@ -104,8 +116,8 @@ def test_ctrl_c_stops_every_rank_within_deadline(phase: str, tmp_path: Path) -> 
         # driver, which forks the worker's rank (see trainlib._internal.worker.rank_pool).
         servers = [p for p in trainlib_processes() if p.ppid() == driver.pid]
         assert len(servers) == 2, [p.pid for p in servers]
-        ranks = [rank for server in servers for rank in server.children()]
-        assert ranks, "the rank that marked the phase was not forked by the driver's servers"
+        ranks = _forked_ranks(servers, 2)
+        assert len(ranks) == 2, [p.pid for p in ranks]  # one rank per server, no more
         driver.send_signal(signal.SIGINT)
         _, stderr = driver.communicate(timeout=EXIT_WITHIN_S)
     finally:

@@ -176,5 +176,7 @@ def test_pending_jobs_and_slurms_reason_are_named_when_workers_never_come(
     found = re.search(r"still waiting for SLURM job (\d+) PENDING \(Resources\);", message)
     assert found, message
     assert found.group(1) != blocker
-    assert 4 <= waited < 20
+    # the 4 s timeout, plus starting and closing the cluster (4.6-5.0 s measured, also under
+    # load): never before it, never as late as twice it
+    assert 4 <= waited < 8
     slurm.wait_until_drained()

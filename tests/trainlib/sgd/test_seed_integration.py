@@ -74,16 +74,18 @@ def test_sgd_initialization_hook_runs_in_every_rank_before_the_creators(
 
 def test_sgd_creator_example_trains_and_validates(trainer: PyTorchTrainer) -> None:
     first = trainer.train()
-    for _ in range(3):
+    for _ in range(15):
         last = trainer.train()
     validation = trainer.validate()
-    assert first["epoch"] + 3 == last["epoch"]
+    assert first["epoch"] + 15 == last["epoch"]
     assert last["train_loss"] < first["train_loss"]
     assert last["num_samples"] == 64 / num_replicas
     assert validation["validation_loss"] < first["train_loss"]
     model = trainer.get_model()
     assert isinstance(model, nn.Linear)
-    assert _params(model) == pytest.approx([2.0, 5.0], abs=1.0)
+    # y = 2x + 5 with noise of 0.01: 16 epochs of 4 steps at lr 0.1 (decayed by 0.9 every 5)
+    # fit slope and intercept to within 0.01
+    assert _params(model) == pytest.approx([2.0, 5.0], abs=0.01)
 
 
 def test_sgd_save_then_restore_into_a_second_trainer(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -20,11 +21,14 @@ def test_plan_backend_choice_follows_gpus_unless_config_names_one(
     assert choose_backend(TorchConfig(backend=backend), use_gpu) == chosen  # type: ignore[arg-type]
 
 
-def test_plan_free_port_can_be_bound() -> None:
+def test_plan_free_port_is_one_the_kernel_hands_out_and_can_be_bound() -> None:
+    low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
     port = find_free_port()
-    assert 0 < port < 65536
+    assert low <= port <= high  # the kernel's pick (bind to port 0), not a fixed port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("", port))
+        s.listen()
+        assert find_free_port() != port  # a port in use is never handed out
 
 
 def test_plan_rank_environment_is_torchrun_compatible() -> None:
