@@ -6,8 +6,8 @@ PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-offline test test-fast test-containers check clean slurm gpu-benchmark podman \
-	stack-up stack-down stack-up-local stack-down-local
+.PHONY: run run-offline test test-fast test-containers check clean slurm postgres gpu-benchmark \
+	podman stack-up stack-down stack-up-local stack-down-local
 
 run: $(STAMP)
 	$(VENV)/bin/train-cifar $(ARGS)
@@ -15,7 +15,7 @@ run: $(STAMP)
 run-offline: $(STAMP)
 	$(VENV)/bin/train-cifar --synthetic $(ARGS)
 
-test: $(STAMP) slurm
+test: $(STAMP) slurm postgres
 	$(VENV)/bin/python -m pytest
 
 # The tests that start no server, cluster or rank process (see tests/conftest.py): seconds to
@@ -42,12 +42,17 @@ podman:
 				"apt-get install podman podman-compose runc debootstrap)."; exit 1; \
 		fi
 
-# The full stack (README.md, "Run the full stack"); S3_ACCESS_KEY and S3_SECRET_KEY must be set.
-# stack-up builds the image, starts every service and creates the work pool and the deployments;
+# The full stack (README.md, "Run the full stack"): every variable of docker/.env.example set
+# (exported, or in docker/.env). stack-up writes the secrets (docker/write_secrets.py, refusing
+# a missing one by name), builds the image tagged with this commit, starts every service and
+# runs the one-shot deploy (MLflow's training account, the work pool, the deployments);
 # stack-down stops it and keeps the volumes. COMPOSE="podman compose" or podman-compose work too.
 COMPOSE ?= docker compose
 STACK := $(COMPOSE) -f docker/docker-compose.yml
+GIT_SHA ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+stack-up stack-up-local: export GIT_SHA := $(GIT_SHA)
 stack-up:
+	python3 docker/write_secrets.py
 	$(STACK) up -d --build
 	$(STACK) run --rm deploy
 
@@ -55,11 +60,12 @@ stack-down:
 	$(STACK) down
 
 # The same on a machine without an image registry, as tests/containers runs it: podman, the
-# images built by docker/build-local.sh, SeaweedFS and the project's image in place of MinIO's
-# and Prefect's (docker/compose.test.yml).
+# images built by docker/build-local.sh from a local Debian base in place of the ones the
+# shipped file pulls (docker/compose.test.yml).
 LOCAL_STACK := podman-compose -p dask-train-cifar -f docker/docker-compose.yml -f docker/compose.test.yml
 stack-up-local stack-down-local test-containers: export CONTAINERS_CONF ?= $(CURDIR)/docker/podman-containers.conf
 stack-up-local: podman
+	python3 docker/write_secrets.py
 	bash docker/build-local.sh
 	$(LOCAL_STACK) up -d
 	$(LOCAL_STACK) run --rm deploy
@@ -78,6 +84,19 @@ slurm:
 			echo "SLURM is not installed and cannot be here (needs root and apt-get:" \
 				"apt-get install slurm-wlm munge); the SLURM tests will be skipped" \
 				"(in CI, CI=true, they fail)."; \
+		fi
+
+# The tests' Prefect server runs on PostgreSQL (tests/postgres_rig.py): Debian's postgresql,
+# started by the tests in a temporary folder (as the `postgres` user when root). Where it cannot
+# be installed, the tests that need a Prefect server are skipped and say why (in CI they fail).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || command -v postgres >/dev/null || \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -qq && apt-get install -y -qq postgresql; \
+		else \
+			echo "PostgreSQL is not installed and cannot be here (needs root and apt-get:" \
+				"apt-get install postgresql); the tests that need a Prefect server will be" \
+				"skipped (in CI, CI=true, they fail)."; \
 		fi
 
 # On a GPU machine: the pipeline's training against a plain script on one GPU (bf16,

@@ -1,10 +1,11 @@
 """Latency of `prefect deployment run train-cifar/manual`: to the training step, to Completed.
 
-Starts a Prefect server and a process worker (as in the README, on a free port, worker polling
-every second), registers deployments/prefect.yaml, then runs train-cifar/manual several times
-for one epoch on a synthetic archive served from disk. For each run: seconds from the run
-request to the flow run's start (Running: the worker's poll, the flow-run process, its imports),
-to the start of the `train` task, and to the flow run's end (Completed).
+Starts a Prefect server (on PostgreSQL, as the tests do) and a process worker (as in the README,
+on a free port, worker polling every second), registers deployments/prefect.yaml, then runs
+train-cifar/manual several times for one epoch on a synthetic archive served from disk. For
+each run: seconds from the run request to the flow run's start (Running: the worker's poll, the
+flow-run process, its imports), to the start of the `train` task, and to the flow run's end
+(Completed).
 
 Run: python benchmarks/deployment_latency.py [--runs 3]
 """
@@ -48,9 +49,14 @@ def main() -> None:
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from cifar.format import write_synthetic_archive
+    from tests.postgres_rig import postgres_server
     from tests.prefect_stack import deploy_all, prefect_stack
 
-    with tempfile.TemporaryDirectory() as tmp, prefect_stack(Path(tmp)) as env:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        postgres_server() as postgres,
+        prefect_stack(Path(tmp), postgres.create_database("prefect")) as env,
+    ):
         archive = os.path.join(tmp, "cifar-10-python.tar.gz")
         md5 = write_synthetic_archive(archive, images_per_batch=1000)
         deploy_all(env)

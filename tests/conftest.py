@@ -1,5 +1,5 @@
-"""Shared fixtures: a Dask LocalCluster, a Prefect server, an S3 endpoint (moto's server), an
-HTTP file server and a SLURM cluster."""
+"""Shared fixtures: a Dask LocalCluster, a PostgreSQL server and a Prefect server on it, an S3
+endpoint (moto's server), an HTTP file server and a SLURM cluster."""
 
 from __future__ import annotations
 
@@ -17,13 +17,22 @@ from distributed import Client
 from moto.server import ThreadedMotoServer
 
 from tests.helpers import free_port, local_cluster, skip_or_fail
+from tests.postgres_rig import Postgres, postgres_server
+from tests.postgres_rig import unavailable_reason as postgres_unavailable
 from tests.prefect_stack import prefect_stack
 from tests.slurm_rig import SlurmCluster, slurm_cluster, unavailable_reason
 
 S3_BUCKET = "trainlib-test"
 # Fixtures that start a server, a cluster or rank processes: a test using one is an
 # integration test (``make test-fast`` leaves those out, as it does *_integration.py files).
-STARTS_SERVERS = {"dask_client", "prefect_env", "prefect_server", "slurm", "s3_filesystem"}
+STARTS_SERVERS = {
+    "dask_client",
+    "postgres",
+    "prefect_env",
+    "prefect_server",
+    "slurm",
+    "s3_filesystem",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -50,9 +59,23 @@ def dask_client() -> Iterator[Client]:
 
 
 @pytest.fixture(scope="session")
-def prefect_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """Environment of a running Prefect server with a process work pool and worker."""
-    with prefect_stack(tmp_path_factory.mktemp("prefect-home")) as env:
+def postgres() -> Iterator[Postgres]:
+    """A PostgreSQL server for the session (Debian's package; skipped, saying why, where it is
+    not installed, and failing instead in CI)."""
+    if (reason := postgres_unavailable()) is not None:
+        skip_or_fail(reason)
+    with postgres_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def prefect_env(
+    postgres: Postgres, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, str]]:
+    """Environment of a running Prefect server (on PostgreSQL) with a process work pool and
+    worker."""
+    database = postgres.create_database("prefect")
+    with prefect_stack(tmp_path_factory.mktemp("prefect-home"), database) as env:
         yield env
 
 

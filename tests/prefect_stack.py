@@ -62,14 +62,21 @@ def _stop(process: subprocess.Popen[bytes], sig: int) -> None:
 
 
 @contextmanager
-def prefect_stack(home: Path) -> Iterator[dict[str, str]]:
-    """Environment of a running Prefect server with a process work pool and worker."""
+def prefect_stack(home: Path, database_url: str) -> Iterator[dict[str, str]]:
+    """Environment of a running Prefect server with a process work pool and worker.
+
+    ``database_url``: the server's PostgreSQL database (``postgresql://user:password@host/db``).
+    Not SQLite: there, Prefect's services lose writes under concurrent load ("database is
+    locked"; the automations' trigger service then dead-letters an event and an alert is lost).
+    """
     port = free_port()
     env = {
         **os.environ,
         "PREFECT_HOME": str(home),
         "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
-        "PREFECT_API_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{home}/prefect.db",
+        "PREFECT_API_DATABASE_CONNECTION_URL": database_url.replace(
+            "postgresql://", "postgresql+asyncpg://", 1
+        ),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "PREFECT_SERVER_UI_ENABLED": "false",
         "PREFECT_WORKER_QUERY_SECONDS": "1",

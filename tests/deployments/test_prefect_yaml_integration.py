@@ -4,15 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import queue
 import subprocess
-import sys
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -27,23 +21,15 @@ from prefect.client.schemas.filters import (
     FlowRunFilterStateType,
 )
 from prefect.client.schemas.objects import StateType
-from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from cifar.format import write_synthetic_archive
 from tests.conftest import HttpDir
+from tests.deployments.conftest import ALERTS_COMMAND, Webhook
 from tests.prefect_records import final_flow_runs, flow_finished, flow_run_logs
-from tests.prefect_stack import REPO, deploy_all
+from tests.prefect_stack import REPO
 
 SCHEDULE_DEADLINE_S = 120.0
 RUN_TIMEOUT_S = 420
-ALERTS_COMMAND = (sys.executable, "-m", "deployments.alerts")  # as docs/mlops.md says
-
-
-@pytest.fixture(scope="module")
-def deployed(prefect_env: dict[str, str]) -> Iterator[dict[str, str]]:
-    deploy_all(prefect_env)
-    with temporary_settings({PREFECT_API_URL: prefect_env["PREFECT_API_URL"]}):
-        yield prefect_env
 
 
 def _run_deployment(name: str, parameters: dict[str, Any]) -> Any:
@@ -169,39 +155,6 @@ def test_deployment_schedule_creates_runs_at_its_times(
         start = run.expected_start_time.astimezone(timezone.utc)
         assert (start.hour, start.minute, start.second) == (hour, 0, 0), start
         assert weekday is None or start.weekday() == weekday, start
-
-
-@dataclass
-class Webhook:
-    """A local HTTP server receiving notifications: every POSTed JSON body, in order."""
-
-    url: str
-    received: queue.Queue[dict[str, Any]]
-
-
-@pytest.fixture(scope="module")
-def webhook() -> Iterator[Webhook]:
-    received: queue.Queue[dict[str, Any]] = queue.Queue()
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            length = int(self.headers.get("Content-Length", 0))
-            received.put(json.loads(self.rfile.read(length) or b"{}"))
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield Webhook(f"http://127.0.0.1:{server.server_address[1]}/hook", received)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,62 @@
+"""Fixtures of the deployment tests: the deployments registered on the session's Prefect
+server, and a local webhook that receives the server's notifications."""
+
+from __future__ import annotations
+
+import json
+import queue
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from tests.prefect_stack import deploy_all
+
+ALERTS_COMMAND = (sys.executable, "-m", "deployments.alerts")  # as docs/mlops.md says
+
+
+@pytest.fixture(scope="module")
+def deployed(prefect_env: dict[str, str]) -> Iterator[dict[str, str]]:
+    """Every deployment of deployments/prefect.yaml registered (as the README says), this
+    process's client pointed at the server."""
+    deploy_all(prefect_env)
+    with temporary_settings({PREFECT_API_URL: prefect_env["PREFECT_API_URL"]}):
+        yield prefect_env
+
+
+@dataclass
+class Webhook:
+    """A local HTTP server receiving notifications: every POSTed JSON body, in order."""
+
+    url: str
+    received: queue.Queue[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def webhook() -> Iterator[Webhook]:
+    received: queue.Queue[dict[str, Any]] = queue.Queue()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            length = int(self.headers.get("Content-Length", 0))
+            received.put(json.loads(self.rfile.read(length) or b"{}"))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield Webhook(f"http://127.0.0.1:{server.server_address[1]}/hook", received)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
