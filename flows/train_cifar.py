@@ -11,6 +11,7 @@ from cifar.format import OFFICIAL_URL
 from cifar.layout import StorageLayout
 from cifar.train_loop import TrainConfig
 from flows.publish import publish
+from tasks.clusters import dask_config
 from tasks.download import expected_md5, fetch_archive
 from tasks.monitoring import tag_flow_run
 from tasks.predict import predict_task
@@ -18,7 +19,6 @@ from tasks.preprocess import prepare_dataset
 from tasks.registry import CHAMPION
 from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
 from tasks.train import EXPERIMENT, TrainRequest, run_tags, train_task, training_run_name
-from trainlib import DaskConfig
 
 
 @flow(name="train-cifar", persist_result=True)  # see flows/__init__.py
@@ -54,7 +54,8 @@ def train_cifar(
     (a work pool's environment can name all three: docs/containers.md). Dask:
     ``dask_address`` (an existing scheduler), else
     ``dask_cluster_class`` started with ``dask_cluster_kwargs`` (e.g.
-    ``"dask_jobqueue.SLURMCluster"``), else $DASK_SCHEDULER_ADDRESS, else a LocalCluster.
+    ``"dask_jobqueue.SLURMCluster"``; only a class the worker allows, see
+    ``tasks.clusters``), else $DASK_SCHEDULER_ADDRESS, else a LocalCluster.
     ``compile`` wraps the model in ``torch.compile`` on every rank.
     ``shard_size`` is the number of images per dataset file (a partition when training).
     ``run_name`` names the training run (checkpoints and the MLflow run); running the flow again
@@ -72,12 +73,7 @@ def train_cifar(
     )
     layout = StorageLayout.at(storage_path)
     tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
-    dask = DaskConfig(
-        address=dask_address,
-        cluster_class=dask_cluster_class,
-        cluster_kwargs=dask_cluster_kwargs or {},
-        worker_timeout_s=dask_worker_timeout_s,
-    )
+    dask = dask_config(dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s)
     tag_flow_run(run_tags(config, num_workers))
     tracking = prepare_experiment_task.submit(tracking_uri, EXPERIMENT)  # while data is prepared
     archive = fetch_archive(data_url, layout, expected_md5(data_url, data_md5))

@@ -13,13 +13,13 @@ from cifar.format import OFFICIAL_URL
 from cifar.layout import StorageLayout
 from cifar.train_loop import TrainConfig
 from flows.publish import publish
+from tasks.clusters import dask_config
 from tasks.download import expected_md5, fetch_archive
 from tasks.monitoring import tag_flow_run
 from tasks.preprocess import prepare_dataset
 from tasks.search_space import DEFAULT_SEARCH_SPACE, check_search_space, largest_batch_size
 from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
 from tasks.tune import EXPERIMENT, STUDY_STORAGE_VARIABLE, TuneRequest, search_name, tune_task
-from trainlib import DaskConfig
 
 
 @flow(name="tune-cifar", persist_result=True)  # see flows/__init__.py
@@ -66,12 +66,7 @@ def tune_cifar(
     base = TrainConfig(epochs=epochs, use_gpu=use_gpu, compile=compile)
     layout = StorageLayout.at(storage_path)
     tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
-    dask = DaskConfig(
-        address=dask_address,
-        cluster_class=dask_cluster_class,
-        cluster_kwargs=dask_cluster_kwargs or {},
-        worker_timeout_s=dask_worker_timeout_s,
-    )
+    dask = dask_config(dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s)
     tag_flow_run({"search": "tune-cifar", "trials": str(num_samples)})
     tracking = prepare_experiment_task.submit(tracking_uri, EXPERIMENT)
     archive = fetch_archive(data_url, layout, expected_md5(data_url, data_md5))

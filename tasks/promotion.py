@@ -61,7 +61,7 @@ def promote(
     moves: the alias is the last change, so a failure leaves every alias where it was).
     """
     client = MlflowClient(tracking_uri)
-    promoted, reason = _decide(test_accuracy, margin, champion, synthetic)
+    promoted, reason = decide(test_accuracy, margin, champion, synthetic)
     alias = CHAMPION if promoted else CHALLENGER
     client.set_model_version_tag(model_name, version, "promotion", f"@{alias}: {reason}")
     client.set_registered_model_alias(model_name, alias, version)
@@ -69,9 +69,10 @@ def promote(
     return Promotion(version, alias, promoted, reason)
 
 
-def _decide(
+def decide(
     accuracy: float, margin: float, champion: ChampionScore | None, synthetic: bool
 ) -> tuple[bool, str]:
+    """Whether a version of test ``accuracy`` replaces ``champion``, and why, in a sentence."""
     if champion is None:
         return True, "no champion yet"
     if synthetic and not champion.synthetic:
@@ -119,7 +120,17 @@ def promote_task(
     the aliases back where they were."""
     if (txn := get_transaction()) is not None:
         txn.set("aliases", (model_name, aliases_of(model_name, tracking_uri), tracking_uri))
-    decision = promote(
+    promoted, reason = decide(test_accuracy, margin, champion, synthetic)
+    alias = CHAMPION if promoted else CHALLENGER
+    create_markdown_artifact(  # first: the alias is the transaction's last change
+        key="promotion",
+        markdown=(
+            f"# {model_name} version {version}: @{alias}\n\n"
+            f"{'Promoted' if promoted else 'Not promoted'}: {reason}."
+        ),
+        description="Promotion decision",
+    )
+    return promote(
         model_name,
         version,
         test_accuracy,
@@ -128,15 +139,6 @@ def promote_task(
         champion=champion,
         synthetic=synthetic,
     )
-    create_markdown_artifact(
-        key="promotion",
-        markdown=(
-            f"# {model_name} version {version}: @{decision.alias}\n\n"
-            f"{'Promoted' if decision.promoted else 'Not promoted'}: {decision.reason}."
-        ),
-        description="Promotion decision",
-    )
-    return decision
 
 
 @promote_task.on_rollback

@@ -61,7 +61,11 @@ def register_model(model: nn.Module, run_id: str, model_name: str, tracking_uri:
             pip_requirements=_REQUIREMENTS,
         )
         client.log_artifacts(run_id, path, MODEL_ARTIFACT)
-    with contextlib.suppress(MlflowException):  # it exists already
+    try:
+        client.get_registered_model(model_name)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
         client.create_registered_model(model_name)
     source = f"{client.get_run(run_id).info.artifact_uri}/{MODEL_ARTIFACT}"
     version = str(client.create_model_version(model_name, source, run_id).version)
@@ -119,10 +123,30 @@ def load_model(model_name: str, alias: str, tracking_uri: str) -> tuple[nn.Modul
     return load_version(model_name, version, tracking_uri), version
 
 
-def delete_version(model_name: str, version: str, tracking_uri: str) -> None:
-    """Remove ``version`` from the registry (its MLflow run and artifacts stay)."""
-    MlflowClient(tracking_uri).delete_model_version(model_name, version)
-    logger.warning("Removed %s version %s from the registry", model_name, version)
+WITHDRAWN_TAG = "withdrawn"
+
+
+def remove_version(model_name: str, version: str, tracking_uri: str, reason: str) -> None:
+    """Take ``version`` out of use: delete it from the registry (its MLflow run and artifacts
+    stay), or, where this account may not delete versions (the stack's training account, on an
+    MLflow server with authentication), tag it ``withdrawn`` with ``reason``: it holds no alias
+    and is never loaded by one."""
+    client = MlflowClient(tracking_uri)
+    try:
+        client.delete_model_version(model_name, version)
+    except MlflowException as exc:
+        if exc.error_code != "PERMISSION_DENIED":
+            raise
+        client.set_model_version_tag(model_name, version, WITHDRAWN_TAG, reason)
+        logger.warning(
+            "%s version %s withdrawn (tag %r; this account may not delete versions): %s",
+            model_name,
+            version,
+            WITHDRAWN_TAG,
+            reason,
+        )
+        return
+    logger.warning("Removed %s version %s from the registry: %s", model_name, version, reason)
 
 
 def model_name_for(requested: str | None, synthetic: bool) -> str:
@@ -178,4 +202,4 @@ def register_task(
 @register_task.on_rollback
 def _remove_registered(txn: Transaction) -> None:
     model_name, version, tracking_uri = txn.get("registered")
-    delete_version(model_name, version, tracking_uri)
+    remove_version(model_name, version, tracking_uri, "publishing it failed; rolled back")

@@ -32,8 +32,14 @@ def resolve_tracking_uri(tracking_uri: str | None) -> str:
     return chosen
 
 
+GIT_SHA_VARIABLE = "CIFAR_GIT_SHA"  # set in the image: the commit it was built from
+
+
 def git_sha() -> str:
-    """The commit of the code that runs, or "unknown" outside a git checkout."""
+    """The commit of the code that runs: ``$CIFAR_GIT_SHA`` (the image's), else the checkout's,
+    else "unknown"."""
+    if built := os.environ.get(GIT_SHA_VARIABLE):
+        return built
     source_dir = os.path.dirname(os.path.abspath(__file__))
     try:
         done = subprocess.run(

@@ -277,6 +277,33 @@ def test_unknown_model_name_as_a_flow_parameter(workspace: Workspace) -> None:
     assert not workspace.store.exists()  # refused before anything was downloaded
 
 
+@pytest.mark.parametrize(
+    ("cluster_class", "cluster_kwargs", "refused"),
+    [
+        ("subprocess.Popen", {"args": ["touch", "pwned"]}, "'subprocess.Popen' is not allowed"),
+        ("distributed.LocalCluster", {"preload": ["pwned"]}, "may not set preload"),
+    ],
+    ids=["class", "preload"],
+)
+def test_code_named_by_a_parameter_is_refused(
+    workspace: Workspace,
+    capsys: pytest.CaptureFixture[str],
+    cluster_class: str,
+    cluster_kwargs: dict[str, object],
+    refused: str,
+) -> None:
+    """Whoever may start a run may not run code as the worker: the operator's allowlist."""
+    outcome = train_cifar(
+        capsys,
+        *_train_args(workspace, "--dask-cluster-class", cluster_class),
+        "--dask-cluster-kwargs",
+        json.dumps(cluster_kwargs),
+    )
+    _assert_failed(outcome, refused, "CIFAR_ALLOWED_CLUSTER_CLASSES" if "class" in refused else "")
+    assert not workspace.store.exists()  # refused before anything was downloaded
+    assert not (workspace.root / "pwned").exists()
+
+
 def test_more_workers_than_the_cluster_has(
     workspace: Workspace, capsys: pytest.CaptureFixture[str], dask_client: Client
 ) -> None:

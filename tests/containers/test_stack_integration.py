@@ -1,11 +1,12 @@
-"""The compose stack for real (podman and podman-compose): images built, services healthy, the
-deployments created by the documented one-shot service, train-cifar/manual run on a synthetic
-archive in the stack's S3 with its ranks on the compose Dask workers, the model read back from
-the host through MLflow's server, everything kept across `down` and `up` (nightly then finds the
-champion), the weekly search with its study on the worker's volume, deployments made from the
-host's checkout (predict-cifar/champion on S3 images), and bad input (a missing bucket, an
-unreachable scheduler, wrong S3 credentials) failing the run with its message while every
-service keeps running.
+"""The compose stack for real (podman and podman-compose), as a platform team runs it: images
+built, every variable of docker/.env.example set to fresh random values, services healthy, the
+one-shot deploy (MLflow's training account, the work pool, the deployments) run; then every
+published API refuses a request without credentials, train-cifar/manual trains on the stack's
+Dask workers with each service's own scoped key, a forbidden cluster class is refused, Postgres
+restarts under an idle stack and every service reconnects, nightly and weekly run after `down`
+and `up` (the search's study in Postgres), deployments made from the host run, bad input fails
+cleanly, no secret is in any log, and a pg_dump restored into fresh volumes brings back the
+registry and the flow-run history.
 
 `make test-containers` runs it (and installs podman where it can). Under `make test` it runs
 only where the engine is installed and the stack's images were built here before (then the
@@ -15,263 +16,138 @@ about 15 minutes and downloads about 3 GB (docs/containers.md, "Tests and CI").
 
 from __future__ import annotations
 
-import hashlib
-import json
+import io
 import os
-import secrets
-import shutil
 import subprocess
 import sys
-import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from mlflow.exceptions import MlflowException
 
-from tests.helpers import free_port
-
-REPO = Path(__file__).resolve().parents[2]
-COMPOSE_FILES = ("-f", "docker/docker-compose.yml", "-f", "docker/compose.test.yml")
-# One project per checkout: a stack left by a killed run here is removed by the next run here,
-# and another checkout's stack on this machine is never touched.
-PROJECT = f"cifar-stack-{hashlib.sha1(str(REPO).encode()).hexdigest()[:8]}"
-SERVICES = (
-    "s3",
-    "mlflow",
-    "prefect-server",
-    "dask-scheduler",
-    "dask-worker-1",
-    "dask-worker-2",
-    "prefect-worker",
+from tests.containers.stack import (
+    DATABASES,
+    ENGINE_ENV,
+    MODEL,
+    PROJECT,
+    REPO,
+    SERVICES,
+    Stack,
+    container,
+    deployment_version,
+    leftovers,
+    new_stack,
+    pg_dump,
+    pg_restore,
+    podman,
+    psql,
+    run_deployment,
+    skip_reason,
+    wait_healthy,
 )
-IMAGES = (
-    "localhost/debian-py:bookworm",
-    "localhost/dask-train-cifar:latest",
-    "localhost/dask-train-cifar-s3:latest",
-)
-# runc and cgroupfs: what this kind of machine needs (docker/podman-containers.conf)
-ENGINE_ENV = {
-    "CONTAINERS_CONF": os.environ.get(
-        "CONTAINERS_CONF", str(REPO / "docker" / "podman-containers.conf")
-    )
-}
-HEALTH_TIMEOUT_S = 300
-RUN_TIMEOUT_S = 900
-MODEL = "stack-classifier"
-RANK_MODULE = "trainlib._internal.rank.rank_main"  # how a rank process shows in `podman top`
 
-
-def _skip_reason() -> str | None:
-    missing = [
-        tool for tool in ("podman", "podman-compose", "debootstrap") if not shutil.which(tool)
-    ]
-    if missing:
-        return (
-            f"no container engine here ({', '.join(missing)} not installed); as root on Debian, "
-            "`make test-containers` installs podman, podman-compose, runc and debootstrap"
-        )
-    if os.environ.get("CIFAR_CONTAINER_TESTS") == "build":  # make test-containers
-        return None
-    env = {**os.environ, **ENGINE_ENV}
-    absent = [
-        image
-        for image in IMAGES
-        if subprocess.run(["podman", "image", "exists", image], env=env).returncode != 0
-    ]
-    if absent:
-        return (
-            f"the stack's images were never built on this machine ({', '.join(absent)} absent): "
-            "a first build takes about 15 min and downloads about 3 GB, so `make test` leaves it "
-            "out; run `make test-containers` once, then `make test` runs these tests too"
-        )
-    return None
-
-
-SKIP_REASON = _skip_reason()
+SKIP_REASON = skip_reason()
 pytestmark = [
     pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or ""),
     pytest.mark.timeout(3600),
 ]
-
-
-def _compose(stack: dict[str, str], *args: str, check: bool = True) -> str:
-    done = subprocess.run(
-        ["podman-compose", "-p", PROJECT, *COMPOSE_FILES, *args],
-        cwd=REPO,
-        env={**os.environ, **ENGINE_ENV, **stack},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    if check and done.returncode != 0:
-        raise AssertionError(f"podman-compose {' '.join(args)}: {done.stdout}\n{done.stderr}")
-    return done.stdout
-
-
-def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["podman", *args],
-        env={**os.environ, **ENGINE_ENV},
-        capture_output=True,
-        text=True,
-        check=check,
-    )
-
-
-def _container(service: str) -> str:
-    return f"{PROJECT}_{service}_1"
-
-
-def _wait_healthy(services: tuple[str, ...]) -> None:
-    """podman runs no healthchecks by itself here (no systemd): run each until it passes."""
-    deadline = time.monotonic() + HEALTH_TIMEOUT_S
-    for service in services:
-        while True:
-            check = _podman("healthcheck", "run", _container(service), check=False)
-            if check.returncode == 0:
-                break
-            if time.monotonic() > deadline:
-                logs = _podman("logs", "--tail", "40", _container(service), check=False)
-                raise AssertionError(
-                    f"{service} not healthy after {HEALTH_TIMEOUT_S} s: {check.stdout}"
-                    f"{check.stderr}\n{logs.stdout}{logs.stderr}"
-                )
-            time.sleep(2)
-
-
-def _leftovers() -> list[str]:
-    found = []
-    for kind, field in (
-        ("ps -a", "{{.Names}}"),
-        ("network ls", "{{.Name}}"),
-        ("volume ls", "{{.Name}}"),
-    ):
-        out = _podman(*kind.split(), "--format", field).stdout
-        found += [f"{kind}: {name}" for name in out.split() if name.startswith(PROJECT)]
-    return found
+RANK_MODULE = "trainlib._internal.rank.rank_main"  # how a rank process shows in `podman top`
 
 
 @pytest.fixture(scope="module")
-def stack() -> Iterator[dict[str, str]]:
-    """Images built (cached after the first time), the stack up and healthy, deployments made.
-
-    The values: the compose environment (S3 credentials, the host ports it publishes)."""
-    build = {**os.environ, **ENGINE_ENV}
-    subprocess.run(["bash", "docker/build-local.sh"], cwd=REPO, env=build, check=True, timeout=3000)
-    stack = {
-        "S3_ACCESS_KEY": "cifar-test",
-        "S3_SECRET_KEY": secrets.token_hex(16),
-        **{
-            name: str(free_port())
-            for name in ("S3_PORT", "S3_CONSOLE_PORT", "MLFLOW_PORT", "PREFECT_PORT")
-        },
-        "DASK_DASHBOARD_PORT": str(free_port()),
-    }
-    _compose(stack, "down", "-v", check=False)
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    """Images built (cached after the first time), the stack up and healthy, deploy run."""
+    stack = new_stack(tmp_path_factory.mktemp("secrets"))
+    subprocess.run(
+        ["bash", "docker/build-local.sh"],
+        cwd=REPO,
+        env={**os.environ, **ENGINE_ENV, "GIT_SHA": stack.env["GIT_SHA"]},
+        check=True,
+        timeout=3000,
+    )
+    stack.compose("down", "-v", check=False)
     try:
-        _compose(stack, "up", "-d")
-        _wait_healthy(SERVICES)
-        _compose(stack, "run", "--rm", "deploy")
+        _up(stack)
         yield stack
     finally:
-        _compose(stack, "down", "-v", check=False)
+        stack.compose("down", "-v", check=False)
         # podman-compose 1.0 leaves the project's network behind; only ours is removed
-        _podman("network", "rm", f"{PROJECT}_default", check=False)
-    assert _leftovers() == []
+        podman("network", "rm", f"{PROJECT}_default", check=False)
+    assert leftovers() == []
 
 
-def _s3(stack: dict[str, str]) -> Any:
-    import s3fs
-
-    return s3fs.S3FileSystem(
-        endpoint_url=f"http://127.0.0.1:{stack['S3_PORT']}",
-        key=stack["S3_ACCESS_KEY"],
-        secret=stack["S3_SECRET_KEY"],
-    )
+def _up(stack: Stack) -> None:
+    stack.compose("up", "-d")
+    wait_healthy(SERVICES)
+    stack.compose("run", "--rm", "deploy")
 
 
-def _mlflow(stack: dict[str, str]) -> Any:
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(f"http://127.0.0.1:{stack['MLFLOW_PORT']}")
-
-
-def _run(
-    stack: dict[str, str],
-    deployment: str,
-    parameters: dict[str, Any],
-    env: dict[str, str] | None = None,
-) -> Any:
-    """``prefect deployment run`` through the stack's API, from the host; the final flow run.
-
-    ``env``: more environment for this run's process in the worker (the work pool's job
-    variables, as ``--job-variable`` gives them)."""
-    code = (
-        "import json, sys\n"
-        "from prefect.deployments import run_deployment\n"
-        f"run = run_deployment({deployment!r}, parameters=json.loads(sys.argv[1]), "
-        f"job_variables=json.loads(sys.argv[2]), timeout={RUN_TIMEOUT_S}, poll_interval=2)\n"
-        "print(json.dumps({'id': str(run.id), 'state': run.state.type.value, "
-        "'message': run.state.message}))\n"
-    )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            code,
-            json.dumps(parameters),
-            json.dumps({"env": env} if env else {}),
-        ],
-        env={**os.environ, "PREFECT_API_URL": f"http://127.0.0.1:{stack['PREFECT_PORT']}/api"},
-        capture_output=True,
-        text=True,
-        timeout=RUN_TIMEOUT_S + 60,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+@pytest.fixture(autouse=True)
+def _host_credentials_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_USERNAME", raising=False)
+    monkeypatch.delenv("MLFLOW_TRACKING_PASSWORD", raising=False)
 
 
 @pytest.fixture(scope="module")
-def archive(stack: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def archive(stack: Stack, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     from cifar.format import write_synthetic_archive
 
     local = tmp_path_factory.mktemp("archive") / "synthetic.tar.gz"
     md5 = write_synthetic_archive(str(local), images_per_batch=200)
-    _s3(stack).put_file(str(local), "cifar/inputs/synthetic.tar.gz")
+    stack.s3().put_file(str(local), "cifar/inputs/synthetic.tar.gz")
     return {"data_url": "s3://cifar/inputs/synthetic.tar.gz", "data_md5": md5}
 
 
 def _train(
-    stack: dict[str, str],
+    stack: Stack,
     archive: dict[str, str],
     deployment: str = "train-cifar/manual",
     env: dict[str, str] | None = None,
     **extra: Any,
-) -> Any:
-    parameters = {
-        **archive,
-        "epochs": 1,
-        "batch_size": 64,
-        "shard_size": 500,
-        "registered_model_name": MODEL,
-        **extra,
-    }
-    return _run(stack, deployment, parameters, env)
+) -> dict[str, Any]:
+    parameters = {**archive, "epochs": 1, "batch_size": 64, "shard_size": 500, **extra}
+    return run_deployment(stack, deployment, {"registered_model_name": MODEL, **parameters}, env)
 
 
-def _runs_rank_processes(service: str) -> bool:
-    return RANK_MODULE in _podman("top", _container(service), "args").stdout
+def _status(url: str, **headers: str) -> int:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10):
+            return 200
+    except urllib.error.HTTPError as error:
+        return error.code
 
 
-def test_a_deployment_runs_on_the_stack_and_its_model_is_served_by_mlflow(
-    stack: dict[str, str], archive: dict[str, str]
+def test_every_published_api_refuses_a_request_without_credentials(stack: Stack) -> None:
+    prefect = stack.prefect_env["PREFECT_API_URL"]
+    assert _status(f"{prefect}/deployments/filter") in (401, 405)  # any route: 401 first
+    assert _status(f"{prefect}/admin/version") == 401
+    assert _status(f"{prefect}/health") == 200  # the probes only
+    assert _status(f"{stack.mlflow_url}/") == 401  # MLflow's UI
+    assert _status(f"{stack.mlflow_url}/api/2.0/mlflow/experiments/search?max_results=1") == 401
+    s3 = f"http://127.0.0.1:{stack.env['S3_PORT']}"
+    assert _status(f"{s3}/cifar/") == 403  # S3: no signature, nothing listed
+    with pytest.raises(PermissionError):  # the data key cannot touch MLflow's bucket
+        stack.s3().pipe("mlflow/not-allowed.txt", b"x")
+
+
+def test_a_deployment_trains_on_the_stack_with_least_privilege(
+    stack: Stack, archive: dict[str, str]
 ) -> None:
     run = _train(stack, archive)
     assert run["state"] == "COMPLETED", run
-    assert _mlflow(stack).get_model_version_by_alias(MODEL, "champion").version == "1"
-    # The host loads the champion through MLflow's artifact proxy (README): the presigned S3
-    # URLs MLflow offers name the stack's S3 (http://s3:9000), which only containers resolve.
+    client = stack.mlflow()
+    champion = client.get_model_version_by_alias(MODEL, "champion")
+    assert champion.version == "1"
+    # the code's commit: on the run, and as the version of the deployment that ran it
+    assert client.get_run(champion.run_id).data.tags["git_sha"] == stack.env["GIT_SHA"]
+    assert deployment_version(stack, "train-cifar/manual") == stack.env["GIT_SHA"]
+    with pytest.raises(MlflowException, match="403"):  # the training account deletes nothing
+        client.delete_registered_model(MODEL)
+    # The host loads the champion through MLflow's artifact proxy (README).
     code = (
         "import mlflow, numpy as np\n"
         f"model = mlflow.pyfunc.load_model('models:/{MODEL}@champion')\n"
@@ -279,50 +155,55 @@ def test_a_deployment_runs_on_the_stack_and_its_model_is_served_by_mlflow(
     )
     env = {
         **os.environ,
-        "MLFLOW_TRACKING_URI": f"http://127.0.0.1:{stack['MLFLOW_PORT']}",
+        "MLFLOW_TRACKING_URI": stack.mlflow_url,
         "MLFLOW_ENABLE_PROXY_MULTIPART_DOWNLOAD": "false",
     }
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
     )
     assert done.stdout.strip().splitlines()[-1:] == ["(2, 10)"], done.stderr[-3000:]
-    # The model's files went to the stack's S3 through MLflow's artifact proxy, the dataset
-    # and the checkpoints to the worker's CIFAR_STORAGE_PATH.
-    s3 = _s3(stack)
-    assert s3.find("mlflow/artifacts"), "no artifacts in s3://mlflow/artifacts"
-    assert s3.find("cifar/data/datasets"), "no dataset under s3://cifar/data"
-    # The ranks ran on the compose Dask workers: each keeps its warm rank process afterwards;
-    # the Prefect worker never started one.
+    # the ranks ran on the compose Dask workers, never in the Prefect worker
     for service, expected in (
         ("dask-worker-1", True),
         ("dask-worker-2", True),
         ("prefect-worker", False),
     ):
-        assert _runs_rank_processes(service) == expected, service
+        ranks = RANK_MODULE in podman("top", container(service), "args").stdout
+        assert ranks == expected, service
 
 
-def test_the_stack_keeps_its_data_across_down_and_up(
-    stack: dict[str, str], archive: dict[str, str]
+def test_a_cluster_class_the_operator_did_not_allow_is_refused(
+    stack: Stack, archive: dict[str, str]
 ) -> None:
-    first = _mlflow(stack).get_model_version_by_alias(MODEL, "champion")
-    _compose(stack, "down")  # no -v: the named volumes stay
-    _compose(stack, "up", "-d")
-    _wait_healthy(SERVICES)
-    assert _mlflow(stack).get_model_version_by_alias(MODEL, "champion").version == first.version
-    assert _s3(stack).exists(archive["data_url"])
-    # Prefect kept the deployments; the scheduled one runs on the stack (its storage is the
-    # worker's S3 path, not a folder of the worker) and compares with the first champion.
+    run = _train(
+        stack,
+        archive,
+        dask_cluster_class="subprocess.Popen",
+        dask_cluster_kwargs={"args": ["touch", "/tmp/pwned"]},
+    )
+    assert run["state"] == "FAILED", run
+    assert "'subprocess.Popen' is not allowed here" in run["message"], run
+    assert podman("exec", container("prefect-worker"), "ls", "/tmp/pwned", check=False).returncode
+
+
+def test_every_service_reconnects_after_postgres_restarts_under_an_idle_stack(
+    stack: Stack, archive: dict[str, str]
+) -> None:
+    podman("restart", container("postgres"))
+    wait_healthy(("postgres",))
     run = _train(stack, archive, deployment="train-cifar/nightly")
     assert run["state"] == "COMPLETED", run
-    versions = _mlflow(stack).search_model_versions(f"name='{MODEL}'")
-    assert sorted(v.version for v in versions) == ["1", "2"]
-    second = _mlflow(stack).get_model_version(MODEL, "2")
-    assert f"champion version {first.version}" in second.tags.get("promotion", ""), second.tags
+    second = stack.mlflow().get_model_version(MODEL, "2")
+    assert "champion version 1" in second.tags.get("promotion", ""), second.tags
 
 
-def test_the_weekly_search_runs_on_the_stack_with_its_study_on_the_workers_volume(
-    stack: dict[str, str], archive: dict[str, str]
+def test_the_stack_keeps_its_state_across_down_and_up_and_searches_with_postgres(
+    stack: Stack, archive: dict[str, str]
 ) -> None:
+    stack.compose("down")  # no -v: the named volumes stay
+    _up(stack)
+    assert stack.mlflow().get_model_version_by_alias(MODEL, "champion").version == "1"
+    assert stack.s3().exists(archive["data_url"])
     parameters = {
         **archive,
         "num_samples": 2,
@@ -332,19 +213,14 @@ def test_the_weekly_search_runs_on_the_stack_with_its_study_on_the_workers_volum
         "search_space": {"lr": ["loguniform", 0.01, 0.1], "batch_size": ["choice", [64]]},
         "registered_model_name": f"{MODEL}-tuned",
     }
-    run = _run(stack, "tune-cifar/weekly", parameters)
+    run = run_deployment(stack, "tune-cifar/weekly", parameters)
     assert run["state"] == "COMPLETED", run
-    assert _mlflow(stack).get_model_version_by_alias(f"{MODEL}-tuned", "champion").version == "1"
-    study = _podman("exec", _container("prefect-worker"), "ls", "-l", "/studies").stdout
-    assert "optuna.db" in study, study
+    assert stack.mlflow().get_model_version_by_alias(f"{MODEL}-tuned", "champion").version == "1"
+    assert psql("optuna", "SELECT count(*) FROM studies") == "1"
 
 
-def test_deployments_made_from_a_checkout_on_the_host_run_in_the_stack(
-    stack: dict[str, str],
-) -> None:
+def test_deployments_made_from_a_checkout_on_the_host_run_in_the_stack(stack: Stack) -> None:
     """What a user does from a clone: the deployer's folder does not exist in the worker."""
-    import io
-
     import numpy as np
     from PIL import Image
 
@@ -352,12 +228,12 @@ def test_deployments_made_from_a_checkout_on_the_host_run_in_the_stack(
     subprocess.run(
         [prefect, "--no-prompt", "deploy", "--all", "--prefect-file", "deployments/prefect.yaml"],
         cwd=REPO,
-        env={**os.environ, "PREFECT_API_URL": f"http://127.0.0.1:{stack['PREFECT_PORT']}/api"},
+        env={**os.environ, **stack.prefect_env},
         check=True,
         capture_output=True,
         timeout=300,
     )
-    s3 = _s3(stack)
+    s3 = stack.s3()
     for index in range(3):
         png = io.BytesIO()
         Image.fromarray(np.full((32, 32, 3), 60 * index, dtype=np.uint8)).save(png, "PNG")
@@ -368,13 +244,13 @@ def test_deployments_made_from_a_checkout_on_the_host_run_in_the_stack(
         "output_uri": "s3://cifar/predictions/host.csv",
         "model_name": MODEL,
     }
-    run = _run(stack, "predict-cifar/champion", parameters)
+    run = run_deployment(stack, "predict-cifar/champion", parameters)
     assert run["state"] == "COMPLETED", run
     rows = s3.cat("cifar/predictions/host.csv").decode().splitlines()
     assert [row.split(",")[0] for row in rows[1:]] == [
         f"s3://cifar/inputs/images/{index}.png" for index in range(3)
     ]
-    assert "broken.png" in s3.cat("cifar/predictions/host.errors.csv").decode()
+    assert "broken.png is not a readable" in s3.cat("cifar/predictions/host.errors.csv").decode()
 
 
 @pytest.mark.parametrize(
@@ -391,7 +267,7 @@ def test_deployments_made_from_a_checkout_on_the_host_run_in_the_stack(
     ids=["missing-bucket", "unreachable-scheduler", "wrong-s3-credentials"],
 )
 def test_bad_input_fails_the_run_with_one_clear_message(
-    stack: dict[str, str],
+    stack: Stack,
     archive: dict[str, str],
     parameters: dict[str, Any],
     env: dict[str, str] | None,
@@ -403,11 +279,41 @@ def test_bad_input_fails_the_run_with_one_clear_message(
     assert "not-the-secret-42" not in (run["message"] or "")
 
 
-def test_no_service_restarted_or_stopped_after_the_failed_runs(stack: dict[str, str]) -> None:
+def test_no_service_restarted_or_stopped_after_the_failed_runs(stack: Stack) -> None:
     states = {
-        service: _podman(
-            "inspect", "--format", "{{.State.Status}} {{.RestartCount}}", _container(service)
+        service: podman(
+            "inspect", "--format", "{{.State.Status}} {{.RestartCount}}", container(service)
         ).stdout.strip()
         for service in SERVICES
     }
     assert states == {service: "running 0" for service in SERVICES}
+
+
+def test_no_secret_is_in_any_log(stack: Stack) -> None:
+    names = podman("ps", "-a", "--format", "{{.Names}}").stdout.split()
+    logs = "".join(podman("logs", name, check=False).stdout for name in names if PROJECT in name)
+    logs += "".join(podman("logs", name, check=False).stderr for name in names if PROJECT in name)
+    assert len(logs) > 10_000  # every service has logged
+    secret = [n for n in stack.env if n.endswith(("PASSWORD", "_KEY"))]
+    assert [name for name in secret if stack.env[name] in logs] == []
+
+
+def test_a_dump_restored_into_fresh_volumes_brings_the_registry_and_history_back(
+    stack: Stack, tmp_path: Path
+) -> None:
+    history = "SELECT count(*) FROM flow_run WHERE state_type <> 'SCHEDULED'"
+    runs = psql("prefect", history)
+    versions = psql("mlflow", "SELECT count(*) FROM model_versions")
+    for database in DATABASES:  # docs/containers.md, "Backup and restore"
+        pg_dump(database, tmp_path / f"{database}.dump")
+    stack.compose("down", "-v")  # every volume gone
+    stack.compose("up", "-d", "postgres")
+    wait_healthy(("postgres",))
+    assert psql("prefect", "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == "0"
+    for database in DATABASES:
+        pg_restore(database, tmp_path / f"{database}.dump")
+    _up(stack)
+    assert psql("prefect", history) == runs
+    assert psql("mlflow", "SELECT count(*) FROM model_versions") == versions
+    client = stack.mlflow()  # the training account came back with the auth database
+    assert client.get_registered_model(MODEL).aliases["champion"] == "1"

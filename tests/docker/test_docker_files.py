@@ -112,8 +112,9 @@ REACHES = {
         "MLFLOW_TRACKING_URI": "mlflow",
         "DASK_SCHEDULER_ADDRESS": "dask-scheduler",
         "AWS_ENDPOINT_URL_S3": "s3",
+        "CIFAR_STUDY_STORAGE": "postgres",
     },
-    "deploy": {"PREFECT_API_URL": "prefect-server"},
+    "deploy": {"PREFECT_API_URL": "prefect-server", "MLFLOW_TRACKING_URI": "mlflow"},
 }
 
 

@@ -10,8 +10,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,12 +22,11 @@ from prefect.client.orchestration import get_client
 from cifar.format import write_synthetic_archive
 from flows.train_cifar import train_cifar
 from tests.conftest import S3_BUCKET
-from tests.helpers import free_port
+from tests.mlflow_rig import mlflow_server as mlflow_server_at
 from tests.prefect_records import flow_finished, flow_run_logs
 
 SECRET = "s3cr3t-never-log-7f3a9c"
 MLFLOW_BUCKET = "mlflow-artifacts"
-STARTUP_S = 120.0
 
 
 @pytest.fixture(scope="module")
@@ -53,53 +50,12 @@ def mlflow_server(
     s3_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     root = tmp_path_factory.mktemp("mlflow-server")
-    port = free_port()
-    env = {
-        **os.environ,
-        "MLFLOW_S3_ENDPOINT_URL": s3_env["AWS_ENDPOINT_URL_S3"],
-        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-    }
-    log = root / "server.log"
-    with open(log, "wb") as out:
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "mlflow",
-                "server",
-                "--backend-store-uri",
-                f"sqlite:///{root}/mlflow.db",
-                "--artifacts-destination",
-                f"s3://{MLFLOW_BUCKET}/artifacts",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--workers",
-                "1",
-            ],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=root,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + STARTUP_S
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2):
-                    break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(
-                        f"MLflow server did not start:\n{log.read_text()[-3000:]}"
-                    ) from None
-                time.sleep(0.2)
+    with mlflow_server_at(
+        root,
+        *("--artifacts-destination", f"s3://{MLFLOW_BUCKET}/artifacts"),
+        env={"MLFLOW_S3_ENDPOINT_URL": s3_env["AWS_ENDPOINT_URL_S3"]},
+    ) as url:
         yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
 
 
 @pytest.fixture(scope="module")

@@ -3,13 +3,14 @@ the driver died at."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 from mlflow.tracking import MlflowClient
 
 import trainlib
-from tasks.tracking import MLflowCallback, start_run
+from tasks.tracking import GIT_SHA_VARIABLE, MLflowCallback, git_sha, start_run
 
 EPOCHS = 4
 KEYS = ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "epoch_time_s")
@@ -91,3 +92,15 @@ def test_tracking_interrupted_run_is_marked_killed(tracking_uri: str, tmp_path: 
     result = trainlib.Result({}, None, [], str(tmp_path), None, error=KeyboardInterrupt())  # type: ignore[arg-type]
     MLflowCallback(tracking_uri, run_id).on_end(result)
     assert MlflowClient(tracking_uri).get_run(run_id).info.status == "KILLED"
+
+
+def test_tracking_git_sha_is_the_images_commit_else_the_checkouts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    checkout = subprocess.run(
+        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    monkeypatch.delenv(GIT_SHA_VARIABLE, raising=False)
+    assert git_sha() == checkout  # tests run in a clone
+    monkeypatch.setenv(GIT_SHA_VARIABLE, "0123abc")  # what the image's build sets
+    assert git_sha() == "0123abc"

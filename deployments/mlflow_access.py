@@ -1,0 +1,109 @@
+"""The training service's MLflow account, with what it needs and no more.
+
+    python -m deployments.mlflow_access
+
+Run as MLflow's administrator against a server with authentication (``mlflow server
+--app-name basic-auth``): ``MLFLOW_TRACKING_URI``, ``MLFLOW_TRACKING_USERNAME`` and
+``MLFLOW_TRACKING_PASSWORD`` are the admin's. The account is ``$MLFLOW_TRAINER_USER`` with the
+password ``$MLFLOW_TRAINER_PASSWORD`` (from the environment only, never an argument). Safe to
+run again (the compose stack's ``deploy`` step runs it each time):
+
+- the account exists, with that password;
+- the pipeline's experiments (``train-cifar``, ``tune-cifar``) and registered models
+  (``cifar10-classifier``, ``cifar10-classifier-synthetic``, and those named in
+  ``$CIFAR_REGISTERED_MODELS``, comma-separated) exist, created by the admin;
+- the account has EDIT on each: it creates and ends runs, logs to them, registers versions,
+  tags them and moves their aliases; it cannot delete an experiment, a run, a registered model
+  or a version (MLflow's MANAGE, which the admin keeps). Everyone else who logs in can read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from mlflow.exceptions import MlflowException
+from mlflow.server import get_app_client
+from mlflow.tracking import MlflowClient
+
+from tasks.registry import DEFAULT_MODEL_NAME, SYNTHETIC_SUFFIX
+from tasks.train import EXPERIMENT as TRAIN_EXPERIMENT
+from tasks.tune import EXPERIMENT as TUNE_EXPERIMENT
+
+EXPERIMENTS = (TRAIN_EXPERIMENT, TUNE_EXPERIMENT)
+MODELS = (DEFAULT_MODEL_NAME, DEFAULT_MODEL_NAME + SYNTHETIC_SUFFIX)
+MODELS_VARIABLE = "CIFAR_REGISTERED_MODELS"
+PERMISSION = "EDIT"
+
+
+def _exists(error: MlflowException) -> bool:
+    return error.error_code == "RESOURCE_ALREADY_EXISTS"
+
+
+def _missing(error: MlflowException) -> bool:
+    return error.error_code == "RESOURCE_DOES_NOT_EXIST"
+
+
+def ensure_user(tracking_uri: str, username: str, password: str) -> None:
+    """The account exists and has ``password``. (Looked up first: a failed INSERT would put the
+    password's hash in the database server's log.)"""
+    auth = get_app_client("basic-auth", tracking_uri=tracking_uri)
+    try:
+        auth.get_user(username)
+    except MlflowException as error:
+        if not _missing(error):
+            raise
+        auth.create_user(username, password)
+        print(f"MLflow user {username!r} created")
+        return
+    auth.update_user_password(username, password)
+    print(f"MLflow user {username!r} exists; password set")
+
+
+def grant(tracking_uri: str, username: str, experiments: list[str], models: list[str]) -> None:
+    """Create what is missing as the admin, and give ``username`` EDIT on all of it."""
+    client = MlflowClient(tracking_uri)
+    auth = get_app_client("basic-auth", tracking_uri=tracking_uri)
+    resources = []
+    for name in experiments:
+        experiment = client.get_experiment_by_name(name)
+        experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
+        resources.append(("experiment", experiment_id, f"experiment {name!r}"))
+    for name in models:
+        try:
+            client.get_registered_model(name)
+        except MlflowException as error:
+            if not _missing(error):
+                raise
+            client.create_registered_model(name)
+        resources.append(("registered_model", name, f"registered model {name!r}"))
+    for resource_type, resource_id, what in resources:
+        try:
+            auth.grant_user_permission(username, resource_type, resource_id, PERMISSION)
+        except MlflowException as error:
+            if not _exists(error):
+                raise
+            auth.revoke_user_permission(username, resource_type, resource_id)  # whatever it was
+            auth.grant_user_permission(username, resource_type, resource_id, PERMISSION)
+        print(f"{username!r} may edit {what}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.parse_args(argv)
+    missing = [
+        name
+        for name in ("MLFLOW_TRACKING_URI", "MLFLOW_TRAINER_USER", "MLFLOW_TRAINER_PASSWORD")
+        if not os.environ.get(name)
+    ]
+    if missing:
+        raise SystemExit(f"mlflow_access: set {', '.join(missing)} (see docker/.env.example)")
+    tracking_uri = os.environ["MLFLOW_TRACKING_URI"]
+    username = os.environ["MLFLOW_TRAINER_USER"]
+    extra = [m.strip() for m in os.environ.get(MODELS_VARIABLE, "").split(",") if m.strip()]
+    ensure_user(tracking_uri, username, os.environ["MLFLOW_TRAINER_PASSWORD"])
+    grant(tracking_uri, username, list(EXPERIMENTS), [*MODELS, *extra])
+
+
+if __name__ == "__main__":
+    main()

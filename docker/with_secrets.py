@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Give a command its secrets from files, then run it (``exec``): the image's entrypoint.
+
+    with-secrets prefect worker start ...
+
+For every variable ``NAME_FILE`` in the environment that names a file in /run/secrets (where
+compose mounts its secrets), ``NAME`` is set to that file's contents (a trailing newline
+dropped) and ``NAME_FILE`` removed; other ``*_FILE`` variables (a log file) stay as they are.
+The secrets so never appear in the compose file, in ``docker inspect`` or in a Prefect job
+variable, only in the environment of the process that uses them. A file that cannot be read
+stops the container with one line naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+SUFFIX = "_FILE"
+SECRETS = "/run/secrets/"
+
+
+def load(environ: dict[str, str]) -> dict[str, str]:
+    """``environ`` with each ``NAME_FILE`` replaced by ``NAME`` and the file's contents."""
+    loaded = dict(environ)
+    for key, path in environ.items():
+        if not key.endswith(SUFFIX) or key == SUFFIX or not path.startswith(SECRETS):
+            continue
+        try:
+            with open(path, encoding="utf-8") as secret:
+                value = secret.read().removesuffix("\n")
+        except OSError as error:
+            sys.exit(f"with-secrets: cannot read {key}={path} ({error.strerror}); is it set?")
+        loaded[key.removesuffix(SUFFIX)] = value
+        del loaded[key]
+    return loaded
+
+
+def main(argv: list[str]) -> None:
+    if not argv:
+        sys.exit("usage: with-secrets COMMAND [ARG...]")
+    os.execvpe(argv[0], argv, load(dict(os.environ)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

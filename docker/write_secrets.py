@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Write the compose stack's secrets (docker/secrets/, one file each, in a folder only you may
+enter) from the environment variables docker/.env.example lists, or docker/.env.
+
+    python3 docker/write_secrets.py      # make stack-up runs it
+
+Refuses, naming each, a variable that is missing, or whose value is not letters, digits, ``-``,
+``_`` or ``.`` (values are written into URLs, JSON and an ini file), or a password MLflow would
+refuse (shorter than 12). Files that the services need in another form (Prefect's database URL
+and auth string, MLflow's store URI and auth configuration) are made from them; nothing is
+printed but the names of the files written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+DOCKER = Path(__file__).resolve().parent
+EXAMPLE = DOCKER / ".env.example"
+ENV_FILE = DOCKER / ".env"
+SECRETS = Path(os.environ.get("CIFAR_SECRETS_DIR") or DOCKER / "secrets")  # as compose reads it
+VALUE = re.compile(r"[A-Za-z0-9._-]+")
+MLFLOW_PASSWORDS = ("MLFLOW_ADMIN_PASSWORD", "MLFLOW_TRAINER_PASSWORD")
+MLFLOW_MIN_LENGTH = 12
+
+AUTH_INI = """\
+[mlflow]
+default_permission = READ
+database_uri = postgresql://mlflow:{MLFLOW_DB_PASSWORD}@postgres:5432/mlflow_auth
+admin_username = {MLFLOW_ADMIN_USER}
+admin_password = {MLFLOW_ADMIN_PASSWORD}
+authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+"""
+
+
+def variables() -> list[str]:
+    """The names docker/.env.example lists (``NAME=`` lines)."""
+    names = []
+    for line in EXAMPLE.read_text().splitlines():
+        if line and not line.startswith("#"):
+            names.append(line.split("=", 1)[0].strip())
+    return names
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``NAME=value`` lines of a compose .env file (no quotes, no expansion)."""
+    found = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            if line.strip() and not line.lstrip().startswith("#") and "=" in line:
+                name, value = line.split("=", 1)
+                found[name.strip()] = value.strip()
+    return found
+
+
+def problems(values: dict[str, str], names: list[str]) -> list[str]:
+    """Why the values cannot be used, one line per variable."""
+    found = []
+    for name in names:
+        value = values.get(name, "")
+        if not value:
+            found.append(f"{name} is not set")
+        elif not VALUE.fullmatch(value):
+            found.append(f"{name} may hold only letters, digits, '-', '_' and '.'")
+        elif name in MLFLOW_PASSWORDS and len(value) < MLFLOW_MIN_LENGTH:
+            found.append(f"{name} is shorter than {MLFLOW_MIN_LENGTH} (MLflow refuses it)")
+    return found
+
+
+def secret_files(v: dict[str, str]) -> dict[str, str]:
+    """Every secret file of docker-compose.yml and its contents."""
+    raw = {
+        "postgres_password": v["POSTGRES_PASSWORD"],
+        "prefect_db_password": v["PREFECT_DB_PASSWORD"],
+        "mlflow_db_password": v["MLFLOW_DB_PASSWORD"],
+        "optuna_db_password": v["OPTUNA_DB_PASSWORD"],
+        "mlflow_admin_password": v["MLFLOW_ADMIN_PASSWORD"],
+        "mlflow_trainer_password": v["MLFLOW_TRAINER_PASSWORD"],
+        "mlflow_flask_secret_key": v["MLFLOW_FLASK_SECRET_KEY"],
+        **{
+            f"s3_{who}_{part}_key": v[f"S3_{who.upper()}_{part.upper()}_KEY"]
+            for who in ("admin", "data", "mlflow")
+            for part in ("access", "secret")
+        },
+    }
+    database = "{user}:{password}@postgres:5432/{db}"
+    return {
+        **raw,
+        "prefect_database_url": "postgresql+asyncpg://"
+        + database.format(user="prefect", password=v["PREFECT_DB_PASSWORD"], db="prefect"),
+        "prefect_auth_string": f"{v['PREFECT_ADMIN_USER']}:{v['PREFECT_ADMIN_PASSWORD']}",
+        "mlflow_backend_store_uri": "postgresql://"
+        + database.format(user="mlflow", password=v["MLFLOW_DB_PASSWORD"], db="mlflow"),
+        "mlflow_auth_ini": AUTH_INI.format(**v),
+    }
+
+
+def main() -> None:
+    names = variables()
+    values = {**read_env_file(ENV_FILE), **{n: os.environ[n] for n in names if n in os.environ}}
+    if found := problems(values, names):
+        sys.exit(
+            "The stack's credentials are not ready (docker/.env.example lists them; set them "
+            "in the environment or in docker/.env):\n  " + "\n  ".join(found)
+        )
+    SECRETS.mkdir(mode=0o700, exist_ok=True)
+    SECRETS.chmod(0o700)  # the host's other users; in a container, its user reads the file
+    for name, content in secret_files(values).items():
+        path = SECRETS / name
+        path.write_text(content if content.endswith("\n") else content + "\n")
+        path.chmod(0o644)
+    print(f"Wrote {len(secret_files(values))} secrets to {SECRETS}")
+
+
+if __name__ == "__main__":
+    main()

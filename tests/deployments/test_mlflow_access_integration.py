@@ -1,0 +1,115 @@
+"""The training service's MLflow account on a server with authentication (``mlflow server
+--app-name basic-auth``), as the compose stack runs it: made by ``deployments.mlflow_access``,
+it registers and promotes versions but deletes nothing; a failed publish withdraws its version
+instead of deleting it; a request without credentials gets 401."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+
+from cifar.models import build_model
+from tasks.promotion import promote
+from tasks.registry import WITHDRAWN_TAG, register_model, remove_version
+from tasks.tracking import start_run
+from tests.mlflow_rig import mlflow_server
+
+ADMIN, ADMIN_PASSWORD = "admin", "admin0password0for0tests"
+TRAINER, TRAINER_PASSWORD = "trainer", "trainer0password0for0tests"
+MODEL = "access-classifier"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    root = tmp_path_factory.mktemp("mlflow-auth")
+    config = root / "basic_auth.ini"
+    config.write_text(
+        "[mlflow]\ndefault_permission = READ\n"
+        f"database_uri = sqlite:///{root}/auth.db\n"
+        f"admin_username = {ADMIN}\nadmin_password = {ADMIN_PASSWORD}\n"
+        "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
+    )
+    env = {"MLFLOW_AUTH_CONFIG_PATH": str(config), "MLFLOW_FLASK_SERVER_SECRET_KEY": "x" * 32}
+    with mlflow_server(root, "--app-name", "basic-auth", env=env) as url:
+        yield url
+
+
+def _as(username: str, password: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", username)
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
+
+
+@pytest.fixture(scope="module")
+def granted(server: str) -> str:
+    """The account made twice over (the deploy step runs at every deploy)."""
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": server,
+        "MLFLOW_TRACKING_USERNAME": ADMIN,
+        "MLFLOW_TRACKING_PASSWORD": ADMIN_PASSWORD,
+        "MLFLOW_TRAINER_USER": TRAINER,
+        "MLFLOW_TRAINER_PASSWORD": TRAINER_PASSWORD,
+        "CIFAR_REGISTERED_MODELS": MODEL,
+    }
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-m", "deployments.mlflow_access"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    assert f"'{TRAINER}' may edit registered model '{MODEL}'" in done.stdout
+    assert TRAINER_PASSWORD not in done.stdout + done.stderr
+    return server
+
+
+@pytest.mark.parametrize("path", ["/", "/api/2.0/mlflow/experiments/search?max_results=1"])
+def test_mlflow_access_without_credentials_is_401(server: str, path: str) -> None:
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(f"{server}{path}", timeout=10)
+    assert caught.value.code == 401
+
+
+def test_mlflow_access_trainer_registers_and_promotes_but_deletes_nothing(
+    granted: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _as(TRAINER, TRAINER_PASSWORD, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    run_id = start_run(granted, "train-cifar", "access", {}, {})
+    model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    version = register_model(model, run_id, MODEL, granted)
+    assert promote(MODEL, version, 0.5, 0.0, granted).alias == "champion"
+    client = MlflowClient(granted)
+    assert client.get_model_version_by_alias(MODEL, "champion").version == version
+    for delete in (
+        lambda: client.delete_model_version(MODEL, version),
+        lambda: client.delete_registered_model(MODEL),
+        lambda: client.delete_run(run_id),
+    ):
+        with pytest.raises(MlflowException) as caught:
+            delete()
+        assert caught.value.error_code == "PERMISSION_DENIED"
+    # a publish that failed: its version cannot be deleted, so it is withdrawn
+    remove_version(MODEL, version, granted, "publishing it failed; rolled back")
+    kept = client.get_model_version(MODEL, version)
+    assert kept.tags[WITHDRAWN_TAG] == "publishing it failed; rolled back"
+
+
+def test_mlflow_access_wrong_password_is_refused(
+    granted: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _as(TRAINER, "not" + TRAINER_PASSWORD, monkeypatch)
+    with pytest.raises(MlflowException, match="401"):
+        MlflowClient(granted).search_experiments()

@@ -1,0 +1,113 @@
+"""The stack's secrets: written from the environment (docker/write_secrets.py), refused by name
+when one is missing or unusable, and given to a command from files (docker/with_secrets.py)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+DOCKER = Path(__file__).resolve().parents[2] / "docker"
+
+
+def _module(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, DOCKER / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _values() -> dict[str, str]:
+    names = _module("write_secrets").variables()
+    return {name: f"value{index:02d}of{name.lower()}" for index, name in enumerate(names)}
+
+
+def _write(tmp_path: Path, values: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in values}
+    return subprocess.run(
+        [sys.executable, str(DOCKER / "write_secrets.py")],
+        env={**env, **values, "CIFAR_SECRETS_DIR": str(tmp_path / "secrets")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_secrets_the_example_lists_every_credential_and_each_is_used() -> None:
+    names = _module("write_secrets").variables()
+    assert len(names) == len(set(names)) == 17
+    assert all(n.endswith(("_USER", "_PASSWORD", "_KEY")) for n in names), names
+    values = _values()
+    files = "".join(_module("write_secrets").secret_files(values).values())
+    compose = (DOCKER / "docker-compose.yml").read_text()
+    unused = [n for n in names if values[n] not in files and f"${{{n}:?" not in compose]
+    assert unused == []
+
+
+def test_secrets_are_written_as_files_only_their_folder_owner_reaches(tmp_path: Path) -> None:
+    values = _values()
+    done = _write(tmp_path, values)
+    assert done.returncode == 0, done.stderr
+    assert not [v for v in values.values() if v in done.stdout + done.stderr]
+    folder = tmp_path / "secrets"
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    declared = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())["secrets"]
+    files = sorted(p.name for p in folder.iterdir())
+    assert files == sorted(declared)  # every secret compose mounts, and no other
+    read = {name: (folder / name).read_text() for name in files}
+    assert read["postgres_password"] == values["POSTGRES_PASSWORD"] + "\n"
+    assert read["prefect_auth_string"] == (
+        f"{values['PREFECT_ADMIN_USER']}:{values['PREFECT_ADMIN_PASSWORD']}\n"
+    )
+    assert read["prefect_database_url"] == (
+        f"postgresql+asyncpg://prefect:{values['PREFECT_DB_PASSWORD']}@postgres:5432/prefect\n"
+    )
+    assert f"admin_password = {values['MLFLOW_ADMIN_PASSWORD']}\n" in read["mlflow_auth_ini"]
+    assert read["s3_data_secret_key"] == values["S3_DATA_SECRET_KEY"] + "\n"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("MLFLOW_TRAINER_PASSWORD", "", "MLFLOW_TRAINER_PASSWORD is not set"),
+        ("S3_DATA_SECRET_KEY", "has space", "S3_DATA_SECRET_KEY may hold only letters"),
+        ("MLFLOW_ADMIN_PASSWORD", "short1", "MLFLOW_ADMIN_PASSWORD is shorter than 12"),
+    ],
+)
+def test_secrets_refuse_a_missing_or_unusable_value_naming_it(
+    tmp_path: Path, name: str, value: str, why: str
+) -> None:
+    done = _write(tmp_path, {**_values(), name: value})
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines()[-1].strip().startswith(why)
+    assert not (tmp_path / "secrets").exists()
+
+
+def test_with_secrets_sets_each_variable_from_its_secret_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with_secrets = _module("with_secrets")
+    monkeypatch.setattr(with_secrets, "SECRETS", f"{tmp_path}/")
+    (tmp_path / "db_url").write_text("postgresql://u:p@h/d\n")
+    loaded = with_secrets.load(
+        {
+            "DATABASE_URL_FILE": f"{tmp_path}/db_url",
+            "CIFAR_LOG_FILE": "/var/log/train.log",  # not a secret: left as it is
+            "PATH": "/bin",
+        }
+    )
+    assert loaded == {
+        "DATABASE_URL": "postgresql://u:p@h/d",
+        "CIFAR_LOG_FILE": "/var/log/train.log",
+        "PATH": "/bin",
+    }
+    with pytest.raises(SystemExit, match="cannot read MISSING_FILE"):
+        with_secrets.load({"MISSING_FILE": f"{tmp_path}/absent"})
