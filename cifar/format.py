@@ -7,6 +7,7 @@ The archive ``cifar-10-python.tar.gz`` holds ``cifar-10-batches-py/`` with ``dat
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import pickle
@@ -136,7 +137,13 @@ def write_synthetic_archive(path: str, images_per_batch: int = 1000, seed: int =
             protocol=2,
         )
     # Noise does not compress: gzip stores it as it is (level 0: 0.1 s instead of 5 s at 9).
-    with tarfile.open(path, "w:gz", compresslevel=0) as archive:
+    # Byte for byte the same archive for the same arguments: no time or file name in the gzip
+    # header (tarfile's "w:gz" writes both), so a second run finds its data unchanged.
+    with (
+        open(path, "wb") as raw,
+        gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=0, mtime=0) as zipped,
+        tarfile.open(fileobj=zipped, mode="w") as archive,
+    ):
         for name, data in members.items():
             info = tarfile.TarInfo(f"{ARCHIVE_DIR}/{name}")
             info.size = len(data)

@@ -48,6 +48,11 @@ def train_parser() -> argparse.ArgumentParser:
         help="name of the training run; the same name and storage path resume it "
         "(default: one per flow run)",
     )
+    add(
+        "--force",
+        action="store_true",
+        help="train even when nothing would change (the champion's data, code and options)",
+    )
     options.add_run_options(parser, "train-cifar")
     return parser
 

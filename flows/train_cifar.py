@@ -16,9 +16,17 @@ from tasks.download import expected_md5, fetch_archive
 from tasks.monitoring import tag_flow_run
 from tasks.predict import predict_task
 from tasks.preprocess import prepare_dataset
-from tasks.registry import CHAMPION
+from tasks.registry import CHAMPION, model_name_for
+from tasks.retraining import unchanged_task
 from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
-from tasks.train import EXPERIMENT, TrainRequest, run_tags, train_task, training_run_name
+from tasks.train import (
+    EXPERIMENT,
+    TrainRequest,
+    run_tags,
+    train_task,
+    training_params,
+    training_run_name,
+)
 
 
 @flow(name="train-cifar", persist_result=True)  # see flows/__init__.py
@@ -44,6 +52,7 @@ def train_cifar(
     shard_size: int = 2500,
     run_name: str | None = None,
     system_metrics: bool = True,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Download, preprocess, train, register, evaluate, promote and (optionally) predict.
 
@@ -64,7 +73,9 @@ def train_cifar(
     ``cifar10-classifier-synthetic`` when the archive is synthetic (``--synthetic``).
     ``system_metrics`` logs CPU, memory (and GPU) use on the MLflow run every 10 s.
     Download and preprocess are cached by Prefect under ``storage_path``: a run on the same
-    data reuses them (shown as Cached) after checking the files are intact.
+    data reuses them (shown as Cached) after checking the files are intact. A run that would
+    change nothing (the champion's data, commit and training configuration) ends there,
+    saying why, unless ``force`` (``tasks.retraining``).
     Returns the MLflow run id, model version, test accuracy and whether the version was
     promoted to ``@champion``.
     """
@@ -89,6 +100,11 @@ def train_cifar(
             batch_size=batch_size,
             rows_per_file=shard_size,
         )
+        name = model_name_for(registered_model_name, dataset.manifest.synthetic)
+        params = training_params(config, num_workers)
+        digest = dataset.manifest.digest()
+        if not force and (reason := unchanged_task(name, digest, params, tracking_uri)):
+            return {"skipped": True, "reason": reason, "model_name": name}
         request = TrainRequest(
             config=config,
             dataset=dataset,

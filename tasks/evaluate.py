@@ -20,6 +20,7 @@ from tasks.lineage import DIGEST_TAG, SYNTHETIC_TAG
 from tasks.predict import score
 from tasks.promotion import ChampionScore
 from tasks.registry import CHAMPION, load_version, version_at_alias
+from tasks.retrying import TRANSIENT_RETRIES
 
 logger = logging.getLogger(__name__)
 
@@ -135,7 +136,9 @@ def champion_score(model_name: str, dataset: Dataset, tracking_uri: str) -> Cham
     )
 
 
-champion_score_task = task(name="score-champion", cache_policy=NO_CACHE)(champion_score)
+champion_score_task = task(name="score-champion", cache_policy=NO_CACHE, **TRANSIENT_RETRIES)(
+    champion_score
+)
 
 
 def evaluate_version(
@@ -151,7 +154,7 @@ def evaluate_version(
     return evaluation
 
 
-@task(name="evaluate", cache_policy=NO_CACHE)
+@task(name="evaluate", cache_policy=NO_CACHE, **TRANSIENT_RETRIES)
 def evaluate_task(
     model_name: str, version: str, dataset: Dataset, run_id: str, tracking_uri: str
 ) -> Evaluation:

@@ -15,6 +15,7 @@ from torch import nn
 
 from cifar.format import CLASS_NAMES, DataFormatError, parse_batch
 from tasks.registry import load_model
+from tasks.retrying import TRANSIENT_RETRIES
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
@@ -139,4 +140,4 @@ def predict(
     return write_predictions(inputs, score(model, inputs.images), output_uri, model_name, version)
 
 
-predict_task = task(name="predict")(predict)
+predict_task = task(name="predict", **TRANSIENT_RETRIES)(predict)

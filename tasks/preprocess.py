@@ -39,6 +39,7 @@ from cifar.format import (
 from cifar.layout import StorageLayout
 from tasks.caching import cached, policy
 from tasks.download import Archive
+from tasks.retrying import TRANSIENT_RETRIES
 from trainlib import DaskConfig
 
 logger = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ def preprocess_archive(
     return Dataset(uri, manifest)
 
 
-preprocess_task = task(name="preprocess")(preprocess_archive)
+preprocess_task = task(name="preprocess", **TRANSIENT_RETRIES)(preprocess_archive)
 
 
 def prepare_dataset(

@@ -18,6 +18,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.transactions import Transaction, get_transaction
 
 from tasks.registry import ALIASES, CHALLENGER, CHAMPION, version_at_alias
+from tasks.retrying import TRANSIENT_RETRIES
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def restore_aliases(model_name: str, aliases: dict[str, str | None], tracking_ur
             client.delete_registered_model_alias(model_name, alias)
 
 
-@task(name="promote", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+@task(name="promote", cache_policy=NO_CACHE, **TRANSIENT_RETRIES)
 def promote_task(
     model_name: str,
     version: str,

@@ -19,6 +19,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
 from prefect.transactions import Transaction, get_transaction
 from torch import nn
 
@@ -26,6 +27,7 @@ from cifar.checkpoint import load_classifier
 from cifar.dataset import Dataset
 from cifar.errors import ModelNotFoundError
 from tasks.lineage import DIGEST_TAG, SYNTHETIC_TAG
+from tasks.retrying import TRANSIENT_RETRIES
 
 logger = logging.getLogger(__name__)
 
@@ -35,18 +37,32 @@ ALIASES = (CHAMPION, CHALLENGER)
 DEFAULT_MODEL_NAME = "cifar10-classifier"
 SYNTHETIC_SUFFIX = "-synthetic"
 MODEL_ARTIFACT = "model"
+REQUEST_TAG = "prefect_flow_run_id"  # the flow run that registered a version
+WITHDRAWN_TAG = "withdrawn"  # a version a rollback took out of use but could not delete
 _REQUIREMENTS = [f"torch=={torch.__version__.split('+')[0]}", "torchvision", "numpy"]
 
 
-def register_model(model: nn.Module, run_id: str, model_name: str, tracking_uri: str) -> str:
+def register_model(
+    model: nn.Module,
+    run_id: str,
+    model_name: str,
+    tracking_uri: str,
+    request_id: str | None = None,
+) -> str:
     """Log ``model`` as the run's MLflow model and register it; return the new version.
 
-    The model takes uint8 images (N, 3, 32, 32) and returns (N, 10) class scores.
+    The model takes uint8 images (N, 3, 32, 32) and returns (N, 10) class scores. With
+    ``request_id`` (the flow run's id), registering is idempotent: the version is created with
+    that id as a tag, and a retry after a failure (the registry answered, the reply was lost)
+    finds the version its first attempt made instead of making another.
     """
     import mlflow.pytorch
     from mlflow.models import infer_signature
 
     client = MlflowClient(tracking_uri)
+    if request_id is not None and (made := _registered_for(client, model_name, request_id)):
+        logger.info("%s version %s was registered by this request already", model_name, made)
+        return made
     example = np.zeros((2, 3, 32, 32), dtype=np.uint8)
     with torch.no_grad():
         scores = model.eval()(torch.from_numpy(example)).numpy()
@@ -68,9 +84,20 @@ def register_model(model: nn.Module, run_id: str, model_name: str, tracking_uri:
             raise
         client.create_registered_model(model_name)
     source = f"{client.get_run(run_id).info.artifact_uri}/{MODEL_ARTIFACT}"
-    version = str(client.create_model_version(model_name, source, run_id).version)
+    tags = {REQUEST_TAG: request_id} if request_id is not None else None
+    version = str(client.create_model_version(model_name, source, run_id, tags=tags).version)
     logger.info("Registered %s version %s", model_name, version)
     return version
+
+
+def _registered_for(client: MlflowClient, model_name: str, request_id: str) -> str | None:
+    """The version ``request_id`` registered and still in use (not withdrawn by a rollback; the
+    first, if a retry made another), or None."""
+    found = client.search_model_versions(
+        f"name='{model_name}' and tags.{REQUEST_TAG}='{request_id}'"
+    )
+    usable = [int(v.version) for v in found if WITHDRAWN_TAG not in v.tags]
+    return str(min(usable)) if usable else None
 
 
 def check_requirements() -> None:
@@ -123,9 +150,6 @@ def load_model(model_name: str, alias: str, tracking_uri: str) -> tuple[nn.Modul
     return load_version(model_name, version, tracking_uri), version
 
 
-WITHDRAWN_TAG = "withdrawn"
-
-
 def remove_version(model_name: str, version: str, tracking_uri: str, reason: str) -> None:
     """Take ``version`` out of use: delete it from the registry (its MLflow run and artifacts
     stay), or, where this account may not delete versions (the stack's training account, on an
@@ -176,11 +200,18 @@ def _quiet_pickle_warning() -> Iterator[None]:
 
 
 def register_checkpoint(
-    checkpoint_uri: str, run_id: str, model_name: str, tracking_uri: str, dataset: Dataset
+    checkpoint_uri: str,
+    run_id: str,
+    model_name: str,
+    tracking_uri: str,
+    dataset: Dataset,
+    request_id: str | None = None,
 ) -> str:
-    """Register the classifier of a training checkpoint as a new version of ``model_name``,
-    tagged with the digest of the data it was trained on and whether that data is synthetic."""
-    version = register_model(load_classifier(checkpoint_uri), run_id, model_name, tracking_uri)
+    """Register the classifier of a training checkpoint as a new version of ``model_name``
+    (idempotent per ``request_id``: see ``register_model``), tagged with the digest of the data
+    it was trained on and whether that data is synthetic."""
+    classifier = load_classifier(checkpoint_uri)
+    version = register_model(classifier, run_id, model_name, tracking_uri, request_id)
     client = MlflowClient(tracking_uri)
     client.set_model_version_tag(model_name, version, DIGEST_TAG, dataset.manifest.digest())
     synthetic = str(dataset.manifest.synthetic).lower()
@@ -188,12 +219,16 @@ def register_checkpoint(
     return version
 
 
-@task(name="register", retries=2, retry_delay_seconds=2, cache_policy=NO_CACHE)
+@task(name="register", cache_policy=NO_CACHE, **TRANSIENT_RETRIES)
 def register_task(
     checkpoint_uri: str, run_id: str, model_name: str, tracking_uri: str, dataset: Dataset
 ) -> str:
-    """Register; in a transaction, a rollback removes the version again."""
-    version = register_checkpoint(checkpoint_uri, run_id, model_name, tracking_uri, dataset)
+    """Register, once per flow run whatever the retries; in a transaction, a rollback removes
+    the version again."""
+    request_id = flow_run.get_id()
+    version = register_checkpoint(
+        checkpoint_uri, run_id, model_name, tracking_uri, dataset, request_id
+    )
     if (txn := get_transaction()) is not None:
         txn.set("registered", (model_name, version, tracking_uri))
     return version

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -54,6 +55,11 @@ def run_tags(config: TrainConfig, num_workers: int) -> dict[str, str]:
     }
 
 
+def training_params(config: TrainConfig, num_workers: int) -> dict[str, Any]:
+    """The training configuration as the MLflow run's params (what makes one run another)."""
+    return {**asdict(config), "num_workers": num_workers}
+
+
 def train(request: TrainRequest, callbacks: Sequence[trainlib.Callback] = ()) -> TrainedRun:
     """Train with one MLflow run (created here, on the driver) receiving every report.
 
@@ -65,7 +71,7 @@ def train(request: TrainRequest, callbacks: Sequence[trainlib.Callback] = ()) ->
         request.tracking_uri,
         EXPERIMENT,
         request.run_name,
-        params={**asdict(config), "num_workers": request.num_workers},
+        params=training_params(config, request.num_workers),
         tags=run_tags(config, request.num_workers),
     )
     log_dataset_inputs(request.tracking_uri, run_id, request.dataset, request.data_url)

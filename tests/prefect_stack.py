@@ -16,6 +16,7 @@ from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 POOL = "cifar"
+WORKER_PID = "CIFAR_TESTS_PREFECT_WORKER_PID"  # in the environment prefect_stack yields
 STARTUP_S = 120.0
 
 
@@ -63,7 +64,8 @@ def _stop(process: subprocess.Popen[bytes], sig: int) -> None:
 
 @contextmanager
 def prefect_stack(home: Path, database_url: str) -> Iterator[dict[str, str]]:
-    """Environment of a running Prefect server with a process work pool and worker.
+    """Environment of a running Prefect server with a process work pool and worker (its pid
+    under ``WORKER_PID``).
 
     ``database_url``: the server's PostgreSQL database (``postgresql://user:password@host/db``).
     Not SQLite: there, Prefect's services lose writes under concurrent load ("database is
@@ -116,22 +118,29 @@ def prefect_stack(home: Path, database_url: str) -> Iterator[dict[str, str]]:
             check=True,
             capture_output=True,
         )
-        with open(worker_log, "wb") as out:
-            worker = subprocess.Popen(
-                _prefect("worker", "start", "--pool", POOL, "--type", "process", "--name", "w1"),
-                env=env,
-                cwd=REPO,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        _wait_until(
-            lambda: _pool_ready(env["PREFECT_API_URL"]), worker, worker_log, "Prefect worker"
-        )
+        worker = start_worker(env, "w1", worker_log)
+        env[WORKER_PID] = str(worker.pid)
         yield env
     finally:
         if worker is not None:
             _stop(worker, signal.SIGINT)  # the worker ignores SIGTERM
         _stop(server, signal.SIGTERM)
+
+
+def start_worker(env: dict[str, str], name: str, log: Path) -> subprocess.Popen[bytes]:
+    """A process worker of the pool, polling every second, ready when it returns; in a session
+    of its own (a test may kill it with everything it started, as a host dies)."""
+    with open(log, "ab") as out:
+        worker = subprocess.Popen(
+            _prefect("worker", "start", "--pool", POOL, "--type", "process", "--name", name),
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    _wait_until(lambda: _pool_ready(env["PREFECT_API_URL"]), worker, log, "Prefect worker")
+    return worker
 
 
 def deploy_all(env: dict[str, str]) -> None:

@@ -40,6 +40,17 @@ def test_cifar_synthetic_archive_has_the_official_layout(tmp_path: Path) -> None
     assert len(md5) == 32
 
 
+def test_cifar_synthetic_archive_is_the_same_bytes_every_time(tmp_path: Path) -> None:
+    first = write_synthetic_archive(str(tmp_path / "first.tar.gz"), images_per_batch=20)
+    (tmp_path / "later").mkdir()  # another name and another moment: gzip kept both
+    again = write_synthetic_archive(str(tmp_path / "later" / "x.tar.gz"), images_per_batch=20)
+    assert again == first
+    assert (tmp_path / "later" / "x.tar.gz").read_bytes() == (
+        tmp_path / "first.tar.gz"
+    ).read_bytes()
+    assert write_synthetic_archive(str(tmp_path / "other.tar.gz"), 20, seed=1) != first
+
+
 def test_cifar_synthetic_classes_differ_in_mean_image() -> None:
     batch = synthetic_batch(2000, seed=1)
     means = [batch.images[batch.labels == c].mean(axis=0) for c in range(10)]

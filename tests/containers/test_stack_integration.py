@@ -191,7 +191,8 @@ def test_every_service_reconnects_after_postgres_restarts_under_an_idle_stack(
 ) -> None:
     podman("restart", container("postgres"))
     wait_healthy(("postgres",))
-    run = _train(stack, archive, deployment="train-cifar/nightly")
+    # the data, commit and options of the champion: force, or it would end without training
+    run = _train(stack, archive, deployment="train-cifar/nightly", force=True)
     assert run["state"] == "COMPLETED", run
     second = stack.mlflow().get_model_version(MODEL, "2")
     assert "champion version 1" in second.tags.get("promotion", ""), second.tags

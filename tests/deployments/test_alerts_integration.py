@@ -1,65 +1,203 @@
-"""The alerts of deployments/automations.yaml under concurrent load: every failed scheduled run
-is notified, none is lost (on SQLite, Prefect's trigger service dead-letters an event when a
-write is refused, and its alert never comes: the server runs on PostgreSQL)."""
+"""The automations of deployments/automations.yaml on a real Prefect server (on PostgreSQL)
+with real workers: every failed or crashed scheduled run is notified, also ten at once; a run
+whose worker died is marked Crashed by its missing heartbeats, alerted, and the next nightly
+runs; a run no worker starts, and a work pool without a worker, are alerted; triggers match the
+deployments by id."""
 
 from __future__ import annotations
 
+import asyncio
+import os
 import queue
+import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
+from prefect.client.orchestration import get_client
+from prefect.deployments import run_deployment
 
+from cifar.format import write_synthetic_archive
+from tests.conftest import HttpDir
 from tests.deployments.conftest import ALERTS_COMMAND, Webhook
-from tests.prefect_stack import REPO
+from tests.prefect_records import final_flow_runs, flow_run_logs
+from tests.prefect_stack import REPO, WORKER_PID, start_worker
 
 RUNS = 10
 NOTIFY_WITHIN_S = 180.0  # on PostgreSQL all ten come within a minute, also on a loaded machine
+LATE_WITHIN_S = 20  # the test's bound for cifar-run-late (15 minutes in production)
+ZOMBIE_WITHIN_S = 300.0  # heartbeats every 30 s, Crashed after 90 s without one
 
 
-def _crash_at_once(deployment: str, count: int) -> list[str]:
-    """``count`` runs of ``deployment`` started at once, each crashing as soon as the worker
-    starts it (its command is ``false``, not the flow): a night of failures without ten flow
-    processes on 2 cores. The deployment's concurrency limit queues them, as it queues
-    nightlies; their names."""
-    from prefect.deployments import run_deployment
+@pytest.fixture(scope="module")
+def alerts(deployed: dict[str, str], webhook: Webhook) -> dict[str, str]:
+    """The automations applied as the deploy step applies them, notifying the webhook."""
+    done = subprocess.run(
+        [*ALERTS_COMMAND, "--url", webhook.url, "--within", f"cifar-run-late={LATE_WITHIN_S}"],
+        env={**deployed, "CIFAR_ALERTS_BLOCK": "custom-webhook/cifar-alerts"},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return deployed
 
-    runs = [
-        run_deployment(deployment, job_variables={"command": "false"}, timeout=0)
-        for _ in range(count)
-    ]
-    return [run.name for run in runs]
 
-
-def _notified(webhook: Webhook, names: list[str]) -> dict[str, dict[str, Any]]:
-    """Run name → its notification, for each notification received within the bound."""
+def _notified(webhook: Webhook, keys: dict[str, str], within: float) -> dict[str, dict[str, Any]]:
+    """Key → its notification, the first whose subject holds ``keys[key]``, for each received
+    within the bound."""
     found: dict[str, dict[str, Any]] = {}
-    deadline = time.monotonic() + NOTIFY_WITHIN_S
-    while len(found) < len(names) and (left := deadline - time.monotonic()) > 0:
+    deadline = time.monotonic() + within
+    while len(found) < len(keys) and (left := deadline - time.monotonic()) > 0:
         try:
             message = webhook.received.get(timeout=left)  # the server's automation posts it
         except queue.Empty:
             break
-        found |= {name: message for name in names if f"run {name} " in message["subject"]}
+        found |= {k: message for k, part in keys.items() if part in message["subject"]}
     return found
+
+
+def _runs(*names: str) -> dict[str, str]:
+    return {name: f"run {name} " for name in names}
+
+
+def test_alerts_match_the_deployments_by_id(alerts: dict[str, str]) -> None:
+    async def read() -> tuple[dict[str, Any], dict[str, str]]:
+        async with get_client() as client:
+            automations = {a.name: a for a in await client.read_automations()}
+            ids = {
+                name: f"prefect.deployment.{(await client.read_deployment_by_name(name)).id}"
+                for name in ("train-cifar/nightly", "tune-cifar/weekly")
+            }
+        return automations, ids
+
+    automations, ids = asyncio.run(read())
+    failed = automations["cifar-run-failed"].trigger.match_related
+    assert failed.model_dump() == {
+        "prefect.resource.role": "deployment",
+        "prefect.resource.id": [ids["train-cifar/nightly"], ids["tune-cifar/weekly"]],
+    }
+    assert {
+        "cifar-run-failed",
+        "cifar-run-zombie",
+        "cifar-run-late",
+        "cifar-pool-offline",
+        "cifar-nightly-running-too-long",
+        "cifar-weekly-running-too-long",
+    } <= set(automations)
 
 
 @pytest.mark.timeout(600)
 def test_alerts_ten_nightlies_crashing_at_once_send_ten_notifications(
-    deployed: dict[str, str], webhook: Webhook
+    alerts: dict[str, str], webhook: Webhook
 ) -> None:
-    subprocess.run(
-        [*ALERTS_COMMAND, "--block", "custom-webhook/cifar-alerts", "--url", webhook.url],
-        env=deployed,
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-    names = _crash_at_once("train-cifar/nightly", RUNS)
-    notified = _notified(webhook, names)
+    """Each crashes as soon as the worker starts it (its command is `false`): a night of
+    failures without ten flow processes on 2 cores; the deployment's limit queues them."""
+    runs = [
+        run_deployment("train-cifar/nightly", job_variables={"command": "false"}, timeout=0)
+        for _ in range(RUNS)
+    ]
+    names = [run.name for run in runs]
+    notified = _notified(webhook, _runs(*names), NOTIFY_WITHIN_S)
     assert sorted(notified) == sorted(names)
     for name, message in notified.items():
         assert message["subject"] == f"train-cifar/nightly: run {name} Crashed"
         assert "ended Crashed" in message["body"]
+
+
+@contextmanager
+def _session_worker_stopped(env: dict[str, str]) -> Iterator[None]:
+    """The session's worker frozen (SIGSTOP): it neither polls nor sends heartbeats."""
+    worker = psutil.Process(int(env[WORKER_PID]))
+    worker.suspend()
+    try:
+        yield
+    finally:
+        worker.resume()
+
+
+def test_alerts_a_run_no_worker_starts_and_a_pool_without_workers(
+    alerts: dict[str, str], webhook: Webhook
+) -> None:
+    with _session_worker_stopped(alerts):
+        run = run_deployment("train-cifar/nightly", timeout=0)  # due now; nobody takes it
+        found = _notified(webhook, {**_runs(run.name), "cifar": "work pool cifar:"}, 240)
+        asyncio.run(_cancel(run.id))
+    assert found[run.name]["subject"] == f"train-cifar/nightly: run {run.name} has not started"
+    assert found["cifar"]["subject"] == "work pool cifar: no worker"
+
+
+async def _cancel(flow_run_id: Any) -> None:
+    from prefect.states import Cancelled
+
+    async with get_client() as client:
+        await client.set_flow_run_state(flow_run_id, Cancelled(), force=True)
+
+
+@pytest.fixture
+def archive(http_dir: HttpDir) -> dict[str, str]:
+    md5 = write_synthetic_archive(str(http_dir.path / "zombie.tar.gz"), images_per_batch=200)
+    return {"data_url": f"{http_dir.url}/zombie.tar.gz", "data_md5": md5}
+
+
+def _heartbeat_recorded(flow_run_id: Any) -> bool:
+    """Whether the server has a heartbeat of the run (the zombie automation starts there)."""
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+
+    async def read() -> bool:
+        async with get_client() as client:
+            page = await client.read_events(
+                EventFilter(
+                    event=EventNameFilter(name=["prefect.flow-run.heartbeat"]),
+                    resource=EventResourceFilter(id=[f"prefect.flow-run.{flow_run_id}"]),
+                ),
+                limit=1,
+            )
+        return bool(page.events)
+
+    return asyncio.run(read())
+
+
+@pytest.mark.timeout(900)
+def test_alerts_a_run_whose_worker_died_is_crashed_alerted_and_the_next_nightly_runs(
+    alerts: dict[str, str], webhook: Webhook, archive: dict[str, str], tmp_path: Path
+) -> None:
+    store = {"storage_path": str(tmp_path / "store"), "batch_size": 64, "shard_size": 250}
+    store["mlflow_tracking_uri"] = f"sqlite:///{tmp_path}/mlflow.db"
+    with _session_worker_stopped(alerts):
+        doomed_worker = start_worker(alerts, "doomed", tmp_path / "doomed.log")
+        doomed = run_deployment(
+            "train-cifar/nightly", parameters={**archive, **store, "epochs": 500}, timeout=0
+        )
+        # mid-run: training (its first epoch logged), after a heartbeat reached the server
+        logs = flow_run_logs(
+            doomed.id, until=lambda logs: any(log.message.startswith("epoch 1/") for log in logs)
+        )
+        assert any(log.message.startswith("epoch 1/") for log in logs), "it never trained"
+        deadline = time.monotonic() + 120
+        while not _heartbeat_recorded(doomed.id):  # polling the server, not waiting it out
+            assert time.monotonic() < deadline, "the doomed nightly never sent a heartbeat"
+            time.sleep(1)
+        queued = run_deployment(
+            "train-cifar/nightly", parameters={**archive, **store, "epochs": 1}, timeout=0
+        )
+        # the host dies: its worker and everything it started, at once
+        tree = psutil.Process(doomed_worker.pid)
+        processes = [tree, *tree.children(recursive=True)]
+        for process in processes:
+            os.kill(process.pid, signal.SIGKILL)
+        doomed_worker.wait()
+        psutil.wait_procs(processes, timeout=30)
+        found = _notified(webhook, _runs(doomed.name), ZOMBIE_WITHIN_S)
+    assert found[doomed.name]["subject"] == f"train-cifar/nightly: run {doomed.name} Crashed"
+    assert "No heartbeat for 90 s" in found[doomed.name]["body"]
+    crashed, after = final_flow_runs([doomed.id, queued.id], timeout=600)
+    assert crashed.state.name == "Crashed"
+    assert after.state.is_completed(), after.state  # the slot was freed; the queue moved

@@ -287,3 +287,29 @@ def test_predict_flow_scores_with_champion(first_run: dict[str, Any], workspace:
     )
     assert (summary["num_scored"], summary["num_errors"], summary["model_version"]) == (5, 0, "1")
     assert len(pd.read_parquet(output)) == 5
+
+
+def test_flow_that_would_change_nothing_ends_early_and_new_data_trains(
+    second_run: State[Any], workspace: Workspace
+) -> None:
+    """The champion's data, commit and options again: not trained, saying why, nothing
+    registered; another archive at the same URL, with the same options, trains."""
+    before = workspace.versions()
+    state: State[Any] = workspace.run(return_state=True)  # the first run's options
+    skipped = state.result()
+    assert skipped["skipped"] is True
+    assert skipped["reason"].startswith("Nothing would change: champion version 1 of")
+    assert workspace.versions() == before
+    states = task_run_states(
+        state.state_details.flow_run_id, ["download", "preprocess", "check-unchanged"]
+    )
+    assert "train" not in states
+    archive = workspace.http.path / "cifar-10-python.tar.gz"
+    original = archive.read_bytes()
+    try:  # new data at the same URL: another archive, another digest
+        md5 = write_synthetic_archive(str(archive), images_per_batch=200, seed=1)
+        trained = workspace.run(data_md5=md5)
+    finally:
+        archive.write_bytes(original)
+    assert "skipped" not in trained
+    assert workspace.versions() == [*before, trained["model_version"]]

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from cifar.errors import ModelNotFoundError
 from cifar.models import build_model
 from tasks.promotion import promote
-from tasks.registry import load_model, model_name_for, register_model
+from tasks.registry import WITHDRAWN_TAG, load_model, model_name_for, register_model
 from tasks.tracking import start_run
 
 
@@ -79,3 +79,21 @@ def test_registry_model_loads_in_a_fresh_process(tracking_uri: str, tmp_path: Pa
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert json.loads(done.stdout.strip().splitlines()[-1]) == [[3, 10], [3, 10]]
+
+
+def test_registry_a_retried_request_reuses_its_version(tracking_uri: str) -> None:
+    """A retry of register (its first reply lost) gives the version the first attempt made;
+    another request, or one whose version a rollback withdrew, registers a new one."""
+    run_id = start_run(tracking_uri, "registry-test", "retried", {}, {})
+    model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    first = register_model(model, run_id, "retried", tracking_uri, request_id="flow-run-1")
+    again = register_model(model, run_id, "retried", tracking_uri, request_id="flow-run-1")
+    other = register_model(model, run_id, "retried", tracking_uri, request_id="flow-run-2")
+    client = MlflowClient(tracking_uri)
+    assert again == first != other
+    assert sorted(str(v.version) for v in client.search_model_versions("name='retried'")) == [
+        "1",
+        "2",
+    ]
+    client.set_model_version_tag("retried", first, WITHDRAWN_TAG, "rolled back")
+    assert register_model(model, run_id, "retried", tracking_uri, request_id="flow-run-1") == "3"

@@ -1,0 +1,61 @@
+"""Whether training again would change anything.
+
+A run on the data the champion was trained on, with its code (the commit) and its training
+configuration, trains the same model again (the seed is part of the configuration): it spends
+the cluster's hours and registers a near-identical version. Such a run ends early instead,
+``Completed``, saying why in its summary and a Prefect artifact; ``force`` trains anyway.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mlflow.tracking import MlflowClient
+from prefect import task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from tasks.lineage import DIGEST_TAG
+from tasks.registry import CHAMPION, version_at_alias
+from tasks.retrying import TRANSIENT_RETRIES
+from tasks.tracking import git_sha
+
+
+def unchanged_since_champion(
+    model_name: str, data_digest: str, params: Mapping[str, Any], tracking_uri: str
+) -> str | None:
+    """Why a run with these data, code and ``params`` (the training run's MLflow params) would
+    change nothing, or None: it would (no champion, other data, another commit or an unknown
+    one, another configuration)."""
+    version = version_at_alias(model_name, CHAMPION, tracking_uri)
+    if version is None:
+        return None
+    client = MlflowClient(tracking_uri)
+    registered = client.get_model_version(model_name, version)
+    if registered.tags.get(DIGEST_TAG) != data_digest or not registered.run_id:
+        return None
+    run = client.get_run(registered.run_id)
+    code = git_sha()
+    if code == "unknown" or run.data.tags.get("git_sha") != code:
+        return None
+    if any(run.data.params.get(key) != str(value) for key, value in params.items()):
+        return None
+    return (
+        f"Nothing would change: champion version {version} of {model_name} was trained on the "
+        f"same data (digest {data_digest}), code (commit {code[:12]}) and configuration. Not "
+        "trained again; run with force=true (train-cifar --force) to train anyway."
+    )
+
+
+@task(name="check-unchanged", cache_policy=NO_CACHE, **TRANSIENT_RETRIES)
+def unchanged_task(
+    model_name: str, data_digest: str, params: Mapping[str, Any], tracking_uri: str
+) -> str | None:
+    """``unchanged_since_champion``, and a Prefect artifact saying why when nothing would."""
+    reason = unchanged_since_champion(model_name, data_digest, params, tracking_uri)
+    if reason is not None:
+        create_markdown_artifact(
+            key="train-cifar-skipped", markdown=f"# Not trained\n\n{reason}", description=reason
+        )
+    return reason
