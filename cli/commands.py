@@ -53,7 +53,7 @@ def train_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="train even when nothing would change (the champion's data, code and options)",
     )
-    options.add_run_options(parser, "train-cifar")
+    options.add_run_options(parser, "train-cifar", timeout_minutes=1440.0)
     return parser
 
 
@@ -98,7 +98,7 @@ def tune_parser() -> argparse.ArgumentParser:
         help="Optuna storage URL, e.g. postgresql://... (default: sqlite under --storage-path; "
         "needed with s3:// storage)",
     )
-    options.add_run_options(parser, "tune-cifar")
+    options.add_run_options(parser, "tune-cifar", timeout_minutes=2880.0)
     return parser
 
 
@@ -116,7 +116,7 @@ def predict_parser() -> argparse.ArgumentParser:
     options.deprecated(parser, "--model-name", "--registered-model-name", "registered_model_name")
     add("--alias", default="champion", help="the model's alias to score with")
     options.add_tracking_option(parser)
-    options.add_run_options(parser, "predict-cifar")
+    options.add_run_options(parser, "predict-cifar", timeout_minutes=1440.0)
     return parser
 
 

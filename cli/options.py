@@ -49,8 +49,14 @@ class _ShowsDefaults(argparse.HelpFormatter):
         return f"{help} (default: {shown})"
 
 
-def add_run_options(made: argparse.ArgumentParser, command: str) -> None:
-    """``--debug`` and ``--log-file``: where the full log of a run goes."""
+def add_run_options(made: argparse.ArgumentParser, command: str, timeout_minutes: float) -> None:
+    """``--timeout-minutes``, and ``--debug`` and ``--log-file``: where the full log goes."""
+    made.add_argument(
+        "--timeout-minutes",
+        type=positive_float,
+        default=timeout_minutes,
+        help="stop the run, failed, once it has run this long",
+    )
     made.add_argument("--debug", action="store_true", help="print full tracebacks of errors")
     made.add_argument(
         "--log-file",

@@ -8,6 +8,7 @@ from prefect import flow
 
 from tasks.predict import predict_task
 from tasks.registry import CHAMPION
+from tasks.time_limit import time_limit
 from tasks.tracking import resolve_tracking_uri
 
 
@@ -18,15 +19,18 @@ def predict_cifar(
     model_name: str = "cifar10-classifier",
     alias: str = CHAMPION,
     mlflow_tracking_uri: str | None = None,
+    timeout_minutes: float | None = 1440.0,
 ) -> dict[str, Any]:
-    """Write predictions (CSV, or Parquet for ``.parquet``) for the images at ``input_uri``."""
-    tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
-    summary = predict_task(model_name, alias, input_uri, output_uri, tracking_uri)
-    return {
-        "output_uri": summary.output_uri,
-        "errors_uri": summary.errors_uri,
-        "num_scored": summary.num_scored,
-        "num_errors": summary.num_errors,
-        "model_name": summary.model_name,
-        "model_version": summary.model_version,
-    }
+    """Write predictions (CSV, or Parquet for ``.parquet``) for the images at ``input_uri``;
+    a run longer than ``timeout_minutes`` fails (None: no limit)."""
+    with time_limit(timeout_minutes, "predict-cifar"):
+        tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
+        summary = predict_task(model_name, alias, input_uri, output_uri, tracking_uri)
+        return {
+            "output_uri": summary.output_uri,
+            "errors_uri": summary.errors_uri,
+            "num_scored": summary.num_scored,
+            "num_errors": summary.num_errors,
+            "model_name": summary.model_name,
+            "model_version": summary.model_version,
+        }

@@ -18,6 +18,7 @@ from tasks.predict import predict_task
 from tasks.preprocess import prepare_dataset
 from tasks.registry import CHAMPION, model_name_for
 from tasks.retraining import unchanged_task
+from tasks.time_limit import time_limit
 from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
 from tasks.train import (
     EXPERIMENT,
@@ -53,6 +54,7 @@ def train_cifar(
     run_name: str | None = None,
     system_metrics: bool = True,
     force: bool = False,
+    timeout_minutes: float | None = 1440.0,
 ) -> dict[str, Any]:
     """Download, preprocess, train, register, evaluate, promote and (optionally) predict.
 
@@ -76,54 +78,66 @@ def train_cifar(
     data reuses them (shown as Cached) after checking the files are intact. A run that would
     change nothing (the champion's data, commit and training configuration) ends there,
     saying why, unless ``force`` (``tasks.retraining``).
+    ``timeout_minutes``: a run that takes longer fails, its training stopped
+    (``tasks.time_limit``; None: no limit).
     Returns the MLflow run id, model version, test accuracy and whether the version was
     promoted to ``@champion``.
     """
-    config = TrainConfig(
-        model=model, epochs=epochs, batch_size=batch_size, lr=lr, use_gpu=use_gpu, compile=compile
-    )
-    layout = StorageLayout.at(storage_path)
-    tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
-    dask = dask_config(dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s)
-    tag_flow_run(run_tags(config, num_workers))
-    tracking = prepare_experiment_task.submit(tracking_uri, EXPERIMENT)  # while data is prepared
-    archive = fetch_archive(data_url, layout, expected_md5(data_url, data_md5))
-    # One cluster for the Dask steps, with the workers training needs before any work is done;
-    # its rank processes start (import torch) while the data is prepared.
-    with dask.connect(num_workers=num_workers, wait=True, warm_ranks=True) as client:
-        cluster = dask.attached_to(client)
-        dataset = prepare_dataset(
-            archive,
-            layout,
-            dask=cluster,
-            num_workers=num_workers,
+    with time_limit(timeout_minutes, "train-cifar"):
+        config = TrainConfig(
+            model=model,
+            epochs=epochs,
             batch_size=batch_size,
-            rows_per_file=shard_size,
+            lr=lr,
+            use_gpu=use_gpu,
+            compile=compile,
         )
-        name = model_name_for(registered_model_name, dataset.manifest.synthetic)
-        params = training_params(config, num_workers)
-        digest = dataset.manifest.digest()
-        if not force and (reason := unchanged_task(name, digest, params, tracking_uri)):
-            return {"skipped": True, "reason": reason, "model_name": name}
-        request = TrainRequest(
-            config=config,
-            dataset=dataset,
-            layout=layout,
-            run_name=training_run_name(run_name, flow_run.get_id()),
-            num_workers=num_workers,
-            tracking_uri=tracking_uri,
-            dask=cluster,
-            data_url=data_url,
-            system_metrics=system_metrics,
+        layout = StorageLayout.at(storage_path)
+        tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
+        dask = dask_config(
+            dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s
         )
-        tracking.result()
-        trained = train_task(request)
-    summary = publish(
-        trained, archive, dataset, registered_model_name, promote_margin, tracking_uri
-    )
-    if predict_input:
-        output = layout.predictions(trained.run_id)
-        name = summary["model_name"]
-        predictions = predict_task(name, CHAMPION, predict_input, output, tracking_uri)
-        summary["predictions"] = predictions.output_uri
-    return summary
+        tag_flow_run(run_tags(config, num_workers))
+        tracking = prepare_experiment_task.submit(
+            tracking_uri, EXPERIMENT
+        )  # while data is prepared
+        archive = fetch_archive(data_url, layout, expected_md5(data_url, data_md5))
+        # One cluster for the Dask steps, with the workers training needs before any work is done;
+        # its rank processes start (import torch) while the data is prepared.
+        with dask.connect(num_workers=num_workers, wait=True, warm_ranks=True) as client:
+            cluster = dask.attached_to(client)
+            dataset = prepare_dataset(
+                archive,
+                layout,
+                dask=cluster,
+                num_workers=num_workers,
+                batch_size=batch_size,
+                rows_per_file=shard_size,
+            )
+            name = model_name_for(registered_model_name, dataset.manifest.synthetic)
+            params = training_params(config, num_workers)
+            digest = dataset.manifest.digest()
+            if not force and (reason := unchanged_task(name, digest, params, tracking_uri)):
+                return {"skipped": True, "reason": reason, "model_name": name}
+            request = TrainRequest(
+                config=config,
+                dataset=dataset,
+                layout=layout,
+                run_name=training_run_name(run_name, flow_run.get_id()),
+                num_workers=num_workers,
+                tracking_uri=tracking_uri,
+                dask=cluster,
+                data_url=data_url,
+                system_metrics=system_metrics,
+            )
+            tracking.result()
+            trained = train_task(request)
+        summary = publish(
+            trained, archive, dataset, registered_model_name, promote_margin, tracking_uri
+        )
+        if predict_input:
+            output = layout.predictions(trained.run_id)
+            name = summary["model_name"]
+            predictions = predict_task(name, CHAMPION, predict_input, output, tracking_uri)
+            summary["predictions"] = predictions.output_uri
+        return summary

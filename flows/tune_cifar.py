@@ -18,6 +18,7 @@ from tasks.download import expected_md5, fetch_archive
 from tasks.monitoring import tag_flow_run
 from tasks.preprocess import prepare_dataset
 from tasks.search_space import DEFAULT_SEARCH_SPACE, check_search_space, largest_batch_size
+from tasks.time_limit import time_limit
 from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
 from tasks.tune import EXPERIMENT, STUDY_STORAGE_VARIABLE, TuneRequest, search_name, tune_task
 
@@ -45,6 +46,7 @@ def tune_cifar(
     name: str | None = None,
     study_storage: str | None = None,
     system_metrics: bool = True,
+    timeout_minutes: float | None = 2880.0,
 ) -> dict[str, Any]:
     """Download, preprocess, search, register the best trial, evaluate and promote it.
 
@@ -59,46 +61,55 @@ def tune_cifar(
     storage). ``storage_path`` defaults to $CIFAR_STORAGE_PATH, else ``./cifar-data``. The
     best trial's model goes through train-cifar's rule: registered,
     evaluated on the test split, promoted to ``@champion`` if it beats it.
-    ``registered_model_name`` and ``system_metrics`` are train-cifar's.
+    ``registered_model_name``, ``system_metrics`` and ``timeout_minutes`` are train-cifar's.
     """
-    space = search_space or DEFAULT_SEARCH_SPACE
-    check_search_space(space)  # a mistake fails before anything is downloaded
-    base = TrainConfig(epochs=epochs, use_gpu=use_gpu, compile=compile)
-    layout = StorageLayout.at(storage_path)
-    tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
-    dask = dask_config(dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s)
-    tag_flow_run({"search": "tune-cifar", "trials": str(num_samples)})
-    tracking = prepare_experiment_task.submit(tracking_uri, EXPERIMENT)
-    archive = fetch_archive(data_url, layout, expected_md5(data_url, data_md5))
-    workers = num_workers * max_concurrent_trials
-    with dask.connect(num_workers=workers, wait=True, warm_ranks=True) as client:
-        cluster = dask.attached_to(client)
-        dataset = prepare_dataset(
+    with time_limit(timeout_minutes, "tune-cifar"):
+        space = search_space or DEFAULT_SEARCH_SPACE
+        check_search_space(space)  # a mistake fails before anything is downloaded
+        base = TrainConfig(epochs=epochs, use_gpu=use_gpu, compile=compile)
+        layout = StorageLayout.at(storage_path)
+        tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
+        dask = dask_config(
+            dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s
+        )
+        tag_flow_run({"search": "tune-cifar", "trials": str(num_samples)})
+        tracking = prepare_experiment_task.submit(tracking_uri, EXPERIMENT)
+        archive = fetch_archive(data_url, layout, expected_md5(data_url, data_md5))
+        workers = num_workers * max_concurrent_trials
+        with dask.connect(num_workers=workers, wait=True, warm_ranks=True) as client:
+            cluster = dask.attached_to(client)
+            dataset = prepare_dataset(
+                archive,
+                layout,
+                dask=cluster,
+                num_workers=num_workers,
+                batch_size=largest_batch_size(space, base),
+                rows_per_file=shard_size,
+            )
+            request = TuneRequest(
+                base=base,
+                search_space=space,
+                num_samples=num_samples,
+                max_concurrent_trials=max_concurrent_trials,
+                dataset=dataset,
+                layout=layout,
+                name=search_name(name, flow_run.get_id()),
+                num_workers=num_workers,
+                tracking_uri=tracking_uri,
+                dask=cluster,
+                study_storage=study_storage or os.environ.get(STUDY_STORAGE_VARIABLE),
+                data_url=data_url,
+                system_metrics=system_metrics,
+            )
+            tracking.result()
+            searched = tune_task(request)
+        extra = {"search_run_id": searched.parent_run_id, "best_config": searched.best_config}
+        return publish(
+            searched.best,
             archive,
-            layout,
-            dask=cluster,
-            num_workers=num_workers,
-            batch_size=largest_batch_size(space, base),
-            rows_per_file=shard_size,
+            dataset,
+            registered_model_name,
+            promote_margin,
+            tracking_uri,
+            extra,
         )
-        request = TuneRequest(
-            base=base,
-            search_space=space,
-            num_samples=num_samples,
-            max_concurrent_trials=max_concurrent_trials,
-            dataset=dataset,
-            layout=layout,
-            name=search_name(name, flow_run.get_id()),
-            num_workers=num_workers,
-            tracking_uri=tracking_uri,
-            dask=cluster,
-            study_storage=study_storage or os.environ.get(STUDY_STORAGE_VARIABLE),
-            data_url=data_url,
-            system_metrics=system_metrics,
-        )
-        tracking.result()
-        searched = tune_task(request)
-    extra = {"search_run_id": searched.parent_run_id, "best_config": searched.best_config}
-    return publish(
-        searched.best, archive, dataset, registered_model_name, promote_margin, tracking_uri, extra
-    )

@@ -24,6 +24,10 @@ from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, Wor
 from trainlib.torch import TorchTrainer
 
 EXPERIMENT = "train-cifar"
+# Every task that trains on the Dask cluster carries this tag. A Prefect tag concurrency limit on
+# it (`prefect concurrency-limit create dask-training 1`: the stack's deploy step) lets one
+# training at a time run there, whichever deployment started it; the others wait for the slot.
+TRAINING_TAG = "dask-training"
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,7 @@ def is_infrastructure_failure(task: object, task_run: object, state: State) -> b
 
 @task(
     name="train",
+    tags=[TRAINING_TAG],
     cache_policy=NO_CACHE,
     retries=1,
     retry_delay_seconds=2,

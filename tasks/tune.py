@@ -24,6 +24,7 @@ from tasks.monitoring import pipeline_info_logs
 from tasks.results import TrainedRun
 from tasks.search_space import search_space
 from tasks.tracking import MLflowCallback, start_run, system_metrics, terminated_run
+from tasks.train import TRAINING_TAG
 from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, tune
 from trainlib.torch import TorchTrainer
 
@@ -229,7 +230,7 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
     return TunedSearch(parent, trained, config, tracker.rows)
 
 
-@task(name="tune", cache_policy=NO_CACHE)
+@task(name="tune", tags=[TRAINING_TAG], cache_policy=NO_CACHE)
 def tune_task(request: TuneRequest) -> TunedSearch:
     """Run the search, with the trials' table as a Prefect artifact updated as trials end."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact

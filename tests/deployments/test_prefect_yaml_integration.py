@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import sys
 import time
 from datetime import timezone
 from typing import Any
@@ -23,9 +24,10 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import StateType
 
 from cifar.format import write_synthetic_archive
+from tasks.train import TRAINING_TAG
 from tests.conftest import HttpDir
 from tests.deployments.conftest import ALERTS_COMMAND, Webhook
-from tests.prefect_records import final_flow_runs, flow_finished, flow_run_logs
+from tests.prefect_records import final_flow_runs, flow_finished, flow_run_logs, task_runs
 from tests.prefect_stack import REPO
 
 SCHEDULE_DEADLINE_S = 120.0
@@ -200,6 +202,40 @@ def test_deployment_nightly_runs_one_at_a_time(failing_nightlies: list[Any]) -> 
     assert len(waited) >= 1  # one of them was held back by the limit, and not dropped
     first, second = sorted(failing_nightlies, key=lambda r: r.start_time)
     assert first.end_time <= second.start_time  # never running at the same time
+
+
+def test_deployment_manual_waits_for_the_nightly_training(
+    deployed: dict[str, str], http_dir: HttpDir, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The cluster's training slot as docs/mlops.md sets it: `manual` and `nightly` started at
+    once both complete, and their trainings (the tagged tasks) never overlap."""
+    limit = [sys.executable, "-m", "prefect", "--no-prompt", "concurrency-limit"]
+    subprocess.run([*limit, "create", TRAINING_TAG, "1"], env=deployed, check=True, timeout=60)
+    try:
+        md5 = write_synthetic_archive(str(http_dir.path / "slot.tar.gz"), images_per_batch=200)
+        from prefect.deployments import run_deployment
+
+        started = []
+        for deployment in ("train-cifar/nightly", "train-cifar/manual"):
+            root = tmp_path_factory.mktemp("slot")
+            parameters = {
+                "data_url": f"{http_dir.url}/slot.tar.gz",
+                "data_md5": md5,
+                "epochs": 1,
+                "batch_size": 64,
+                "shard_size": 250,
+                "storage_path": str(root / "store"),
+                "mlflow_tracking_uri": f"sqlite:///{root}/mlflow.db",
+            }
+            started.append(run_deployment(deployment, parameters=parameters, timeout=0))
+        runs = final_flow_runs([run.id for run in started], timeout=RUN_TIMEOUT_S)
+    finally:
+        subprocess.run([*limit, "delete", TRAINING_TAG], env=deployed, check=True, timeout=60)
+    assert [run.state.type for run in runs] == [StateType.COMPLETED] * 2, runs
+    trainings = [task_runs(run.id, ["train"])["train"] for run in runs]
+    assert all(t.state_name == "Completed" for t in trainings), trainings
+    first, second = sorted(trainings, key=lambda t: t.start_time)
+    assert first.end_time <= second.start_time  # the second waited for the slot
 
 
 def test_deployment_failed_nightly_notifies_the_webhook(

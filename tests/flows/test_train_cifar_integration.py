@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 import psutil
 import pytest
+from distributed import Client
 from mlflow.tracking import MlflowClient
 from PIL import Image
 from prefect.states import State
@@ -29,6 +30,7 @@ from cifar.format import CLASS_NAMES, write_synthetic_archive
 from flows.predict_cifar import predict_cifar
 from flows.train_cifar import train_cifar
 from tasks.predict import read_inputs
+from tasks.time_limit import TimeLimitExceeded
 from tests.conftest import HttpDir
 from tests.helpers import free_port
 from tests.prefect_records import task_run_states
@@ -313,3 +315,41 @@ def test_flow_that_would_change_nothing_ends_early_and_new_data_trains(
         archive.write_bytes(original)
     assert "skipped" not in trained
     assert workspace.versions() == [*before, trained["model_version"]]
+
+
+def _working_ranks(dask_client: Client) -> list[psutil.Process]:
+    """The rank processes at work under the cluster's workers (idle warm ones are not)."""
+    workers = [psutil.Process(pid) for pid in dask_client.run(os.getpid).values()]
+    return [
+        child
+        for worker in workers
+        for child in worker.children(recursive=True)
+        if child.is_running() and child.status() != "zombie" and child.name() == "trainlib-rank"
+    ]
+
+
+def test_flow_over_its_time_limit_fails_naming_it_with_its_ranks_gone(
+    workspace: Workspace, dask_client: Client
+) -> None:
+    """A run that outlasts ``timeout_minutes`` (30 s here, mid-training) fails soon after,
+    saying which limit stopped it, with every rank stopped and nothing registered."""
+    before = workspace.versions()
+    started = time.monotonic()
+    state: State[Any] = workspace.run(
+        dask_address=dask_client.scheduler.address,
+        epochs=100_000,
+        timeout_minutes=0.5,
+        run_name="over-its-time",
+        return_state=True,
+    )
+    took = time.monotonic() - started
+    assert state.is_failed(), state
+    with pytest.raises(TimeLimitExceeded, match=r"timeout_minutes=0\.5, and was stopped"):
+        state.result()
+    assert 30 <= took < 30 + 20
+    assert task_run_states(state.state_details.flow_run_id, ["train"])["train"] != "Completed"
+    deadline = time.monotonic() + 10
+    while (ranks := _working_ranks(dask_client)) and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling the process table for the ranks' exit, bounded
+    assert ranks == []
+    assert workspace.versions() == before
