@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from datetime import timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,19 +47,23 @@ def manual_run(
 ) -> Any:
     root = tmp_path_factory.mktemp("deployed")
     md5 = write_synthetic_archive(str(http_dir.path / "deployed.tar.gz"), images_per_batch=200)
+    parameters = _one_epoch(f"{http_dir.url}/deployed.tar.gz", md5, root)
     return _run_deployment(
-        "train-cifar/manual",
-        {
-            "data_url": f"{http_dir.url}/deployed.tar.gz",
-            "data_md5": md5,
-            "epochs": 1,
-            "batch_size": 64,
-            "shard_size": 250,
-            "storage_path": str(root / "store"),
-            "mlflow_tracking_uri": f"sqlite:///{root}/mlflow.db",
-            "registered_model_name": "deployed-classifier",
-        },
+        "train-cifar/manual", {**parameters, "registered_model_name": "deployed-classifier"}
     )
+
+
+def _one_epoch(data_url: str, md5: str, root: Path) -> dict[str, Any]:
+    """A small run's parameters: one epoch on ``data_url``, its store and MLflow under ``root``."""
+    return {
+        "data_url": data_url,
+        "data_md5": md5,
+        "epochs": 1,
+        "batch_size": 64,
+        "shard_size": 250,
+        "storage_path": str(root / "store"),
+        "mlflow_tracking_uri": f"sqlite:///{root}/mlflow.db",
+    }
 
 
 async def _artifacts(flow_run_id: Any) -> dict[str, Any]:
@@ -217,16 +222,9 @@ def test_deployment_manual_waits_for_the_nightly_training(
 
         started = []
         for deployment in ("train-cifar/nightly", "train-cifar/manual"):
-            root = tmp_path_factory.mktemp("slot")
-            parameters = {
-                "data_url": f"{http_dir.url}/slot.tar.gz",
-                "data_md5": md5,
-                "epochs": 1,
-                "batch_size": 64,
-                "shard_size": 250,
-                "storage_path": str(root / "store"),
-                "mlflow_tracking_uri": f"sqlite:///{root}/mlflow.db",
-            }
+            parameters = _one_epoch(
+                f"{http_dir.url}/slot.tar.gz", md5, tmp_path_factory.mktemp("slot")
+            )
             started.append(run_deployment(deployment, parameters=parameters, timeout=0))
         runs = final_flow_runs([run.id for run in started], timeout=RUN_TIMEOUT_S)
     finally:
