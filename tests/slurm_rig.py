@@ -3,8 +3,8 @@
 Everything lives under one folder (configuration, state, logs, the munge socket and key), on
 ports chosen at run time; clients find it through ``SLURM_CONF``. The daemons run in the
 foreground as our own child processes, so stopping them leaves nothing behind. Needs root and
-Debian's ``slurm-wlm`` and ``munge`` (``apt-get install -y slurm-wlm munge``; see
-``../shared/docs/test-rig.md`` section 6).
+Debian's ``slurm-wlm`` and ``munge`` (``apt-get install -y slurm-wlm munge``; ``make test``
+installs them as root).
 """
 
 from __future__ import annotations
