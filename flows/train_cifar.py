@@ -73,7 +73,8 @@ def train_cifar(
     with the same ``run_name`` and ``storage_path`` resumes it. Default: one per flow run.
     ``registered_model_name`` defaults to ``cifar10-classifier``, or
     ``cifar10-classifier-synthetic`` when the archive is synthetic (``--synthetic``).
-    ``system_metrics`` logs CPU, memory (and GPU) use on the MLflow run every 10 s.
+    ``system_metrics`` logs CPU, memory (and GPU) use of the driver and of the ranks' hosts on
+    the MLflow run every 10 s.
     Download and preprocess are cached by Prefect under ``storage_path``: a run on the same
     data reuses them (shown as Cached) after checking the files are intact. A run that would
     change nothing (the champion's data, commit and training configuration) ends there,

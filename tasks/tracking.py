@@ -193,34 +193,6 @@ def terminated_run(tracking_uri: str, run_id: str) -> Iterator[None]:
         MlflowClient(tracking_uri).set_terminated(run_id, end_status(error))
 
 
-SYSTEM_METRICS_INTERVAL_S = 10.0
-
-
-@contextlib.contextmanager
-def system_metrics(tracking_uri: str, run_id: str, enabled: bool = True) -> Iterator[None]:
-    """Log MLflow's system metrics to the run while the block runs: CPU %, memory, disk and
-    network of this machine (where a LocalCluster's ranks run), and each NVIDIA GPU's
-    utilisation and memory when NVML finds one. A sample every ``SYSTEM_METRICS_INTERVAL_S``
-    (``MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL`` overrides it); a resumed run continues its
-    steps. Nothing happens when ``enabled`` is False."""
-    if not enabled:
-        yield
-        return
-    from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
-
-    monitor = SystemMetricsMonitor(
-        run_id,
-        sampling_interval=SYSTEM_METRICS_INTERVAL_S,
-        resume_logging=True,
-        tracking_uri=tracking_uri,
-    )
-    monitor.start()
-    try:
-        yield
-    finally:
-        monitor.finish()
-
-
 def _step(report: trainlib.Report) -> int:
     """The MLflow step of a report: its epoch, else its index."""
     return int(report.metrics.get("epoch", report.index))

@@ -19,7 +19,8 @@ from cifar.train_loop import TrainConfig, cifar_train_func, loop_config
 from tasks.lineage import log_dataset_inputs
 from tasks.monitoring import PrefectProgressCallback, pipeline_info_logs
 from tasks.results import TrainedRun
-from tasks.tracking import MLflowCallback, start_run, system_metrics
+from tasks.system_metrics import HostMetricsCallback, system_metrics
+from tasks.tracking import MLflowCallback, start_run
 from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, WorkerGroupError
 from trainlib.torch import TorchTrainer
 
@@ -42,7 +43,7 @@ class TrainRequest:
     tracking_uri: str
     dask: DaskConfig
     data_url: str | None = None  # the archive's URL: the source of the run's MLflow datasets
-    system_metrics: bool = True  # MLflow system metrics on the run while it trains
+    system_metrics: bool = True  # system metrics of the driver and the ranks' hosts on the run
 
 
 def training_run_name(run_name: str | None, flow_run_id: str | None) -> str:
@@ -80,6 +81,9 @@ def train(request: TrainRequest, callbacks: Sequence[trainlib.Callback] = ()) ->
     )
     log_dataset_inputs(request.tracking_uri, run_id, request.dataset, request.data_url)
     spec = ModelSpec(config.model, manifest.mean, manifest.std)
+    trackers: list[trainlib.Callback] = [MLflowCallback(request.tracking_uri, run_id)]
+    if request.system_metrics:
+        trackers.append(HostMetricsCallback(request.tracking_uri, run_id))
     trainer = TorchTrainer(
         cifar_train_func,
         train_loop_config=loop_config(config, spec, manifest.rows("train")),
@@ -95,7 +99,7 @@ def train(request: TrainRequest, callbacks: Sequence[trainlib.Callback] = ()) ->
             checkpoint_config=CheckpointConfig(
                 num_to_keep=2, checkpoint_score_attribute="val_accuracy"
             ),
-            callbacks=[MLflowCallback(request.tracking_uri, run_id), *callbacks],
+            callbacks=[*trackers, *callbacks],
         ),
         dask_config=request.dask,
     )

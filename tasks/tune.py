@@ -23,7 +23,8 @@ from tasks.lineage import log_dataset_inputs
 from tasks.monitoring import pipeline_info_logs
 from tasks.results import TrainedRun
 from tasks.search_space import search_space
-from tasks.tracking import MLflowCallback, start_run, system_metrics, terminated_run
+from tasks.system_metrics import HostMetricsCallback, system_metrics
+from tasks.tracking import MLflowCallback, start_run, terminated_run
 from tasks.train import TRAINING_TAG
 from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, tune
 from trainlib.torch import TorchTrainer
@@ -51,7 +52,7 @@ class TuneRequest:
     dask: DaskConfig
     study_storage: str | None = None  # an Optuna RDB URL; None: sqlite under the storage path
     data_url: str | None = None  # the archive's URL: the source of the runs' MLflow datasets
-    system_metrics: bool = True  # MLflow system metrics on the parent run while it searches
+    system_metrics: bool = True  # the driver's on the parent run, each trial's hosts on its run
 
 
 @dataclass(frozen=True)
@@ -82,8 +83,10 @@ class TrialTracker(tune.Callback):
         on_table: Any = None,
         dataset: Dataset | None = None,
         data_url: str | None = None,
+        host_metrics: bool = False,
     ) -> None:
         self._tracking_uri = tracking_uri
+        self._host_metrics = host_metrics
         self._dataset, self._data_url = dataset, data_url
         self._base = asdict(base)
         self._search = search
@@ -112,11 +115,22 @@ class TrialTracker(tune.Callback):
         if self._dataset is not None:
             log_dataset_inputs(self._tracking_uri, run_id, self._dataset, self._data_url)
         self._local.tracker = MLflowCallback(self._tracking_uri, run_id)
+        self._local.hosts = (
+            HostMetricsCallback(self._tracking_uri, run_id) if self._host_metrics else None
+        )
         self._local.run_id = run_id
         self._table(trial, params, None)
 
     def on_start(self, run: trainlib.RunInfo) -> None:
         self._local.tracker.on_start(run)
+
+    def on_group_start(self, group: trainlib.GroupInfo) -> None:
+        if self._local.hosts is not None:
+            self._local.hosts.on_group_start(group)
+
+    def on_group_end(self, group: trainlib.GroupInfo) -> None:
+        if self._local.hosts is not None:
+            self._local.hosts.on_group_end(group)
 
     def on_report(self, report: trainlib.Report) -> None:
         self._local.tracker.on_report(report)
@@ -181,6 +195,7 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
         on_table,
         dataset=request.dataset,
         data_url=request.data_url,
+        host_metrics=request.system_metrics,
     )
     trainer = TorchTrainer(
         cifar_train_func,

@@ -5,7 +5,7 @@ Port a Ray Train loop by changing imports: ``ray.train`` -> ``trainlib``,
 """
 
 from trainlib import collective  # noqa: F401  (trainlib.collective, as ray.train.collective)
-from trainlib.callbacks import Callback, Report, RunInfo
+from trainlib.callbacks import Callback, GroupInfo, RankPlacement, Report, RunInfo
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import (
     CheckpointConfig,
@@ -49,8 +49,10 @@ __all__ = [
     "DataConfig",
     "DatasetError",
     "FailureConfig",
+    "GroupInfo",
     "NotEnoughWorkersError",
     "RankFailure",
+    "RankPlacement",
     "Report",
     "ReportedCheckpoint",
     "Result",

@@ -5,6 +5,12 @@ Subclass ``Callback`` and override what you need; pass instances in
 (``trainlib/_internal/common/callbacks.py``).
 """
 
-from trainlib._internal.common.callbacks import Callback, Report, RunInfo
+from trainlib._internal.common.callbacks import (
+    Callback,
+    GroupInfo,
+    RankPlacement,
+    Report,
+    RunInfo,
+)
 
-__all__ = ["Callback", "Report", "RunInfo"]
+__all__ = ["Callback", "GroupInfo", "RankPlacement", "Report", "RunInfo"]

@@ -188,6 +188,12 @@ def test_flow_run_logs_system_metrics(first_run: dict[str, Any], workspace: Work
         used_mb / total_mb * 100,
         abs=0.05 + 1e-6,  # MLflow rounds it to 0.1
     )
+    # The host where the ranks ran (the LocalCluster's, 127.0.0.1), sampled through Dask.
+    host_cpu = client.get_metric_history(
+        first_run["mlflow_run_id"], "system/127.0.0.1/cpu_utilization_percentage"
+    )
+    assert host_cpu and all(0.0 <= m.value <= 100.0 for m in host_cpu), host_cpu
+    assert 0.0 < metrics["system/127.0.0.1/system_memory_usage_megabytes"] <= total_mb
 
 
 def test_flow_second_run_reuses_download_and_preprocess(

@@ -231,9 +231,16 @@ class _GrowCluster(trainlib.Callback):
     def __init__(self, cluster: LocalCluster, client: Client, marker: Path) -> None:
         self.cluster, self.client, self.marker = cluster, client, marker
         self.world_sizes: list[int] = []
+        self.groups: list[tuple[str, trainlib.GroupInfo]] = []
 
     def on_start(self, run: trainlib.RunInfo) -> None:
         self.world_sizes.append(run.world_size)
+
+    def on_group_start(self, group: trainlib.GroupInfo) -> None:
+        self.groups.append(("start", group))
+
+    def on_group_end(self, group: trainlib.GroupInfo) -> None:
+        self.groups.append(("end", group))
 
     def on_report(self, report: trainlib.Report) -> None:
         if report.index == 0:
@@ -262,10 +269,23 @@ def test_elastic_group_starts_small_and_reforms_with_the_workers_alive(tmp_path:
             ),
             client=client,
         ).fit()
+        worker_addresses = list(client.scheduler_info()["workers"])
     assert (tmp_path / "starts.txt").read_text().split() == ["0:1", "1:2"]
     assert list(result.metrics_dataframe["epoch"]) == [0, 1, 2]
     assert result.num_restarts == 1
     assert grow.world_sizes == [1]  # the group that formed, not num_workers' maximum
+    # Each group, the first and the re-formed one, is announced with where its ranks run.
+    assert [(event, g.attempt, len(g.ranks)) for event, g in grow.groups] == [
+        ("start", 1, 1),
+        ("end", 1, 1),
+        ("start", 2, 2),
+        ("end", 2, 2),
+    ]
+    second = grow.groups[2][1]
+    assert [p.world_rank for p in second.ranks] == [0, 1]
+    assert sorted(p.worker for p in second.ranks) == sorted(worker_addresses)
+    assert second.hosts == {second.ranks[0].host: second.ranks[0].worker}  # one host, two ranks
+    assert second.ranks[0].host == second.ranks[1].host
 
 
 def test_elastic_minimum_not_met_names_the_setting(dask_client: Client, tmp_path: Path) -> None:

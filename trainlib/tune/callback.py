@@ -1,9 +1,10 @@
 """Search callbacks: observe trials as they start and end (Ray Tune's ``tune.Callback``).
 
 Pass instances in the Tuner's ``RunConfig(callbacks=[...])``. Every callback there is also a
-``trainlib.Callback`` of every trial's run (``on_start``, ``on_report``, ``on_end``). Every
-method runs in the process calling ``fit()``, in the trial's own thread, so per-trial state may
-be kept in a ``threading.local``; an exception raised there fails that trial.
+``trainlib.Callback`` of every trial's run (``on_start``, ``on_group_start``, ``on_report``,
+``on_group_end``, ``on_end``). Every method runs in the process calling ``fit()``, in the
+trial's own thread, so per-trial state may be kept in a ``threading.local``; an exception
+raised there fails that trial.
 """
 
 from __future__ import annotations

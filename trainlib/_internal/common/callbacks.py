@@ -8,10 +8,13 @@ training runs. An exception raised by a callback stops the run and is raised by 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainlib._internal.common.checkpoint import Checkpoint
 from trainlib._internal.common.result import Result
+
+if TYPE_CHECKING:
+    from distributed import Client
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,51 @@ class RunInfo:
     resumed_from: Report | None = None
 
 
+@dataclass(frozen=True)
+class RankPlacement:
+    """Where one rank of a group runs.
+
+    Attributes:
+        world_rank: The rank's place in the group.
+        local_rank: Its place among the ranks on its host.
+        node_rank: Its host's place among the group's hosts.
+        host: The host, as Dask names it (the worker's address without port).
+        worker: The address of the Dask worker that hosts the rank.
+        device: Its CUDA device (the worker's ``CUDA_VISIBLE_DEVICES`` entry), or None.
+    """
+
+    world_rank: int
+    local_rank: int
+    node_rank: int
+    host: str
+    worker: str
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """A worker group that formed: the first one, or one re-formed after a failure.
+
+    Attributes:
+        attempt: 1 for the first group, one more for each restart.
+        ranks: Where each rank runs, by world rank.
+        client: The Dask client of the run, to ask the group's workers something
+            (``client.run(f, workers=[...])``). Valid until ``on_group_end``; do not close it.
+    """
+
+    attempt: int
+    ranks: tuple[RankPlacement, ...]
+    client: Client
+
+    @property
+    def hosts(self) -> dict[str, str]:
+        """One Dask worker of the group per host: ``{host: worker address}``."""
+        found: dict[str, str] = {}
+        for placement in self.ranks:
+            found.setdefault(placement.host, placement.worker)
+        return found
+
+
 class Callback:
     """Base class of run callbacks; every method does nothing unless overridden."""
 
@@ -56,6 +104,13 @@ class Callback:
 
         Not called when no group forms (e.g. ``NotEnoughWorkersError``); ``on_end`` is.
         """
+
+    def on_group_start(self, group: GroupInfo) -> None:
+        """Called each time a worker group has formed (every attempt), as its ranks start."""
+
+    def on_group_end(self, group: GroupInfo) -> None:
+        """Called when that group ends (finished, failed or interrupted), before its ranks are
+        stopped, while the Dask client is still open."""
 
     def on_report(self, report: Report) -> None:
         """Called for each report, in order, after its checkpoint is committed."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import cloudpickle
 
-from trainlib._internal.common.callbacks import Report, RunInfo
+from trainlib._internal.common.callbacks import GroupInfo, RankPlacement, Report, RunInfo
 from trainlib._internal.common.checkpoint import Checkpoint
 from trainlib._internal.common.result import Result
 from trainlib._internal.common.storage import RunStorage
@@ -144,10 +144,18 @@ class Run:
         build = functools.partial(rank_launch, start)
         resources = dict(self.plan.scaling.resources_per_worker or {}) or None
         group: WorkerGroup | None = None
+        info = self._group_info(client, slots)
+        callbacks = self.plan.run_config.callbacks
         try:
             with WorkerGroup.start(client, slots, build, resources) as group:
                 self.collector.reply_with(group.send_to)
-                yield group, watchdog
+                for callback in callbacks:
+                    callback.on_group_start(info)
+                try:
+                    yield group, watchdog
+                finally:
+                    for callback in callbacks:
+                        callback.on_group_end(info)
         finally:  # also when the run stops by raising (a pruned trial, Ctrl-C)
             if group is not None:  # known once the group was stopped
                 self.unresponsive |= group.unresponsive_workers
@@ -183,6 +191,14 @@ class Run:
             len(slots),
             resume_from or "scratch",
         )
+
+    def _group_info(self, client: Client, slots: list[WorkerSlot]) -> GroupInfo:
+        """What the callbacks are told of the group about to start on ``slots``."""
+        ranks = tuple(
+            RankPlacement(s.world_rank, s.local_rank, s.node_rank, s.host, s.address, s.device)
+            for s in sorted(slots, key=lambda slot: slot.world_rank)
+        )
+        return GroupInfo(len(self.failures) + 1, ranks, client)
 
     def result(self, error: BaseException | None) -> Result:
         """The run's Result so far (``error`` is what ended it, if anything)."""
