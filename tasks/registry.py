@@ -86,18 +86,34 @@ def register_model(
     source = f"{client.get_run(run_id).info.artifact_uri}/{MODEL_ARTIFACT}"
     tags = {REQUEST_TAG: request_id} if request_id is not None else None
     version = str(client.create_model_version(model_name, source, run_id, tags=tags).version)
+    if request_id is not None:
+        version = _keep_first(client, model_name, request_id, version)
     logger.info("Registered %s version %s", model_name, version)
     return version
 
 
-def _registered_for(client: MlflowClient, model_name: str, request_id: str) -> str | None:
-    """The version ``request_id`` registered and still in use (not withdrawn by a rollback; the
-    first, if a retry made another), or None."""
+def _usable_versions(client: MlflowClient, model_name: str, request_id: str) -> list[int]:
+    """The versions ``request_id`` registered that are in use (not withdrawn by a rollback)."""
     found = client.search_model_versions(
         f"name='{model_name}' and tags.{REQUEST_TAG}='{request_id}'"
     )
-    usable = [int(v.version) for v in found if WITHDRAWN_TAG not in v.tags]
-    return str(min(usable)) if usable else None
+    return sorted(int(v.version) for v in found if WITHDRAWN_TAG not in v.tags)
+
+
+def _registered_for(client: MlflowClient, model_name: str, request_id: str) -> str | None:
+    """The first version ``request_id`` registered and still in use, or None."""
+    usable = _usable_versions(client, model_name, request_id)
+    return str(usable[0]) if usable else None
+
+
+def _keep_first(client: MlflowClient, model_name: str, request_id: str, created: str) -> str:
+    """The first version ``request_id`` registered; the others it made are deleted. (MLflow's
+    client sends a create again when its reply is lost: the registry then made two.)"""
+    usable = _usable_versions(client, model_name, request_id)
+    for extra in usable[1:]:
+        logger.info("%s version %s duplicates version %s: deleted", model_name, extra, usable[0])
+        client.delete_model_version(model_name, str(extra))
+    return str(usable[0]) if usable else created
 
 
 def check_requirements() -> None:

@@ -4,6 +4,7 @@ and MLflow store, with an untrained model (no training needed to publish)."""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,9 @@ from flows.publish import publish
 from tasks.download import Archive
 from tasks.results import TrainedRun
 from tasks.tracking import start_run
+from tests.lossy_proxy import lossy_proxy
+from tests.mlflow_rig import mlflow_server
+from tests.prefect_records import task_runs
 from tests.tasks.test_promotion import write_checkpoint
 
 
@@ -85,3 +89,45 @@ def test_publish_failed_evaluation_removes_the_version(
     assert [str(v.version) for v in client.search_model_versions("name = 'txn'")] == ["1"]
     aliases = client.get_registered_model("txn").aliases
     assert {alias: str(version) for alias, version in aliases.items()} == {"champion": "1"}
+
+
+@pytest.fixture(scope="module")
+def mlflow_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with mlflow_server(tmp_path_factory.mktemp("mlflow-server")) as url:
+        yield url
+
+
+@pytest.mark.parametrize(
+    ("mlflow_retries", "creates", "register_runs"),
+    [
+        ("7", 2, 1),  # MLflow's default: its client sends the create again itself
+        ("0", 1, 2),  # the register task fails; Prefect's retry finds the version
+    ],
+)
+def test_publish_a_lost_registry_reply_during_register_leaves_one_version(
+    prefect_server: None,
+    tmp_path: Path,
+    mlflow_url: str,
+    mlflow_retries: str,
+    creates: int,
+    register_runs: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The registry creates the version and its reply is lost (network, load balancer): the
+    retry, MLflow's own or Prefect's, ends with that version; the registry holds one."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", mlflow_retries)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "0")
+    name = f"outage-{mlflow_retries}"
+    dataset = _dataset(tmp_path / "data", synthetic=False)
+    with lossy_proxy(mlflow_url, "/model-versions/create") as (proxied, proxy):
+        state = publish_flow(
+            _trained(tmp_path, proxied, name), dataset, name, proxied, return_state=True
+        )
+        summary = state.result()
+    assert proxy.seen == creates
+    register = task_runs(state.state_details.flow_run_id, ["register"])["register"]
+    assert register.run_count == register_runs
+    client = MlflowClient(mlflow_url)
+    assert [str(v.version) for v in client.search_model_versions(f"name = '{name}'")] == ["1"]
+    assert (summary["model_version"], summary["alias"]) == ("1", "champion")
+    assert str(client.get_model_version_by_alias(name, "champion").version) == "1"
