@@ -113,3 +113,14 @@ def run_script_for_result(
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
     result: dict[str, Any] = json.loads(line.removeprefix("RESULT "))
     return result
+
+
+def working_ranks(dask_client: Client) -> list[psutil.Process]:
+    """The rank processes at work under the cluster's workers (idle warm ones are not)."""
+    workers = [psutil.Process(pid) for pid in dask_client.run(os.getpid).values()]
+    return [
+        child
+        for worker in workers
+        for child in worker.children(recursive=True)
+        if child.is_running() and child.status() != "zombie" and child.name() == "trainlib-rank"
+    ]

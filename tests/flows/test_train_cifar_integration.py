@@ -32,7 +32,7 @@ from flows.train_cifar import train_cifar
 from tasks.predict import read_inputs
 from tasks.time_limit import TimeLimitExceeded
 from tests.conftest import HttpDir
-from tests.helpers import free_port
+from tests.helpers import free_port, working_ranks
 from tests.prefect_records import task_run_states
 
 MODEL = "e2e-classifier"
@@ -323,17 +323,6 @@ def test_flow_that_would_change_nothing_ends_early_and_new_data_trains(
     assert workspace.versions() == [*before, trained["model_version"]]
 
 
-def _working_ranks(dask_client: Client) -> list[psutil.Process]:
-    """The rank processes at work under the cluster's workers (idle warm ones are not)."""
-    workers = [psutil.Process(pid) for pid in dask_client.run(os.getpid).values()]
-    return [
-        child
-        for worker in workers
-        for child in worker.children(recursive=True)
-        if child.is_running() and child.status() != "zombie" and child.name() == "trainlib-rank"
-    ]
-
-
 def test_flow_over_its_time_limit_fails_naming_it_with_its_ranks_gone(
     workspace: Workspace, dask_client: Client
 ) -> None:
@@ -355,7 +344,7 @@ def test_flow_over_its_time_limit_fails_naming_it_with_its_ranks_gone(
     assert 30 <= took < 30 + 20
     assert task_run_states(state.state_details.flow_run_id, ["train"])["train"] != "Completed"
     deadline = time.monotonic() + 10
-    while (ranks := _working_ranks(dask_client)) and time.monotonic() < deadline:
+    while (ranks := working_ranks(dask_client)) and time.monotonic() < deadline:
         time.sleep(0.1)  # polling the process table for the ranks' exit, bounded
     assert ranks == []
     assert workspace.versions() == before

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
 import optuna
 import pytest
+from distributed import Client
 from mlflow.tracking import MlflowClient
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
@@ -21,9 +23,10 @@ from prefect.client.schemas.filters import (
 
 from cifar.format import write_synthetic_archive
 from flows.tune_cifar import tune_cifar
+from tasks.time_limit import TimeLimitExceeded
 from tasks.tune import TRIALS_KEY
 from tests.conftest import HttpDir
-from tests.helpers import rank_processes
+from tests.helpers import rank_processes, working_ranks
 
 MODEL = "tune-e2e-classifier"
 
@@ -123,3 +126,39 @@ def test_tune_flow_shows_a_table_of_trials(
     rows = json.loads(final.data) if isinstance(final.data, str) else final.data
     assert {row["lr"]: row["state"] for row in rows} == {0.05: "complete", 0.0: "pruned"}
     assert len(versions) == 4  # updated as each of the 2 trials started and ended
+
+
+def test_tune_flow_over_its_time_limit_fails_naming_it_and_registers_nothing(
+    prefect_server: None, http_dir: HttpDir, tmp_path: Path, dask_client: Client
+) -> None:
+    """A search that outlasts ``timeout_minutes`` (15 s, its trial mid-training) fails soon
+    after, naming the limit; its ranks are stopped and no model is registered."""
+    md5 = write_synthetic_archive(str(http_dir.path / "tune-slow.tar.gz"), images_per_batch=100)
+    tracking_uri = f"sqlite:///{tmp_path}/mlflow.db"
+    started = time.monotonic()
+    state = tune_cifar(
+        data_url=f"{http_dir.url}/tune-slow.tar.gz",
+        data_md5=md5,
+        storage_path=str(tmp_path / "store"),
+        search_space={"lr": ["choice", [0.05]]},
+        num_samples=1,
+        epochs=100_000,
+        num_workers=1,
+        shard_size=250,
+        dask_address=dask_client.scheduler.address,
+        mlflow_tracking_uri=tracking_uri,
+        registered_model_name="tune-over-its-time",
+        timeout_minutes=0.25,
+        return_state=True,
+    )
+    took = time.monotonic() - started
+    assert state.is_failed(), state
+    with pytest.raises(TimeLimitExceeded, match=r"tune-cifar ran longer .* timeout_minutes=0\.25"):
+        state.result()
+    assert 15 <= took < 15 + 20
+    deadline = time.monotonic() + 10
+    while (ranks := working_ranks(dask_client)) and time.monotonic() < deadline:
+        time.sleep(0.1)  # polling the process table for the ranks' exit, bounded
+    assert ranks == []
+    found = MlflowClient(tracking_uri).search_registered_models("name = 'tune-over-its-time'")
+    assert found == []

@@ -77,6 +77,7 @@ class TrialRunner:
         self._book = WorkerBook()
         self._threads: dict[str, threading.Thread] = {}
         self._ended = threading.Event()
+        self._cancel = threading.Event()  # set when the search stops: its trials stop too
         self._lock = threading.Lock()
         self.outcomes: list[Trial] = []
 
@@ -96,9 +97,12 @@ class TrialRunner:
                 self._ended.wait(_WAKE_S)
                 self._ended.clear()
                 self._reap()
+        except BaseException:  # Ctrl-C, a time limit, a failure of the search itself
+            self._cancel.set()
+            raise
         finally:
             for thread in list(self._threads.values()):
-                thread.join()  # each sees Ctrl-C (InterruptWatch) and stops its ranks
+                thread.join()  # each sees Ctrl-C or the cancel, and stops its ranks
             self._reap()
         return self.outcomes
 
@@ -144,7 +148,7 @@ class TrialRunner:
                 storage_filesystem=setup.filesystem,
                 callbacks=(*plan.run_config.callbacks, callback),
             )
-            plan = replace(plan, run_config=run_config, lease=lease)
+            plan = replace(plan, run_config=run_config, lease=lease, cancel=self._cancel)
             logger.info("Trial %s starting with %s", run_name, config)
             for search_callback in setup.callbacks:
                 search_callback.on_trial_start(Trial(trial.number, run_name, config, "running"))

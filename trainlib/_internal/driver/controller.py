@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+class RunCancelled(Exception):
+    """The run was stopped from outside (``RunPlan.cancel``), not by its own failure."""
+
+
 def run_training(plan: RunPlan, client: Client | None = None) -> Result:
     """Run ``plan`` to its end on ``client`` (or on the cluster its DaskConfig names).
 
@@ -96,9 +100,7 @@ class Run:
         failure_config = self.plan.run_config.failure_config
         while True:
             with self.attempt(client) as (group, watchdog):
-                attempt_failures = group.run(
-                    self.collector.handle, watchdog.check, poll=InterruptWatch.check
-                )
+                attempt_failures = group.run(self.collector.handle, watchdog.check, poll=self.poll)
             if not attempt_failures:
                 self.collector.check_all_complete()
                 return
@@ -131,7 +133,7 @@ class Run:
             self.plan.scaling,
             self.plan.dask_config.worker_timeout_s,
             frozenset(self.unresponsive),
-            poll=InterruptWatch.check,
+            poll=self.poll,
             allowed=self.plan.lease.allowed if self.plan.lease else None,
         )
         self._check_datasets(client, len(slots))
@@ -161,6 +163,13 @@ class Run:
                 self.unresponsive |= group.unresponsive_workers
                 if self.plan.lease is not None:
                     self.plan.lease.withhold(group.unresponsive_workers)
+
+    def poll(self) -> None:
+        """Raise to stop the run: ``KeyboardInterrupt`` after Ctrl-C; ``RunCancelled`` once the
+        plan's ``cancel`` is set (the search running it as a trial stopped)."""
+        InterruptWatch.check()
+        if self.plan.cancel is not None and self.plan.cancel.is_set():
+            raise RunCancelled(f"Run {self.name} was stopped: the search that started it stopped")
 
     def record_failure(self, failures: dict[int, RankFailure]) -> WorkerGroupError:
         """Count a failed attempt; the error to raise if no restart follows."""

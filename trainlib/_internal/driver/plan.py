@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import socket
 import sys
+import threading
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -68,6 +69,7 @@ class RunPlan:
     data_config: DataConfig = field(default_factory=DataConfig)
     default_name_prefix: str = "TorchTrainer"
     lease: WorkerLease | None = None  # a Tuner trial: select ranks only among its workers
+    cancel: threading.Event | None = None  # a Tuner trial: set when its search stops
 
 
 @dataclass(frozen=True)
