@@ -13,9 +13,9 @@ flow parameter's default (checked by the tests).
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from cifar.model_names import MODEL_NAMES
@@ -86,12 +86,10 @@ def tune_parser() -> argparse.ArgumentParser:
     options.add_registry_options(parser)
     add(
         "--run-name",
-        dest="name",
         default=None,
         help="name of the search; the same name and storage path resume it "
         "(default: one per flow run)",
     )
-    options.deprecated(parser, "--name", "--run-name", dest="name")
     add(
         "--study-storage",
         default=None,
@@ -113,21 +111,36 @@ def predict_parser() -> argparse.ArgumentParser:
     add("input", help="a folder of PNG/JPEG images, one image, or a CIFAR batch file (any URL)")
     add("--output", default="predictions.csv", help="CSV, or Parquet if it ends in .parquet")
     options.add_model_name_option(parser)
-    options.deprecated(parser, "--model-name", "--registered-model-name", "registered_model_name")
     add("--alias", default="champion", help="the model's alias to score with")
     options.add_tracking_option(parser)
     options.add_run_options(parser, "predict-cifar", timeout_minutes=1440.0)
     return parser
 
 
+# Each command imports its flow (and with it Prefect, torch, MLflow) only after its options are
+# parsed and the local Prefect server is starting: the two overlap.
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run train-cifar; returns the exit status (0, or 1 after an error, 130 after Ctrl-C)."""
-    return _train("train-cifar", train_parser(), argv)
+
+    def flow() -> Callable[..., dict[str, Any]]:
+        from flows.train_cifar import train_cifar
+
+        return train_cifar
+
+    return _train("train-cifar", train_parser(), flow, argv)
 
 
 def tune_main(argv: list[str] | None = None) -> int:
     """Run tune-cifar (the flow, locally); returns the exit status as ``main`` does."""
-    return _train("tune-cifar", tune_parser(), argv)
+
+    def flow() -> Callable[..., dict[str, Any]]:
+        from flows.tune_cifar import tune_cifar
+
+        return tune_cifar
+
+    return _train("tune-cifar", tune_parser(), flow, argv)
 
 
 def predict_main(argv: list[str] | None = None) -> int:
@@ -139,26 +152,24 @@ def predict_main(argv: list[str] | None = None) -> int:
 
     def run() -> dict[str, Any]:
         running.use(server)
-        return predict_cifar(
-            params["input"],
-            params["output"],
-            params["registered_model_name"],
-            params["alias"],
-            params["mlflow_tracking_uri"],
-        )
+        return predict_cifar(**params)
 
     return running.run_command(
         "predict-cifar", run, log_file=log_file, debug=debug, exits=argv is None
     )
 
 
-def _train(command: str, parser: argparse.ArgumentParser, argv: list[str] | None) -> int:
+def _train(
+    command: str,
+    parser: argparse.ArgumentParser,
+    load_flow: Callable[[], Callable[..., dict[str, Any]]],
+    argv: list[str] | None,
+) -> int:
     """Run the flow ``command`` (train-cifar or tune-cifar) with the options in ``argv``."""
     params = _parse(parser, argv)
     synthetic, debug, log_file = (params.pop(key) for key in ("synthetic", "debug", "log_file"))
     server = running.start_local_server()  # its start-up overlaps the flow's imports
-    module = command.replace("-", "_")
-    flow = getattr(importlib.import_module(f"flows.{module}"), module)
+    flow = load_flow()
 
     def run() -> dict[str, Any]:
         if synthetic:

@@ -11,7 +11,6 @@ import argparse
 import importlib.metadata
 import json
 import os
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -64,38 +63,6 @@ def add_run_options(made: argparse.ArgumentParser, command: str, timeout_minutes
         help=f"the full log of the run (also ${LOG_FILE_VARIABLE}); kept under 10 MB, with one "
         "older file beside it",
     )
-
-
-def deprecated(made: argparse.ArgumentParser, old: str, new: str, dest: str) -> None:
-    """Accept the old spelling ``old`` of ``new``, hidden from ``--help``, with a note."""
-    made.add_argument(
-        old,
-        dest=dest,
-        action=_Deprecated,
-        replacement=new,
-        default=argparse.SUPPRESS,
-        help=argparse.SUPPRESS,
-    )
-
-
-class _Deprecated(argparse.Action):
-    def __init__(self, option_strings: list[str], dest: str, replacement: str, **kwargs: Any):
-        super().__init__(option_strings, dest, **kwargs)
-        self.replacement = replacement
-
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
-        print(
-            f"{parser.prog}: {option_string} is deprecated and will be removed; "
-            f"use {self.replacement}.",
-            file=sys.stderr,
-        )
-        setattr(namespace, self.dest, values)
 
 
 def positive_int(text: str) -> int:

@@ -14,18 +14,20 @@ from tasks.tracking import resolve_tracking_uri
 
 @flow(name="predict-cifar", persist_result=True)  # see flows/__init__.py
 def predict_cifar(
-    input_uri: str,
-    output_uri: str,
-    model_name: str = "cifar10-classifier",
+    input: str,
+    output: str,
+    registered_model_name: str = "cifar10-classifier",
     alias: str = CHAMPION,
     mlflow_tracking_uri: str | None = None,
     timeout_minutes: float | None = 1440.0,
 ) -> dict[str, Any]:
-    """Write predictions (CSV, or Parquet for ``.parquet``) for the images at ``input_uri``;
-    a run longer than ``timeout_minutes`` fails (None: no limit)."""
+    """Write predictions of the model ``registered_model_name`` at ``alias`` for the images at
+    ``input`` (a folder, an image or a CIFAR batch file; any fsspec URL) to ``output`` (CSV,
+    or Parquet for ``.parquet``); a run longer than ``timeout_minutes`` fails (None: no limit).
+    The parameters are the predict-cifar command's options."""
     with time_limit(timeout_minutes, "predict-cifar"):
         tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
-        summary = predict_task(model_name, alias, input_uri, output_uri, tracking_uri)
+        summary = predict_task(registered_model_name, alias, input, output, tracking_uri)
         return {
             "output_uri": summary.output_uri,
             "errors_uri": summary.errors_uri,

@@ -8,18 +8,15 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from cifar.format import OFFICIAL_URL
-from cifar.layout import StorageLayout
 from cifar.train_loop import TrainConfig
+from flows.prepare import prepared
 from flows.publish import publish
 from tasks.clusters import dask_config
-from tasks.download import expected_md5, fetch_archive
 from tasks.monitoring import tag_flow_run
 from tasks.predict import predict_task
-from tasks.preprocess import prepare_dataset
 from tasks.registry import CHAMPION, model_name_for
 from tasks.retraining import unchanged_task
 from tasks.time_limit import time_limit
-from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
 from tasks.train import (
     EXPERIMENT,
     TrainRequest,
@@ -93,52 +90,50 @@ def train_cifar(
             use_gpu=use_gpu,
             compile=compile,
         )
-        layout = StorageLayout.at(storage_path)
-        tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
+        tag_flow_run(run_tags(config, num_workers))
         dask = dask_config(
             dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s
         )
-        tag_flow_run(run_tags(config, num_workers))
-        tracking = prepare_experiment_task.submit(
-            tracking_uri, EXPERIMENT
-        )  # while data is prepared
-        archive = fetch_archive(data_url, layout, expected_md5(data_url, data_md5))
-        # One cluster for the Dask steps, with the workers training needs before any work is done;
-        # its rank processes start (import torch) while the data is prepared.
-        with dask.connect(num_workers=num_workers, wait=True, warm_ranks=True) as client:
-            cluster = dask.attached_to(client)
-            dataset = prepare_dataset(
-                archive,
-                layout,
-                dask=cluster,
-                num_workers=num_workers,
-                batch_size=batch_size,
-                rows_per_file=shard_size,
-            )
-            name = model_name_for(registered_model_name, dataset.manifest.synthetic)
+        with prepared(
+            data_url,
+            data_md5,
+            storage_path,
+            mlflow_tracking_uri,
+            EXPERIMENT,
+            dask,
+            cluster_workers=num_workers,
+            ranks=num_workers,
+            batch_size=batch_size,
+            shard_size=shard_size,
+        ) as ready:
+            name = model_name_for(registered_model_name, ready.dataset.manifest.synthetic)
             params = training_params(config, num_workers)
-            digest = dataset.manifest.digest()
-            if not force and (reason := unchanged_task(name, digest, params, tracking_uri)):
+            digest = ready.dataset.manifest.digest()
+            if not force and (reason := unchanged_task(name, digest, params, ready.tracking_uri)):
                 return {"skipped": True, "reason": reason, "model_name": name}
             request = TrainRequest(
                 config=config,
-                dataset=dataset,
-                layout=layout,
+                dataset=ready.dataset,
+                layout=ready.layout,
                 run_name=training_run_name(run_name, flow_run.get_id()),
                 num_workers=num_workers,
-                tracking_uri=tracking_uri,
-                dask=cluster,
+                tracking_uri=ready.tracking_uri,
+                dask=ready.dask,
                 data_url=data_url,
                 system_metrics=system_metrics,
             )
-            tracking.result()
             trained = train_task(request)
         summary = publish(
-            trained, archive, dataset, registered_model_name, promote_margin, tracking_uri
+            trained,
+            ready.archive,
+            ready.dataset,
+            registered_model_name,
+            promote_margin,
+            ready.tracking_uri,
         )
         if predict_input:
-            output = layout.predictions(trained.run_id)
+            output = ready.layout.predictions(trained.run_id)
             name = summary["model_name"]
-            predictions = predict_task(name, CHAMPION, predict_input, output, tracking_uri)
+            predictions = predict_task(name, CHAMPION, predict_input, output, ready.tracking_uri)
             summary["predictions"] = predictions.output_uri
         return summary

@@ -10,16 +10,13 @@ from prefect import flow
 from prefect.runtime import flow_run
 
 from cifar.format import OFFICIAL_URL
-from cifar.layout import StorageLayout
 from cifar.train_loop import TrainConfig
+from flows.prepare import prepared
 from flows.publish import publish
 from tasks.clusters import dask_config
-from tasks.download import expected_md5, fetch_archive
 from tasks.monitoring import tag_flow_run
-from tasks.preprocess import prepare_dataset
 from tasks.search_space import DEFAULT_SEARCH_SPACE, check_search_space, largest_batch_size
 from tasks.time_limit import time_limit
-from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
 from tasks.tune import EXPERIMENT, STUDY_STORAGE_VARIABLE, TuneRequest, search_name, tune_task
 
 
@@ -43,7 +40,7 @@ def tune_cifar(
     registered_model_name: str | None = None,
     promote_margin: float = 0.0,
     shard_size: int = 2500,
-    name: str | None = None,
+    run_name: str | None = None,
     study_storage: str | None = None,
     system_metrics: bool = True,
     timeout_minutes: float | None = 2880.0,
@@ -54,7 +51,7 @@ def tune_cifar(
     loguniform, quniform, randint, choice, grid_search (default: lr and batch size, with the
     model fixed to small_cnn). ``num_samples`` trials of ``num_workers`` ranks each run
     ``max_concurrent_trials`` at a time on one cluster; ASHA stops the unpromising ones early.
-    ``use_gpu``, ``compile`` and the Dask options are train-cifar's. ``name`` names the search
+    ``use_gpu``, ``compile`` and the Dask options are train-cifar's. ``run_name`` names the search
     (the same name and storage path resume it). The Optuna study is a sqlite file under the
     storage path, or ``study_storage`` (default: $CIFAR_STUDY_STORAGE; an Optuna storage URL
     such as ``postgresql://...`` or ``sqlite:////studies/optuna.db``; needed with ``s3://``
@@ -67,49 +64,45 @@ def tune_cifar(
         space = search_space or DEFAULT_SEARCH_SPACE
         check_search_space(space)  # a mistake fails before anything is downloaded
         base = TrainConfig(epochs=epochs, use_gpu=use_gpu, compile=compile)
-        layout = StorageLayout.at(storage_path)
-        tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
+        tag_flow_run({"search": "tune-cifar", "trials": str(num_samples)})
         dask = dask_config(
             dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s
         )
-        tag_flow_run({"search": "tune-cifar", "trials": str(num_samples)})
-        tracking = prepare_experiment_task.submit(tracking_uri, EXPERIMENT)
-        archive = fetch_archive(data_url, layout, expected_md5(data_url, data_md5))
-        workers = num_workers * max_concurrent_trials
-        with dask.connect(num_workers=workers, wait=True, warm_ranks=True) as client:
-            cluster = dask.attached_to(client)
-            dataset = prepare_dataset(
-                archive,
-                layout,
-                dask=cluster,
-                num_workers=num_workers,
-                batch_size=largest_batch_size(space, base),
-                rows_per_file=shard_size,
-            )
+        with prepared(
+            data_url,
+            data_md5,
+            storage_path,
+            mlflow_tracking_uri,
+            EXPERIMENT,
+            dask,
+            cluster_workers=num_workers * max_concurrent_trials,
+            ranks=num_workers,
+            batch_size=largest_batch_size(space, base),
+            shard_size=shard_size,
+        ) as ready:
             request = TuneRequest(
                 base=base,
                 search_space=space,
                 num_samples=num_samples,
                 max_concurrent_trials=max_concurrent_trials,
-                dataset=dataset,
-                layout=layout,
-                name=search_name(name, flow_run.get_id()),
+                dataset=ready.dataset,
+                layout=ready.layout,
+                name=search_name(run_name, flow_run.get_id()),
                 num_workers=num_workers,
-                tracking_uri=tracking_uri,
-                dask=cluster,
+                tracking_uri=ready.tracking_uri,
+                dask=ready.dask,
                 study_storage=study_storage or os.environ.get(STUDY_STORAGE_VARIABLE),
                 data_url=data_url,
                 system_metrics=system_metrics,
             )
-            tracking.result()
             searched = tune_task(request)
         extra = {"search_run_id": searched.parent_run_id, "best_config": searched.best_config}
         return publish(
             searched.best,
-            archive,
-            dataset,
+            ready.archive,
+            ready.dataset,
             registered_model_name,
             promote_margin,
-            tracking_uri,
+            ready.tracking_uri,
             extra,
         )

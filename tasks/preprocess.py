@@ -106,6 +106,14 @@ def dataset_name(source_md5: str, val_fraction: float, seed: int, rows_per_file:
     return f"cifar10-{source_md5[:12]}-val{val_fraction:g}-seed{seed}-rows{rows_per_file}"
 
 
+def intact_dataset(uri: str) -> Dataset | None:
+    """The dataset at ``uri`` if its manifest is there and every file matches it, else None."""
+    manifest = read_manifest(uri)
+    if manifest is None or not is_intact(Dataset(uri, manifest)):
+        return None
+    return Dataset(uri, manifest)
+
+
 def preprocess_archive(
     archive: Archive,
     layout: StorageLayout,
@@ -128,11 +136,12 @@ def preprocess_archive(
     if rows_per_file < 1:
         raise ValueError(f"shard_size={rows_per_file} must be at least 1 image per file.")
     uri = layout.dataset(dataset_name(archive.md5, val_fraction, seed, rows_per_file))
-    if (existing := read_manifest(uri)) is not None:
-        if is_intact(Dataset(uri, existing)):
-            logger.info("Dataset %s exists and is intact; skipping preprocessing", uri)
-            check_trainable(existing.rows("train"), existing.rows("val"), num_workers, batch_size)
-            return Dataset(uri, existing)
+    if (existing := intact_dataset(uri)) is not None:
+        logger.info("Dataset %s exists and is intact; skipping preprocessing", uri)
+        manifest = existing.manifest
+        check_trainable(manifest.rows("train"), manifest.rows("val"), num_workers, batch_size)
+        return existing
+    if read_manifest(uri) is not None:
         logger.warning("Dataset %s does not match its manifest; writing it again", uri)
         remove_manifest(uri)  # no manifest describes files being rewritten
     with tempfile.TemporaryDirectory(prefix="cifar-") as tmp:
@@ -193,8 +202,7 @@ def prepare_dataset(
     run on the same archive md5, seed, validation fraction and shard size reuses the dataset
     if every file matches its manifest."""
     uri = layout.dataset(dataset_name(archive.md5, val_fraction, seed, rows_per_file))
-    manifest = read_manifest(uri)
-    intact = manifest is not None and is_intact(Dataset(uri, manifest))
+    intact = intact_dataset(uri) is not None
     step = cached(preprocess_task, layout, policy("dask"), intact=intact)
     return step(
         archive,

@@ -29,6 +29,9 @@ EXPERIMENT = "train-cifar"
 # it (`prefect concurrency-limit create dask-training 1`: the stack's deploy step) lets one
 # training at a time run there, whichever deployment started it; the others wait for the slot.
 TRAINING_TAG = "dask-training"
+METRIC = "val_accuracy"  # what the best checkpoint is chosen by (cifar_train_func reports it)
+# The best checkpoint and the latest (the one a resumed run continues from), in train and tune.
+CHECKPOINTS = CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=METRIC)
 
 
 @dataclass(frozen=True)
@@ -65,13 +68,35 @@ def training_params(config: TrainConfig, num_workers: int) -> dict[str, Any]:
     return {**asdict(config), "num_workers": num_workers}
 
 
+def cifar_trainer(
+    config: TrainConfig,
+    dataset: Dataset,
+    num_workers: int,
+    dask: DaskConfig,
+    run_config: RunConfig | None = None,
+) -> TorchTrainer:
+    """The TorchTrainer of ``cifar_train_func`` on ``num_workers`` ranks over the dataset's
+    train and val splits: what a training step runs, and each trial of a search."""
+    manifest = dataset.manifest
+    spec = ModelSpec(config.model, manifest.mean, manifest.std)
+    return TorchTrainer(
+        cifar_train_func,
+        train_loop_config=loop_config(config, spec, manifest.rows("train")),
+        datasets={"train": split_arrays(dataset, "train"), "val": split_arrays(dataset, "val")},
+        dataset_config=ingest_config(config.use_gpu),
+        scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=config.use_gpu),
+        run_config=run_config,
+        dask_config=dask,
+    )
+
+
 def train(request: TrainRequest, callbacks: Sequence[trainlib.Callback] = ()) -> TrainedRun:
     """Train with one MLflow run (created here, on the driver) receiving every report.
 
     Running the same ``run_name`` again (the driver died; a task retry) resumes from its latest
     checkpoint and continues the same MLflow run.
     """
-    config, manifest = request.config, request.dataset.manifest
+    config = request.config
     run_id = start_run(
         request.tracking_uri,
         EXPERIMENT,
@@ -80,28 +105,20 @@ def train(request: TrainRequest, callbacks: Sequence[trainlib.Callback] = ()) ->
         tags=run_tags(config, request.num_workers),
     )
     log_dataset_inputs(request.tracking_uri, run_id, request.dataset, request.data_url)
-    spec = ModelSpec(config.model, manifest.mean, manifest.std)
     trackers: list[trainlib.Callback] = [MLflowCallback(request.tracking_uri, run_id)]
     if request.system_metrics:
         trackers.append(HostMetricsCallback(request.tracking_uri, run_id))
-    trainer = TorchTrainer(
-        cifar_train_func,
-        train_loop_config=loop_config(config, spec, manifest.rows("train")),
-        datasets={
-            "train": split_arrays(request.dataset, "train"),
-            "val": split_arrays(request.dataset, "val"),
-        },
-        dataset_config=ingest_config(config.use_gpu),
-        scaling_config=ScalingConfig(num_workers=request.num_workers, use_gpu=config.use_gpu),
-        run_config=RunConfig(
+    trainer = cifar_trainer(
+        config,
+        request.dataset,
+        request.num_workers,
+        request.dask,
+        RunConfig(
             name=request.run_name,
             storage_path=request.layout.runs,
-            checkpoint_config=CheckpointConfig(
-                num_to_keep=2, checkpoint_score_attribute="val_accuracy"
-            ),
+            checkpoint_config=CHECKPOINTS,
             callbacks=[*trackers, *callbacks],
         ),
-        dask_config=request.dask,
     )
     with system_metrics(request.tracking_uri, run_id, request.system_metrics):
         result = trainer.fit()

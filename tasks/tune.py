@@ -15,23 +15,20 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 import trainlib
-from cifar.checkpoint import ModelSpec
-from cifar.dataset import Dataset, ingest_config, split_arrays
+from cifar.dataset import Dataset
 from cifar.layout import StorageLayout
-from cifar.train_loop import TrainConfig, cifar_train_func, loop_config
+from cifar.train_loop import TrainConfig
 from tasks.lineage import log_dataset_inputs
 from tasks.monitoring import pipeline_info_logs
 from tasks.results import TrainedRun
 from tasks.search_space import search_space
 from tasks.system_metrics import HostMetricsCallback, system_metrics
 from tasks.tracking import MLflowCallback, start_run, terminated_run
-from tasks.train import TRAINING_TAG
-from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, tune
-from trainlib.torch import TorchTrainer
+from tasks.train import CHECKPOINTS, METRIC, TRAINING_TAG, cifar_trainer
+from trainlib import DaskConfig, RunConfig, tune
 
 EXPERIMENT = "tune-cifar"
 STUDY_STORAGE_VARIABLE = "CIFAR_STUDY_STORAGE"  # a work pool's study store (an Optuna URL)
-METRIC = "val_accuracy"
 TRIALS_KEY = "tune-trials"
 SUMMARY_KEY = "tune-cifar-summary"
 
@@ -184,8 +181,6 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
         },
         tags={"search": request.name},
     )
-    manifest = request.dataset.manifest
-    spec = ModelSpec(request.base.model, manifest.mean, manifest.std)
     log_dataset_inputs(request.tracking_uri, parent, request.dataset, request.data_url)
     tracker = TrialTracker(
         request.tracking_uri,
@@ -197,17 +192,7 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
         data_url=request.data_url,
         host_metrics=request.system_metrics,
     )
-    trainer = TorchTrainer(
-        cifar_train_func,
-        train_loop_config=loop_config(request.base, spec, manifest.rows("train")),
-        datasets={
-            "train": split_arrays(request.dataset, "train"),
-            "val": split_arrays(request.dataset, "val"),
-        },
-        dataset_config=ingest_config(request.base.use_gpu),
-        scaling_config=ScalingConfig(num_workers=request.num_workers, use_gpu=request.base.use_gpu),
-        dask_config=request.dask,
-    )
+    trainer = cifar_trainer(request.base, request.dataset, request.num_workers, request.dask)
     space = search_space(request.search_space)
     tuner = tune.Tuner(
         trainer,
@@ -223,7 +208,7 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
         run_config=RunConfig(
             name=request.name,
             storage_path=request.layout.runs,
-            checkpoint_config=CheckpointConfig(num_to_keep=1, checkpoint_score_attribute=METRIC),
+            checkpoint_config=CHECKPOINTS,
             callbacks=[tracker],
         ),
     )

@@ -19,13 +19,6 @@ from flows.train_cifar import train_cifar
 from flows.tune_cifar import tune_cifar
 
 COMMAND_ONLY = {"help", "version", "synthetic", "debug", "log_file"}
-# predict-cifar's option names differ from its flow's parameters (one name per idea across
-# the three commands).
-PREDICT_PARAMETERS = {
-    "input": "input_uri",
-    "output": "output_uri",
-    "registered_model_name": "model_name",
-}
 
 
 def _options(parser: argparse.ArgumentParser) -> dict[str, Any]:
@@ -38,20 +31,19 @@ def _options(parser: argparse.ArgumentParser) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("parser", "flow", "names"),
+    ("parser", "flow"),
     [
-        (commands.train_parser, train_cifar.fn, {}),
-        (commands.tune_parser, tune_cifar.fn, {}),
-        (commands.predict_parser, predict_cifar.fn, PREDICT_PARAMETERS),
+        (commands.train_parser, train_cifar.fn),
+        (commands.tune_parser, tune_cifar.fn),
+        (commands.predict_parser, predict_cifar.fn),
     ],
     ids=["train-cifar", "tune-cifar", "predict-cifar"],
 )
-def test_every_flow_parameter_is_an_option_with_the_flows_default(
+def test_every_flow_parameter_is_an_option_of_the_same_name_with_the_flows_default(
     parser: Callable[[], argparse.ArgumentParser],
     flow: Callable[..., Any],
-    names: dict[str, str],
 ) -> None:
-    options = {names.get(dest, dest): default for dest, default in _options(parser()).items()}
+    options = _options(parser())
     parameters = inspect.signature(flow).parameters
     assert set(options) == set(parameters)
     defaults = {n: p.default for n, p in parameters.items() if p.default is not p.empty}
@@ -115,33 +107,6 @@ def test_tune_search_space_must_be_a_json_object(capsys: pytest.CaptureFixture[s
     with pytest.raises(SystemExit):
         commands.tune_parser().parse_args(["--search-space", '["lr"]'])
     assert "--search-space: expected a JSON object such as" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize(
-    ("parser", "old", "new", "dest"),
-    [
-        (commands.tune_parser, "--name", "--run-name", "name"),
-        (
-            commands.predict_parser,
-            "--model-name",
-            "--registered-model-name",
-            "registered_model_name",
-        ),
-    ],
-)
-def test_old_spellings_still_work_with_a_note(
-    parser: Callable[[], argparse.ArgumentParser],
-    old: str,
-    new: str,
-    dest: str,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    positional = ["images/"] if parser is commands.predict_parser else []
-    parsed = parser().parse_args([*positional, old, "given"])
-    assert getattr(parsed, dest) == "given"
-    assert f"{old} is deprecated and will be removed; use {new}." in capsys.readouterr().err
-    assert getattr(parser().parse_args([*positional, new, "given"]), dest) == "given"
-    assert old not in parser().format_help()
 
 
 @pytest.mark.parametrize("command", ["main", "tune_main", "predict_main"])

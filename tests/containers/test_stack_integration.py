@@ -241,9 +241,9 @@ def test_deployments_made_from_a_checkout_on_the_host_run_in_the_stack(stack: St
         s3.pipe(f"cifar/inputs/images/{index}.png", png.getvalue())
     s3.pipe("cifar/inputs/images/broken.png", b"not a png")
     parameters = {
-        "input_uri": "s3://cifar/inputs/images",
-        "output_uri": "s3://cifar/predictions/host.csv",
-        "model_name": MODEL,
+        "input": "s3://cifar/inputs/images",
+        "output": "s3://cifar/predictions/host.csv",
+        "registered_model_name": MODEL,
     }
     run = run_deployment(stack, "predict-cifar/champion", parameters)
     assert run["state"] == "COMPLETED", run

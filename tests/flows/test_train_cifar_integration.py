@@ -291,7 +291,10 @@ def _wait_until_serving(url: str, server: subprocess.Popen[bytes], log: Path) ->
 def test_predict_flow_scores_with_champion(first_run: dict[str, Any], workspace: Workspace) -> None:
     output = str(workspace.root / "scored.parquet")
     summary = predict_cifar(
-        str(workspace.images), output, model_name=MODEL, mlflow_tracking_uri=workspace.tracking_uri
+        str(workspace.images),
+        output,
+        registered_model_name=MODEL,
+        mlflow_tracking_uri=workspace.tracking_uri,
     )
     assert (summary["num_scored"], summary["num_errors"], summary["model_version"]) == (5, 0, "1")
     assert len(pd.read_parquet(output)) == 5
