@@ -16,6 +16,7 @@ from dask.base import optimize
 from dask.delayed import Delayed, delayed
 from dask.highlevelgraph import HighLevelGraph
 
+from trainlib._internal.common import dask_internals
 from trainlib._internal.common.data_config import DataConfig
 from trainlib.errors import ConfigError, DatasetError
 
@@ -56,7 +57,7 @@ def _source(name: str, value: Any, split: bool) -> DatasetSource:
     if isinstance(value, dd.DataFrame):
         parts = value.to_delayed(optimize_graph=True)
         blocks = tuple(delayed(frame_to_block, pure=True)(part) for part in parts)
-        return DatasetSource(name, blocks, split, _frame_lengths(value))
+        return DatasetSource(name, blocks, split, dask_internals.known_lengths(value))
     arrays = isinstance(value, Mapping) and all(isinstance(a, da.Array) for a in value.values())
     if arrays and value:
         return _array_source(name, dict(value), split)
@@ -102,11 +103,10 @@ def _fused(blocks: list[Delayed]) -> tuple[Delayed, ...]:
     needs run as one task (``Task.fuse``), and a task two blocks share (a file read across a
     row chunk boundary) stays a task of its own, computed once for both.
     """
-    try:
-        from dask._task_spec import GraphNode, Task, convert_legacy_graph
-    except ImportError:  # a Dask without task specs: every block's tasks as optimize culls them
+    spec = dask_internals.task_spec()
+    if spec is None:  # a Dask without task specs: every block's tasks as optimize culls them
         return tuple(optimize(block)[0] for block in blocks)
-    graph: dict[Any, GraphNode] = convert_legacy_graph(
+    graph: dict[Any, Any] = spec.convert_legacy_graph(
         dict(HighLevelGraph.merge(*(block.dask for block in blocks)))
     )
     needs = [_needed(graph, block.key) for block in blocks]
@@ -118,7 +118,7 @@ def _fused(blocks: list[Delayed]) -> tuple[Delayed, ...]:
     for block, keys in zip(blocks, needs, strict=True):
         own = [graph[k] for k in keys if users[k] == 1]
         shared = {k: graph[k] for k in keys if users[k] > 1}
-        fused.append(Delayed(block.key, {**shared, block.key: Task.fuse(*own, key=block.key)}))
+        fused.append(Delayed(block.key, {**shared, block.key: spec.fuse(*own, key=block.key)}))
     return tuple(fused)
 
 
@@ -131,16 +131,6 @@ def _needed(graph: Mapping[Any, Any], key: Any) -> list[Any]:
                 found.add(dependency)
                 stack.append(dependency)
     return list(found)
-
-
-def _frame_lengths(frame: Any) -> tuple[int, ...] | None:
-    """Partition lengths Dask knows without computing (Parquet metadata), else None."""
-    try:
-        from dask.dataframe.dask_expr._expr import Lengths, Literal
-    except ImportError:  # a Dask without dask-expr's Lengths: counted as the data streams
-        return None
-    known = Lengths(frame.expr).optimize()
-    return tuple(int(n) for n in known.value) if isinstance(known, Literal) else None
 
 
 def check_rows(source: DatasetSource, world_size: int, client: Any) -> None:
