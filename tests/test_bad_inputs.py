@@ -39,7 +39,7 @@ from cli.options import LOG_FILE_VARIABLE
 from tasks.registry import CHAMPION, register_model
 from tests.conftest import HttpDir
 from tests.helpers import WAIT_S, free_port
-from trainlib._internal.common.storage import COMMIT_MARKER
+from trainlib._internal.common.commit_marker import COMMIT_MARKER
 
 ARCHIVE = "bad-inputs-cifar.tar.gz"
 MODEL = "bad-inputs-model"

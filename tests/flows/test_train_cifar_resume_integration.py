@@ -17,7 +17,7 @@ from cifar.format import write_synthetic_archive
 from tasks.tracking import TRAINING_RUN_TAG
 from tests.conftest import HttpDir
 from tests.helpers import rank_processes, wait_for_path
-from trainlib._internal.common.storage import COMMIT_MARKER
+from trainlib._internal.common.commit_marker import COMMIT_MARKER
 
 EPOCHS = 4
 RUN = "resumable"

@@ -28,7 +28,8 @@ from trainlib import (
     ScalingConfig,
     WorkerGroupError,
 )
-from trainlib._internal.common.storage import COMMIT_MARKER, RunStorage
+from trainlib._internal.common.commit_marker import COMMIT_MARKER
+from trainlib._internal.common.storage import RunStorage
 from trainlib.torch import TorchTrainer
 
 STOP_DEADLINE_S = 10.0

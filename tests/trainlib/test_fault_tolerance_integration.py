@@ -26,7 +26,7 @@ import trainlib
 from tests.helpers import local_cluster, rank_processes, wait_for_path
 from tests.trainlib.test_failures_integration import report_epochs
 from trainlib import Checkpoint, FailureConfig, RunConfig, ScalingConfig, WorkerGroupError
-from trainlib._internal.common.storage import COMMIT_MARKER
+from trainlib._internal.common.commit_marker import COMMIT_MARKER
 from trainlib.torch import TorchTrainer
 
 HANG_TIMEOUT_S = 3.0

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainlib._internal.common.checkpoint import Checkpoint
-from trainlib._internal.common.storage import FileEntry, RunStorage
+from trainlib._internal.common.commit_marker import FileEntry
+from trainlib._internal.common.storage import RunStorage
 
 if TYPE_CHECKING:  # a rank process never imports Dask
     from trainlib._internal.common.data_config import CachePlan

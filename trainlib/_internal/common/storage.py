@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import logging
 import os
 import re
@@ -32,6 +31,7 @@ import fsspec
 from fsspec import AbstractFileSystem
 
 from trainlib._internal.common.checkpoint import Checkpoint
+from trainlib._internal.common.commit_marker import COMMIT_MARKER, FileEntry, Marker, describe_file
 from trainlib._internal.common.retries import call_storage
 from trainlib.errors import CheckpointError
 
@@ -39,17 +39,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-COMMIT_MARKER = ".trainlib-commit.json"
 UPLOADING_MARKER = ".trainlib-uploading"  # in a named checkpoint directory until its commit
 _CHECKPOINT_DIR = re.compile(r"checkpoint_(\d{6,})$")
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    """One checkpoint file as recorded in the commit marker."""
-
-    size: int
-    sha256: str
 
 
 @dataclass(frozen=True)
@@ -117,7 +108,7 @@ class RunStorage:
         (Not here: other ranks may be writing a file of the same name at this moment.)
         """
         relpaths = Checkpoint.from_directory(local_dir).files()
-        entries = {rel: _describe(os.path.join(local_dir, rel)) for rel in relpaths}
+        entries = {rel: describe_file(os.path.join(local_dir, rel)) for rel in relpaths}
         target = self.checkpoint_dir(index, name)
         self._call(
             "upload the checkpoint to", target, lambda: self._put(local_dir, relpaths, target)
@@ -178,16 +169,9 @@ class RunStorage:
         directory = self.checkpoint_dir(index, name)
         files = {**files, **{rel: self._stored_entry(f"{directory}/{rel}") for rel in differing}}
         self._check_sizes(directory, files)
-        marker = {
-            "index": index,
-            "metrics": metrics,
-            "files": {rel: {"size": e.size, "sha256": e.sha256} for rel, e in files.items()},
-        }
-        directory = self.checkpoint_dir(index, name)
+        contents = Marker(index, metrics, files).encode()
         path = f"{directory}/{COMMIT_MARKER}"
-        self._call(
-            "commit the checkpoint", path, lambda: self.filesystem.pipe_file(path, _to_json(marker))
-        )
+        self._call("commit the checkpoint", path, lambda: self.filesystem.pipe_file(path, contents))
         if name is not None:
             uploading = f"{directory}/{UPLOADING_MARKER}"
             self._call(
@@ -206,9 +190,8 @@ class RunStorage:
             marker = self._read_marker(directory)
             if marker is not None:
                 checkpoint = Checkpoint(directory, self.filesystem)
-                files = {rel: FileEntry(**entry) for rel, entry in marker["files"].items()}
                 found.append(
-                    CommittedCheckpoint(marker["index"], checkpoint, marker["metrics"], files)
+                    CommittedCheckpoint(marker.index, checkpoint, marker.metrics, marker.files)
                 )
         return sorted(found, key=lambda c: c.index)
 
@@ -286,7 +269,7 @@ class RunStorage:
             return []
         return [e["name"].rstrip("/") for e in entries if e["type"] == "directory"]
 
-    def _read_marker(self, directory: str) -> dict[str, Any] | None:
+    def _read_marker(self, directory: str) -> Marker | None:
         path = f"{directory}/{COMMIT_MARKER}"
         try:
             raw = self._call(
@@ -295,27 +278,6 @@ class RunStorage:
                 lambda: self.filesystem.cat_file(path),
                 (FileNotFoundError,),
             )
-            marker = json.loads(raw)
-        except (FileNotFoundError, ValueError):
+        except FileNotFoundError:
             return None
-        if not isinstance(marker, dict) or not {"index", "metrics", "files"} <= marker.keys():
-            return None
-        return marker
-
-
-def _describe(path: str) -> FileEntry:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return FileEntry(size=os.path.getsize(path), sha256=digest.hexdigest())
-
-
-def _to_json(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, indent=1, sort_keys=True, default=_jsonable).encode()
-
-
-def _jsonable(value: Any) -> Any:
-    """Numbers from numpy or torch become plain Python numbers; anything else a string."""
-    item = getattr(value, "item", None)
-    return item() if callable(item) else str(value)
+        return Marker.decode(raw)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from trainlib._internal.common.callbacks import Callback, Report
+from trainlib._internal.common.commit_marker import FileEntry
 from trainlib._internal.common.messages import (
     REPORTED_CHECKPOINTS,
     CheckpointsQuery,
@@ -15,7 +16,7 @@ from trainlib._internal.common.messages import (
     RankStarted,
     ReportMessage,
 )
-from trainlib._internal.common.storage import FileEntry, RunStorage
+from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib._internal.driver.watchdog import ProgressWatchdog
 from trainlib.errors import TrainingFailedError

@@ -28,8 +28,9 @@ from typing import Any
 import psutil
 
 from trainlib._internal.common.checkpoint import Checkpoint
+from trainlib._internal.common.commit_marker import FileEntry
 from trainlib._internal.common.messages import CheckpointsQuery, ReportMessage
-from trainlib._internal.common.storage import FileEntry, RunStorage
+from trainlib._internal.common.storage import RunStorage
 from trainlib.errors import CheckpointError
 
 Message = ReportMessage | CheckpointsQuery

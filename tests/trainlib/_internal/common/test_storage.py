@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from trainlib import Checkpoint, CheckpointError
-from trainlib._internal.common.storage import COMMIT_MARKER, UPLOADING_MARKER, RunStorage
+from trainlib._internal.common.commit_marker import COMMIT_MARKER
+from trainlib._internal.common.storage import UPLOADING_MARKER, RunStorage
 
 
 @pytest.fixture

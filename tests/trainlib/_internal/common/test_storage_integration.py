@@ -15,7 +15,8 @@ from distributed import Client
 import trainlib
 from tests.conftest import S3_BUCKET
 from trainlib import Checkpoint, CheckpointConfig, RunConfig, ScalingConfig
-from trainlib._internal.common.storage import COMMIT_MARKER, RunStorage
+from trainlib._internal.common.commit_marker import COMMIT_MARKER
+from trainlib._internal.common.storage import RunStorage
 from trainlib.torch import TorchTrainer
 
 
