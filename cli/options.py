@@ -87,6 +87,17 @@ def positive_float(text: str) -> float:
     return value
 
 
+def probability(text: str) -> float:
+    """A number between 0 and 1, both excluded."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
+    return value
+
+
 def number(text: str) -> float:
     """Any number."""
     try:
@@ -194,6 +205,13 @@ def add_registry_options(made: argparse.ArgumentParser) -> None:
         type=number,
         default=0.0,
         help="test accuracy by which a new version must beat @champion to replace it",
+    )
+    made.add_argument(
+        "--promote-alpha",
+        type=probability,
+        default=0.05,
+        help="significance level of the paired test (McNemar's exact test on the same test "
+        "images) a new version must pass to replace @champion",
     )
 
 

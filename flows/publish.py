@@ -24,13 +24,15 @@ def publish(
     dataset: Dataset,
     model_name: str | None,
     promote_margin: float,
+    promote_alpha: float,
     tracking_uri: str,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Register the run's best checkpoint as a version of ``model_name`` (default:
     ``cifar10-classifier``, ``-synthetic`` appended for synthetic data), evaluate it on the test
-    split, promote it to ``@champion`` if it beats the champion, measured on the same split, by
-    ``promote_margin``.
+    split, promote it to ``@champion`` if it beats the champion on the same images, by a paired
+    test significant at ``promote_alpha`` and by more than ``promote_margin``
+    (``tasks.promotion``).
 
     The three steps are one Prefect transaction: if one fails, the version is removed from the
     registry again and the aliases stay where they were.
@@ -53,8 +55,9 @@ def publish(
             promotion = promote_task(
                 name,
                 version,
-                evaluation.accuracy,
+                evaluation.correct,
                 promote_margin,
+                promote_alpha,
                 tracking_uri,
                 champion,
                 synthetic,

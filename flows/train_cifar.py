@@ -14,6 +14,7 @@ from flows.publish import publish
 from tasks.clusters import dask_config
 from tasks.monitoring import tag_flow_run
 from tasks.predict import predict_task
+from tasks.promotion import DEFAULT_ALPHA
 from tasks.registry import CHAMPION, model_name_for
 from tasks.retraining import unchanged_task
 from tasks.time_limit import time_limit
@@ -46,6 +47,7 @@ def train_cifar(
     mlflow_tracking_uri: str | None = None,
     registered_model_name: str | None = None,
     promote_margin: float = 0.0,
+    promote_alpha: float = DEFAULT_ALPHA,
     predict_input: str | None = None,
     shard_size: int = 2500,
     run_name: str | None = None,
@@ -78,6 +80,9 @@ def train_cifar(
     saying why, unless ``force`` (``tasks.retraining``).
     ``timeout_minutes``: a run that takes longer fails, its training stopped
     (``tasks.time_limit``; None: no limit).
+    The new version is promoted to ``@champion`` only if it beats the champion on the same test
+    images by a paired test (McNemar's exact test) significant at ``promote_alpha`` and by more
+    than ``promote_margin`` in accuracy (``tasks.promotion``).
     Returns the MLflow run id, model version, test accuracy and whether the version was
     promoted to ``@champion``.
     """
@@ -129,6 +134,7 @@ def train_cifar(
             ready.dataset,
             registered_model_name,
             promote_margin,
+            promote_alpha,
             ready.tracking_uri,
         )
         if predict_input:

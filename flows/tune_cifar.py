@@ -15,6 +15,7 @@ from flows.prepare import prepared
 from flows.publish import publish
 from tasks.clusters import dask_config
 from tasks.monitoring import tag_flow_run
+from tasks.promotion import DEFAULT_ALPHA
 from tasks.search_space import DEFAULT_SEARCH_SPACE, check_search_space, largest_batch_size
 from tasks.time_limit import time_limit
 from tasks.tune import EXPERIMENT, STUDY_STORAGE_VARIABLE, TuneRequest, search_name, tune_task
@@ -39,6 +40,7 @@ def tune_cifar(
     mlflow_tracking_uri: str | None = None,
     registered_model_name: str | None = None,
     promote_margin: float = 0.0,
+    promote_alpha: float = DEFAULT_ALPHA,
     shard_size: int = 2500,
     run_name: str | None = None,
     study_storage: str | None = None,
@@ -58,7 +60,8 @@ def tune_cifar(
     storage). ``storage_path`` defaults to $CIFAR_STORAGE_PATH, else ``./cifar-data``. The
     best trial's model goes through train-cifar's rule: registered,
     evaluated on the test split, promoted to ``@champion`` if it beats it.
-    ``registered_model_name``, ``system_metrics`` and ``timeout_minutes`` are train-cifar's.
+    ``registered_model_name``, ``promote_margin``, ``promote_alpha``, ``system_metrics`` and
+    ``timeout_minutes`` are train-cifar's.
     """
     with time_limit(timeout_minutes, "tune-cifar"):
         space = search_space or DEFAULT_SEARCH_SPACE
@@ -103,6 +106,7 @@ def tune_cifar(
             ready.dataset,
             registered_model_name,
             promote_margin,
+            promote_alpha,
             ready.tracking_uri,
             extra,
         )

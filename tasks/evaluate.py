@@ -1,14 +1,22 @@
-"""Evaluation of a registered model on the held-out test split."""
+"""Evaluation of a registered model on the held-out test split.
+
+Besides its figures, each evaluation keeps which test images the model classified correctly,
+as the artifact ``evaluation/correct-<test split digest>.npy`` of the version's MLflow run: the
+promotion's paired test reads the champion's from there instead of scoring it again.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
+import tempfile
 import time
 from dataclasses import dataclass
 
 import numpy as np
 from matplotlib.figure import Figure
 from mlflow.entities import Metric
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from prefect import task
 from prefect.artifacts import create_table_artifact
@@ -33,6 +41,7 @@ class Evaluation:
     per_class_accuracy: dict[str, float]
     confusion: list[list[int]]  # rows: true class, columns: predicted class
     num_images: int
+    correct: np.ndarray  # per test image, in the split's order: classified correctly
 
 
 def evaluate_model(model: nn.Module, dataset: Dataset) -> Evaluation:
@@ -48,6 +57,7 @@ def evaluate_model(model: nn.Module, dataset: Dataset) -> Evaluation:
         per_class_accuracy={n: float(a) for n, a in zip(class_names, per_class, strict=True)},
         confusion=confusion.tolist(),
         num_images=len(test.labels),
+        correct=predicted == test.labels,
     )
 
 
@@ -91,6 +101,7 @@ def record_evaluation(
     )
     client.set_model_version_tag(model_name, version, "test_accuracy", f"{evaluation.accuracy:.6f}")
     client.set_model_version_tag(model_name, version, "test_images", str(evaluation.num_images))
+    save_correct(client, run_id, test_digest, evaluation.correct)
     client.set_model_version_tag(
         model_name, version, accuracy_tag(test_digest), f"{evaluation.accuracy:.6f}"
     )
@@ -101,35 +112,64 @@ def accuracy_tag(test_digest: str) -> str:
     return f"test_accuracy/{test_digest}"
 
 
-def champion_score(model_name: str, dataset: Dataset, tracking_uri: str) -> ChampionScore | None:
-    """The ``@champion`` version's accuracy on this dataset's test split (None: no champion).
+def _correct_file(test_digest: str) -> str:
+    return f"correct-{test_digest}.npy"
 
-    Read from the version's tag for the split's digest when it was evaluated on it already;
-    otherwise evaluated now and the tag set, so each version is evaluated once per test split.
+
+def save_correct(client: MlflowClient, run_id: str, test_digest: str, correct: np.ndarray) -> None:
+    """Keep the per-image results on ``test_digest`` as an artifact of the run."""
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, _correct_file(test_digest))
+        np.save(path, np.asarray(correct, dtype=bool))
+        client.log_artifact(run_id, path, "evaluation")
+
+
+def load_correct(client: MlflowClient, run_id: str, test_digest: str) -> np.ndarray | None:
+    """The per-image results ``save_correct`` kept, or None if there are none."""
+    with tempfile.TemporaryDirectory() as directory:
+        try:
+            path = client.download_artifacts(
+                run_id, f"evaluation/{_correct_file(test_digest)}", directory
+            )
+        except (MlflowException, OSError):
+            return None
+        return np.load(path, allow_pickle=False)
+
+
+def champion_score(model_name: str, dataset: Dataset, tracking_uri: str) -> ChampionScore | None:
+    """The ``@champion`` version's per-image results and accuracy on this dataset's test split
+    (None: no champion).
+
+    Read from its run's artifact for the split's digest when it was evaluated on it already;
+    otherwise evaluated now and kept, so each version is evaluated once per test split.
     """
     version = version_at_alias(model_name, CHAMPION, tracking_uri)
     if version is None:
         return None
     test_digest = dataset.manifest.digest("test")
-    tags = MlflowClient(tracking_uri).get_model_version(model_name, version).tags
-    if (known := tags.get(accuracy_tag(test_digest))) is not None:
-        accuracy = float(known)
-    else:
+    client = MlflowClient(tracking_uri)
+    found = client.get_model_version(model_name, version)
+    tags, run_id = found.tags, found.run_id
+    correct = load_correct(client, run_id, test_digest) if run_id else None
+    if correct is None or len(correct) != dataset.manifest.rows("test"):
         model = load_version(model_name, version, tracking_uri)
-        accuracy = evaluate_model(model, dataset).accuracy
-        MlflowClient(tracking_uri).set_model_version_tag(
-            model_name, version, accuracy_tag(test_digest), f"{accuracy:.6f}"
+        correct = evaluate_model(model, dataset).correct
+        if run_id:
+            save_correct(client, run_id, test_digest, correct)
+        client.set_model_version_tag(
+            model_name, version, accuracy_tag(test_digest), f"{correct.mean():.6f}"
         )
         logger.info(
             "Champion %s version %s evaluated on test split %s: %.4f",
             model_name,
             version,
             test_digest,
-            accuracy,
+            correct.mean(),
         )
     return ChampionScore(
         version=version,
-        accuracy=accuracy,
+        accuracy=float(correct.mean()),
+        correct=correct,
         test_digest=test_digest,
         data_digest=tags.get(DIGEST_TAG),
         synthetic=tags.get(SYNTHETIC_TAG) == "true",

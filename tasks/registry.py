@@ -107,12 +107,17 @@ def _registered_for(client: MlflowClient, model_name: str, request_id: str) -> s
 
 
 def _keep_first(client: MlflowClient, model_name: str, request_id: str, created: str) -> str:
-    """The first version ``request_id`` registered; the others it made are deleted. (MLflow's
-    client sends a create again when its reply is lost: the registry then made two.)"""
+    """The first version ``request_id`` registered; the others it made are removed
+    (``remove_version``). (MLflow's client sends a create again when its reply is lost: the
+    registry then made two.)"""
     usable = _usable_versions(client, model_name, request_id)
     for extra in usable[1:]:
-        logger.info("%s version %s duplicates version %s: deleted", model_name, extra, usable[0])
-        client.delete_model_version(model_name, str(extra))
+        remove_version(
+            model_name,
+            str(extra),
+            client.tracking_uri,
+            f"a duplicate of version {usable[0]}, made by a retried request",
+        )
     return str(usable[0]) if usable else created
 
 

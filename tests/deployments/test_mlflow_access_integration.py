@@ -13,6 +13,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -90,7 +91,7 @@ def test_mlflow_access_trainer_registers_and_promotes_but_deletes_nothing(
     run_id = start_run(granted, "train-cifar", "access", {}, {})
     model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
     version = register_model(model, run_id, MODEL, granted)
-    assert promote(MODEL, version, 0.5, 0.0, granted).alias == "champion"
+    assert promote(MODEL, version, np.ones(4, bool), 0.0, granted).alias == "champion"
     client = MlflowClient(granted)
     assert client.get_model_version_by_alias(MODEL, "champion").version == version
     for delete in (

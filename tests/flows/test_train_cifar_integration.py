@@ -211,11 +211,9 @@ def test_flow_worse_model_is_not_promoted(second_run: State[Any], workspace: Wor
     assert (second["promoted"], second["alias"]) == (False, "challenger")
     client = MlflowClient(workspace.tracking_uri)
     assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "1"
-    assert (
-        client.get_model_version(MODEL, second["model_version"])
-        .tags["promotion"]
-        .startswith("@challenger")
-    )
+    reason = client.get_model_version(MODEL, second["model_version"]).tags["promotion"]
+    assert reason.startswith("@challenger: test accuracy"), reason
+    assert "McNemar's exact test (one-sided) p=" in reason and "champion version 1 stays" in reason
 
 
 def _serve(workspace: Workspace, name: str, data: bytes) -> str:

@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from cifar.models import build_model
-from tasks.evaluate import confusion_figure, evaluate_version
+from tasks.evaluate import confusion_figure, evaluate_version, load_correct
 from tasks.registry import register_model
 from tasks.tracking import start_run
 
@@ -52,7 +52,11 @@ def test_evaluate_records_in_the_given_store(tmp_path: Path, elsewhere: Path) ->
     assert per_class == evaluation.per_class_accuracy and len(per_class) == 10
     tags = client.get_model_version("evaluated", version).tags
     assert float(tags["test_accuracy"]) == pytest.approx(evaluation.accuracy)
-    assert client.list_artifacts(run_id, "evaluation")[0].path.endswith("confusion_matrix.png")
+    stored = sorted(a.path for a in client.list_artifacts(run_id, "evaluation"))
+    test_digest = _test_split(tmp_path / "data").manifest.digest("test")
+    assert stored == ["evaluation/confusion_matrix.png", f"evaluation/correct-{test_digest}.npy"]
+    kept = load_correct(client, run_id, test_digest)
+    assert kept is not None and kept.dtype == bool and kept.mean() == evaluation.accuracy
     assert not elsewhere.exists()
 
 
@@ -68,7 +72,7 @@ def test_evaluate_import_leaves_matplotlib_alone() -> None:
 def test_evaluate_confusion_figure_labels_every_class() -> None:
     from tasks.evaluate import Evaluation
 
-    evaluation = Evaluation(0.5, {}, [[1, 1], [0, 2]], 4)
+    evaluation = Evaluation(0.5, {}, [[1, 1], [0, 2]], 4, np.array([True, False, True, True]))
     figure = confusion_figure(evaluation, ("cat", "dog"))
     labels = [t.get_text() for t in figure.axes[0].get_xticklabels()]
     assert labels == ["cat", "dog"]

@@ -13,7 +13,7 @@ from cifar.checkpoint import ModelSpec, save_training_state
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from cifar.models import build_model
-from tasks.evaluate import accuracy_tag, champion_score
+from tasks.evaluate import accuracy_tag, champion_score, load_correct, save_correct
 from tasks.promotion import ChampionScore, aliases_of, promote, restore_aliases
 from tasks.registry import register_checkpoint, register_model
 from tasks.tracking import start_run
@@ -31,8 +31,13 @@ def _register(tracking_uri: str, name: str) -> str:
     )
 
 
-def _score(version: str, accuracy: float, synthetic: bool = False) -> ChampionScore:
-    return ChampionScore(version, accuracy, "t" * 16, "d" * 16, synthetic)
+def _correct(right: int, total: int = 1000) -> np.ndarray:
+    """Per-image results: the first ``right`` of ``total`` test images classified correctly."""
+    return np.arange(total) < right
+
+
+def _score(version: str, correct: np.ndarray, synthetic: bool = False) -> ChampionScore:
+    return ChampionScore(version, float(correct.mean()), correct, "t" * 16, "d" * 16, synthetic)
 
 
 def _images(seed: int) -> np.ndarray:
@@ -57,7 +62,7 @@ def _dataset(
 
 def test_promotion_first_version_becomes_champion(tracking_uri: str) -> None:
     version = _register(tracking_uri, "first")
-    decision = promote("first", version, 0.5, 0.0, tracking_uri, champion=None)
+    decision = promote("first", version, _correct(500), 0.0, tracking_uri, champion=None)
     assert (decision.promoted, decision.alias, decision.reason) == (
         True,
         "champion",
@@ -66,40 +71,64 @@ def test_promotion_first_version_becomes_champion(tracking_uri: str) -> None:
     assert aliases_of("first", tracking_uri) == {"champion": version, "challenger": None}
 
 
-def test_promotion_compares_on_the_same_test_split(tracking_uri: str) -> None:
+def test_promotion_needs_a_significant_gain_above_the_margin(tracking_uri: str) -> None:
     champion = _register(tracking_uri, "duel")
-    promote("duel", champion, 0.8, 0.0, tracking_uri)
+    promote("duel", champion, _correct(800), 0.0, tracking_uri)
+    # Right on the champion's 800 images and 10 more: p = 0.5**10, but +0.01 < the margin.
     newcomer = _register(tracking_uri, "duel")
-    decision = promote("duel", newcomer, 0.81, 0.05, tracking_uri, champion=_score(champion, 0.8))
+    decision = promote(
+        "duel",
+        newcomer,
+        _correct(810),
+        0.05,
+        tracking_uri,
+        champion=_score(champion, _correct(800)),
+    )
     assert (decision.promoted, decision.alias) == (False, "challenger")
     assert decision.reason == (
-        "test accuracy 0.8100 does not beat champion version 1 (0.8000) by more than the margin "
-        f"0.05 (both on test split {'t' * 16}; champion trained on dataset {'d' * 16})"
+        "test accuracy 0.8100 against the champion's 0.8000 on the same 1000 images: +0.0100 "
+        "(95% CI +0.0038 to +0.0162); 10 images only this version gets right, 0 only the "
+        "champion; McNemar's exact test (one-sided) p=0.000977: significant at alpha 0.05 but "
+        "not above the margin 0.05: champion version 1 stays (test split tttttttttttttttt; "
+        "champion trained on dataset dddddddddddddddd)"
     )
+    tag = MlflowClient(tracking_uri).get_model_version("duel", newcomer).tags["promotion"]
+    assert tag == f"@challenger: {decision.reason}"
     better = _register(tracking_uri, "duel")
-    assert promote("duel", better, 0.9, 0.05, tracking_uri, champion=_score(champion, 0.8)).promoted
+    promoted = promote(
+        "duel", better, _correct(900), 0.05, tracking_uri, champion=_score(champion, _correct(800))
+    )
+    assert promoted.promoted and "significant at alpha 0.05 and above the margin" in promoted.reason
     assert aliases_of("duel", tracking_uri) == {"champion": better, "challenger": newcomer}
 
 
 def test_promotion_synthetic_never_replaces_a_real_champion(tracking_uri: str) -> None:
     real = _register(tracking_uri, "mixed")
-    promote("mixed", real, 0.3, 0.0, tracking_uri)
+    promote("mixed", real, _correct(300), 0.0, tracking_uri)
     fake = _register(tracking_uri, "mixed")
     decision = promote(
-        "mixed", fake, 1.0, 0.0, tracking_uri, champion=_score(real, 0.3), synthetic=True
+        "mixed",
+        fake,
+        _correct(1000),
+        0.0,
+        tracking_uri,
+        champion=_score(real, _correct(300)),
+        synthetic=True,
     )
     assert (decision.promoted, decision.alias) == (False, "challenger")
     assert "trained on synthetic data: never promoted over champion version 1" in decision.reason
     again = _register(tracking_uri, "mixed")
-    synthetic_champion = _score(real, 0.3, synthetic=True)
-    assert promote("mixed", again, 0.9, 0.0, tracking_uri, champion=synthetic_champion).promoted
+    synthetic_champion = _score(real, _correct(300), synthetic=True)
+    assert promote(
+        "mixed", again, _correct(900), 0.0, tracking_uri, champion=synthetic_champion
+    ).promoted
 
 
 def test_promotion_restore_aliases_puts_them_back(tracking_uri: str) -> None:
     first, second = _register(tracking_uri, "undo"), _register(tracking_uri, "undo")
-    promote("undo", first, 0.5, 0.0, tracking_uri)
+    promote("undo", first, _correct(500), 0.0, tracking_uri)
     before = aliases_of("undo", tracking_uri)
-    promote("undo", second, 0.9, 0.0, tracking_uri, champion=_score(first, 0.5))
+    promote("undo", second, _correct(900), 0.0, tracking_uri, champion=_score(first, _correct(500)))
     assert aliases_of("undo", tracking_uri) == {"champion": second, "challenger": None}
     restore_aliases("undo", before, tracking_uri)
     assert aliases_of("undo", tracking_uri) == {"champion": first, "challenger": None}
@@ -110,17 +139,22 @@ def test_champion_score_evaluates_once_per_test_split(tracking_uri: str, tmp_pat
     model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
     assert champion_score("scored", _dataset(tmp_path / "a", 1), tracking_uri) is None
     version = register_model(model, run_id, "scored", tracking_uri)
-    promote("scored", version, 0.5, 0.0, tracking_uri)
+    promote("scored", version, _correct(10, 20), 0.0, tracking_uri)
     first = _dataset(tmp_path / "a", 1)
     score = champion_score("scored", first, tracking_uri)
     assert score is not None and score.test_digest == first.manifest.digest("test")
+    assert score.correct.shape == (20,) and score.accuracy == score.correct.mean()
     client = MlflowClient(tracking_uri)
     tag = accuracy_tag(score.test_digest)
     assert float(client.get_model_version("scored", version).tags[tag]) == pytest.approx(
         score.accuracy
     )
-    client.set_model_version_tag("scored", version, tag, "0.123")  # the cached figure is used
-    assert champion_score("scored", first, tracking_uri).accuracy == 0.123  # type: ignore[union-attr]
+    # The per-image results kept on the version's run are read, not computed again.
+    kept = load_correct(client, run_id, score.test_digest)
+    assert kept is not None and (kept == score.correct).all()
+    save_correct(client, run_id, score.test_digest, _correct(7, 20))
+    again_first = champion_score("scored", first, tracking_uri)
+    assert again_first is not None and again_first.accuracy == 7 / 20
     # Another test split, labelled so that the model is right on exactly 13 of its 20 images:
     # evaluated on it, the champion scores 0.65.
     with torch.no_grad():

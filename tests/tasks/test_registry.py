@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -59,7 +60,7 @@ def test_registry_missing_alias_names_the_fix(tracking_uri: str) -> None:
 
 
 def test_registry_model_loads_in_a_fresh_process(tracking_uri: str, tmp_path: Path) -> None:
-    promote("fresh", _register(tracking_uri, "fresh", 0.5), 0.5, 0.0, tracking_uri)
+    promote("fresh", _register(tracking_uri, "fresh", 0.5), np.ones(4, bool), 0.0, tracking_uri)
     code = (
         "import json, numpy as np, mlflow, mlflow.pytorch, mlflow.pyfunc, torch\n"
         "x = np.random.randint(0, 256, (3, 3, 32, 32), dtype=np.uint8)\n"
