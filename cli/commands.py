@@ -35,6 +35,7 @@ def train_parser() -> argparse.ArgumentParser:
     add("--epochs", type=options.positive_int, default=5, help="passes over the training split")
     add("--batch-size", type=options.positive_int, default=256, help="global batch size")
     add("--lr", type=options.positive_float, default=0.05, help="peak learning rate (one-cycle)")
+    options.add_seed_option(parser)
     options.add_cluster_options(parser, num_workers=2, ranks="DDP ranks")
     options.add_registry_options(parser)
     add(
@@ -82,6 +83,7 @@ def tune_parser() -> argparse.ArgumentParser:
         help="trials running at once (each needs --num-workers Dask workers)",
     )
     add("--epochs", type=options.positive_int, default=5, help="epochs of a trial run to the end")
+    options.add_seed_option(parser)
     options.add_cluster_options(parser, num_workers=1, ranks="DDP ranks per trial")
     options.add_registry_options(parser)
     add(

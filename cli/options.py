@@ -215,6 +215,17 @@ def add_registry_options(made: argparse.ArgumentParser) -> None:
     )
 
 
+def add_seed_option(made: argparse.ArgumentParser) -> None:
+    """``--seed``: the training's random seed."""
+    made.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the initial weights and of the training images' order (recorded on the "
+        "run); two seeds give two comparable models of the same data",
+    )
+
+
 def add_tracking_option(made: argparse.ArgumentParser) -> None:
     made.add_argument(
         "--mlflow-tracking-uri",

@@ -37,6 +37,7 @@ def train_cifar(
     epochs: int = 5,
     batch_size: int = 256,
     lr: float = 0.05,
+    seed: int = 0,
     num_workers: int = 2,
     use_gpu: bool = False,
     compile: bool = False,
@@ -66,7 +67,9 @@ def train_cifar(
     ``dask_cluster_class`` started with ``dask_cluster_kwargs`` (e.g.
     ``"dask_jobqueue.SLURMCluster"``; only a class the worker allows, see
     ``tasks.clusters``), else $DASK_SCHEDULER_ADDRESS, else a LocalCluster.
-    ``compile`` wraps the model in ``torch.compile`` on every rank.
+    ``compile`` wraps the model in ``torch.compile`` on every rank. ``seed`` seeds the model's
+    initial weights and the order of the training images (recorded with the run's params); the
+    split of the archive into train and validation images does not depend on it.
     ``shard_size`` is the number of images per dataset file (a partition when training).
     ``run_name`` names the training run (checkpoints and the MLflow run); running the flow again
     with the same ``run_name`` and ``storage_path`` resumes it. Default: one per flow run.
@@ -92,6 +95,7 @@ def train_cifar(
             epochs=epochs,
             batch_size=batch_size,
             lr=lr,
+            seed=seed,
             use_gpu=use_gpu,
             compile=compile,
         )

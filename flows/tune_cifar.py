@@ -30,6 +30,7 @@ def tune_cifar(
     num_samples: int = 8,
     max_concurrent_trials: int = 2,
     epochs: int = 5,
+    seed: int = 0,
     num_workers: int = 1,
     use_gpu: bool = False,
     compile: bool = False,
@@ -53,20 +54,20 @@ def tune_cifar(
     loguniform, quniform, randint, choice, grid_search (default: lr and batch size, with the
     model fixed to small_cnn). ``num_samples`` trials of ``num_workers`` ranks each run
     ``max_concurrent_trials`` at a time on one cluster; ASHA stops the unpromising ones early.
-    ``use_gpu``, ``compile`` and the Dask options are train-cifar's. ``run_name`` names the search
-    (the same name and storage path resume it). The Optuna study is a sqlite file under the
-    storage path, or ``study_storage`` (default: $CIFAR_STUDY_STORAGE; an Optuna storage URL
-    such as ``postgresql://...`` or ``sqlite:////studies/optuna.db``; needed with ``s3://``
-    storage). ``storage_path`` defaults to $CIFAR_STORAGE_PATH, else ``./cifar-data``. The
-    best trial's model goes through train-cifar's rule: registered,
-    evaluated on the test split, promoted to ``@champion`` if it beats it.
-    ``registered_model_name``, ``promote_margin``, ``promote_alpha``, ``system_metrics`` and
-    ``timeout_minutes`` are train-cifar's.
+    ``seed`` (each trial's), ``use_gpu``, ``compile`` and the Dask options are train-cifar's.
+    ``run_name`` names the search (the same name and storage path resume it). The Optuna study
+    is a sqlite file under the storage path, or ``study_storage`` (default:
+    $CIFAR_STUDY_STORAGE; an Optuna storage URL such as ``postgresql://...`` or
+    ``sqlite:////studies/optuna.db``; needed with ``s3://`` storage). ``storage_path``
+    defaults to $CIFAR_STORAGE_PATH, else ``./cifar-data``. The best trial's model goes through
+    train-cifar's rule: registered, evaluated on the test split, promoted to ``@champion`` if it
+    beats it. ``registered_model_name``, ``promote_margin``, ``promote_alpha``,
+    ``system_metrics`` and ``timeout_minutes`` are train-cifar's.
     """
     with time_limit(timeout_minutes, "tune-cifar"):
         space = search_space or DEFAULT_SEARCH_SPACE
         check_search_space(space)  # a mistake fails before anything is downloaded
-        base = TrainConfig(epochs=epochs, use_gpu=use_gpu, compile=compile)
+        base = TrainConfig(epochs=epochs, seed=seed, use_gpu=use_gpu, compile=compile)
         tag_flow_run({"search": "tune-cifar", "trials": str(num_samples)})
         dask = dask_config(
             dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s

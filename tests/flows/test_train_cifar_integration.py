@@ -56,6 +56,7 @@ class Workspace:
             "epochs": EPOCHS,
             "batch_size": 64,
             "lr": 0.05,
+            "seed": 7,
             "num_workers": 2,
             "shard_size": 250,
             "mlflow_tracking_uri": self.tracking_uri,
@@ -138,6 +139,7 @@ def test_flow_tracks_one_run_with_per_epoch_metrics(
     assert [m.step for m in history] == list(range(EPOCHS))
     run = runs[0]
     assert run.data.params["model"] == "small_cnn" and run.data.tags["world_size"] == "2"
+    assert run.data.params["seed"] == "7"  # the flow's seed reached the training
     assert run.info.status == "FINISHED"
 
 
