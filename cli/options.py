@@ -213,6 +213,19 @@ def add_registry_options(made: argparse.ArgumentParser) -> None:
         help="significance level of the paired test (McNemar's exact test on the same test "
         "images) a new version must pass to replace @champion",
     )
+    made.add_argument(
+        "--min-test-accuracy",
+        type=number,
+        default=0.0,
+        help="release gate: a version below this test accuracy never becomes @champion",
+    )
+    made.add_argument(
+        "--max-class-drop",
+        type=number,
+        default=0.1,
+        help="release gate: a version that loses more than this in one class's test accuracy "
+        "against @champion never replaces it",
+    )
 
 
 def add_seed_option(made: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ from cifar.errors import PublishError
 from tasks.download import Archive
 from tasks.evaluate import champion_score_task, evaluate_task
 from tasks.monitoring import run_summary, summarize_task
-from tasks.promotion import promote_task
+from tasks.promotion import PromotionRule, promote_task
 from tasks.registry import model_name_for, register_task
 from tasks.results import TrainedRun
 
@@ -23,16 +23,14 @@ def publish(
     archive: Archive,
     dataset: Dataset,
     model_name: str | None,
-    promote_margin: float,
-    promote_alpha: float,
+    rule: PromotionRule,
     tracking_uri: str,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Register the run's best checkpoint as a version of ``model_name`` (default:
     ``cifar10-classifier``, ``-synthetic`` appended for synthetic data), evaluate it on the test
-    split, promote it to ``@champion`` if it beats the champion on the same images, by a paired
-    test significant at ``promote_alpha`` and by more than ``promote_margin``
-    (``tasks.promotion``).
+    split, promote it to ``@champion`` if it passes the release gates and beats the champion on
+    the same images as ``rule`` asks (``tasks.promotion``).
 
     The three steps are one Prefect transaction: if one fails, the version is removed from the
     registry again and the aliases stay where they were.
@@ -55,9 +53,8 @@ def publish(
             promotion = promote_task(
                 name,
                 version,
-                evaluation.correct,
-                promote_margin,
-                promote_alpha,
+                evaluation,
+                rule,
                 tracking_uri,
                 champion,
                 synthetic,

@@ -14,8 +14,9 @@ from flows.publish import publish
 from tasks.clusters import dask_config
 from tasks.monitoring import tag_flow_run
 from tasks.predict import predict_task
-from tasks.promotion import DEFAULT_ALPHA
+from tasks.promotion import DEFAULT_ALPHA, PromotionRule
 from tasks.registry import CHAMPION, model_name_for
+from tasks.release_gates import DEFAULT_MAX_CLASS_DROP, DEFAULT_MIN_TEST_ACCURACY
 from tasks.retraining import unchanged_task
 from tasks.time_limit import time_limit
 from tasks.train import (
@@ -49,6 +50,8 @@ def train_cifar(
     registered_model_name: str | None = None,
     promote_margin: float = 0.0,
     promote_alpha: float = DEFAULT_ALPHA,
+    min_test_accuracy: float = DEFAULT_MIN_TEST_ACCURACY,
+    max_class_drop: float = DEFAULT_MAX_CLASS_DROP,
     predict_input: str | None = None,
     shard_size: int = 2500,
     run_name: str | None = None,
@@ -85,7 +88,9 @@ def train_cifar(
     (``tasks.time_limit``; None: no limit).
     The new version is promoted to ``@champion`` only if it beats the champion on the same test
     images by a paired test (McNemar's exact test) significant at ``promote_alpha`` and by more
-    than ``promote_margin`` in accuracy (``tasks.promotion``).
+    than ``promote_margin`` in accuracy (``tasks.promotion``), and only if it passes the release
+    gates: test accuracy at least ``min_test_accuracy``, no class's accuracy lower than the
+    champion's by more than ``max_class_drop`` (``tasks.release_gates``); else @challenger.
     Returns the MLflow run id, model version, test accuracy and whether the version was
     promoted to ``@champion``.
     """
@@ -137,8 +142,7 @@ def train_cifar(
             ready.archive,
             ready.dataset,
             registered_model_name,
-            promote_margin,
-            promote_alpha,
+            PromotionRule(promote_margin, promote_alpha, min_test_accuracy, max_class_drop),
             ready.tracking_uri,
         )
         if predict_input:

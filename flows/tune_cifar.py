@@ -15,7 +15,8 @@ from flows.prepare import prepared
 from flows.publish import publish
 from tasks.clusters import dask_config
 from tasks.monitoring import tag_flow_run
-from tasks.promotion import DEFAULT_ALPHA
+from tasks.promotion import DEFAULT_ALPHA, PromotionRule
+from tasks.release_gates import DEFAULT_MAX_CLASS_DROP, DEFAULT_MIN_TEST_ACCURACY
 from tasks.search_space import DEFAULT_SEARCH_SPACE, check_search_space, largest_batch_size
 from tasks.time_limit import time_limit
 from tasks.tune import EXPERIMENT, STUDY_STORAGE_VARIABLE, TuneRequest, search_name, tune_task
@@ -42,6 +43,8 @@ def tune_cifar(
     registered_model_name: str | None = None,
     promote_margin: float = 0.0,
     promote_alpha: float = DEFAULT_ALPHA,
+    min_test_accuracy: float = DEFAULT_MIN_TEST_ACCURACY,
+    max_class_drop: float = DEFAULT_MAX_CLASS_DROP,
     shard_size: int = 2500,
     run_name: str | None = None,
     study_storage: str | None = None,
@@ -62,7 +65,8 @@ def tune_cifar(
     defaults to $CIFAR_STORAGE_PATH, else ``./cifar-data``. The best trial's model goes through
     train-cifar's rule: registered, evaluated on the test split, promoted to ``@champion`` if it
     beats it. ``registered_model_name``, ``promote_margin``, ``promote_alpha``,
-    ``system_metrics`` and ``timeout_minutes`` are train-cifar's.
+    ``min_test_accuracy``, ``max_class_drop``, ``system_metrics`` and ``timeout_minutes`` are
+    train-cifar's.
     """
     with time_limit(timeout_minutes, "tune-cifar"):
         space = search_space or DEFAULT_SEARCH_SPACE
@@ -106,8 +110,7 @@ def tune_cifar(
             ready.archive,
             ready.dataset,
             registered_model_name,
-            promote_margin,
-            promote_alpha,
+            PromotionRule(promote_margin, promote_alpha, min_test_accuracy, max_class_drop),
             ready.tracking_uri,
             extra,
         )

@@ -26,7 +26,6 @@ from torch import nn
 from cifar.dataset import Dataset, read_split
 from tasks.lineage import DIGEST_TAG, SYNTHETIC_TAG
 from tasks.predict import score
-from tasks.promotion import ChampionScore
 from tasks.registry import CHAMPION, load_version, version_at_alias
 from tasks.retrying import TRANSIENT_RETRIES
 
@@ -42,6 +41,28 @@ class Evaluation:
     confusion: list[list[int]]  # rows: true class, columns: predicted class
     num_images: int
     correct: np.ndarray  # per test image, in the split's order: classified correctly
+
+
+@dataclass(frozen=True)
+class ChampionScore:
+    """The champion measured on the current run's test split (``test_digest``)."""
+
+    version: str
+    accuracy: float
+    correct: np.ndarray  # per test image (in the split's order): classified correctly
+    per_class_accuracy: dict[str, float]
+    test_digest: str
+    data_digest: str | None  # what it was trained on (None: registered before lineage)
+    synthetic: bool
+
+
+def per_class_accuracy(
+    correct: np.ndarray, labels: np.ndarray, class_names: tuple[str, ...]
+) -> dict[str, float]:
+    """Each class's accuracy from per-image results and the images' true labels."""
+    right = np.bincount(labels, weights=correct.astype(float), minlength=len(class_names))
+    total = np.maximum(np.bincount(labels, minlength=len(class_names)), 1)
+    return {name: float(a) for name, a in zip(class_names, right / total, strict=True)}
 
 
 def evaluate_model(model: nn.Module, dataset: Dataset) -> Evaluation:
@@ -166,10 +187,12 @@ def champion_score(model_name: str, dataset: Dataset, tracking_uri: str) -> Cham
             test_digest,
             correct.mean(),
         )
+    labels = read_split(dataset, "test").labels
     return ChampionScore(
         version=version,
         accuracy=float(correct.mean()),
         correct=correct,
+        per_class_accuracy=per_class_accuracy(correct, labels, dataset.manifest.class_names),
         test_digest=test_digest,
         data_digest=tags.get(DIGEST_TAG),
         synthetic=tags.get(SYNTHETIC_TAG) == "true",

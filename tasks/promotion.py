@@ -20,8 +20,16 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.transactions import Transaction, get_transaction
 
+from tasks.evaluate import ChampionScore, Evaluation
 from tasks.paired_test import compare
 from tasks.registry import ALIASES, CHALLENGER, CHAMPION, version_at_alias
+from tasks.release_gates import (
+    DEFAULT_MAX_CLASS_DROP,
+    DEFAULT_MIN_TEST_ACCURACY,
+    Gate,
+    accuracy_floor,
+    class_drop,
+)
 from tasks.retrying import TRANSIENT_RETRIES
 
 logger = logging.getLogger(__name__)
@@ -40,37 +48,46 @@ class Promotion:
 
 
 @dataclass(frozen=True)
-class ChampionScore:
-    """The champion measured on the current run's test split (``test_digest``)."""
+class PromotionRule:
+    """What a new version must show to take ``@champion`` (the flows' parameters)."""
 
-    version: str
-    accuracy: float
-    correct: np.ndarray  # per test image (in the split's order): classified correctly
-    test_digest: str
-    data_digest: str | None  # what it was trained on (None: registered before lineage)
-    synthetic: bool
+    margin: float = 0.0  # promote_margin: accuracy above the champion's, at least
+    alpha: float = DEFAULT_ALPHA  # promote_alpha: the paired test's significance level
+    min_test_accuracy: float = DEFAULT_MIN_TEST_ACCURACY
+    max_class_drop: float = DEFAULT_MAX_CLASS_DROP
+
+    def gates(self, evaluation: Evaluation, champion: ChampionScore | None) -> tuple[Gate, ...]:
+        """The release gates' outcomes for ``evaluation`` against ``champion``."""
+        champion_classes = champion.per_class_accuracy if champion is not None else None
+        return (
+            accuracy_floor(evaluation.accuracy, self.min_test_accuracy),
+            class_drop(evaluation.per_class_accuracy, champion_classes, self.max_class_drop),
+        )
 
 
 def promote(
     model_name: str,
     version: str,
-    correct: np.ndarray,
-    margin: float,
+    evaluation: Evaluation,
+    rule: PromotionRule,
     tracking_uri: str,
     *,
-    alpha: float = DEFAULT_ALPHA,
     champion: ChampionScore | None = None,
     synthetic: bool = False,
 ) -> Promotion:
-    """Give ``version`` (``correct``: its per-image results on the champion's test split) the
-    champion alias if it beats ``champion`` significantly at ``alpha`` and by more than
-    ``margin``; otherwise it becomes the challenger (``decide``).
+    """Give ``version`` (``evaluation``: on the champion's test split) the champion alias if it
+    passes the release gates and beats ``champion`` as ``rule`` asks; otherwise it becomes the
+    challenger (``decide``).
 
-    The reason is recorded on the version (before an alias moves: the alias is the last change,
-    so a failure leaves every alias where it was).
+    Each gate's outcome and the reason are recorded on the version (before an alias moves: the
+    alias is the last change, so a failure leaves every alias where it was).
     """
     client = MlflowClient(tracking_uri)
-    promoted, reason = decide(correct, margin, alpha, champion, synthetic)
+    gates = rule.gates(evaluation, champion)
+    for gate in gates:
+        outcome = f"{'passed' if gate.passed else 'failed'}: {gate.detail}"
+        client.set_model_version_tag(model_name, version, f"gate/{gate.name}", outcome)
+    promoted, reason = decide(evaluation.correct, rule, champion, synthetic, gates)
     alias = CHAMPION if promoted else CHALLENGER
     client.set_model_version_tag(model_name, version, "promotion", f"@{alias}: {reason}")
     client.set_registered_model_alias(model_name, alias, version)
@@ -80,18 +97,22 @@ def promote(
 
 def decide(
     correct: np.ndarray,
-    margin: float,
-    alpha: float,
+    rule: PromotionRule,
     champion: ChampionScore | None,
     synthetic: bool,
+    gates: tuple[Gate, ...] = (),
 ) -> tuple[bool, str]:
     """Whether a version with per-image results ``correct`` replaces ``champion``, and why,
-    in a sentence: only if a paired test finds it better at significance level ``alpha`` and
-    its accuracy is higher by more than ``margin``."""
+    in a sentence: only if it passed every release gate, a paired test finds it better at
+    significance level ``rule.alpha`` and its accuracy is higher by more than ``rule.margin``."""
+    margin, alpha = rule.margin, rule.alpha
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"promote_alpha={alpha:g} must be between 0 and 1 (e.g. 0.05)")
+    failed = "; ".join(
+        f"failed the release gate {g.name}: {g.detail}" for g in gates if not g.passed
+    )
     if champion is None:
-        return True, "no champion yet"
+        return (False, f"{failed}; no champion yet") if failed else (True, "no champion yet")
     if synthetic and not champion.synthetic:
         return False, (
             f"trained on synthetic data: never promoted over champion version "
@@ -99,8 +120,10 @@ def decide(
         )
     comparison = compare(correct, champion.correct, alpha)
     significant = comparison.p_value < alpha
-    promoted = significant and comparison.difference > margin
-    if promoted:
+    promoted = significant and comparison.difference > margin and not failed
+    if failed:
+        verdict = failed
+    elif promoted:
         verdict = f"significant at alpha {alpha:g} and above the margin {margin:g}: promoted"
     elif significant:
         verdict = f"significant at alpha {alpha:g} but not above the margin {margin:g}"
@@ -133,9 +156,8 @@ def restore_aliases(model_name: str, aliases: dict[str, str | None], tracking_ur
 def promote_task(
     model_name: str,
     version: str,
-    correct: np.ndarray,
-    margin: float,
-    alpha: float,
+    evaluation: Evaluation,
+    rule: PromotionRule,
     tracking_uri: str,
     champion: ChampionScore | None,
     synthetic: bool,
@@ -144,7 +166,8 @@ def promote_task(
     the aliases back where they were."""
     if (txn := get_transaction()) is not None:
         txn.set("aliases", (model_name, aliases_of(model_name, tracking_uri), tracking_uri))
-    promoted, reason = decide(correct, margin, alpha, champion, synthetic)
+    gates = rule.gates(evaluation, champion)
+    promoted, reason = decide(evaluation.correct, rule, champion, synthetic, gates)
     alias = CHAMPION if promoted else CHALLENGER
     create_markdown_artifact(  # first: the alias is the transaction's last change
         key="promotion",
@@ -155,14 +178,7 @@ def promote_task(
         description="Promotion decision",
     )
     return promote(
-        model_name,
-        version,
-        correct,
-        margin,
-        tracking_uri,
-        alpha=alpha,
-        champion=champion,
-        synthetic=synthetic,
+        model_name, version, evaluation, rule, tracking_uri, champion=champion, synthetic=synthetic
     )
 
 

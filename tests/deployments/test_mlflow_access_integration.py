@@ -19,7 +19,8 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from cifar.models import build_model
-from tasks.promotion import promote
+from tasks.evaluate import Evaluation
+from tasks.promotion import PromotionRule, promote
 from tasks.registry import WITHDRAWN_TAG, register_model, remove_version
 from tasks.tracking import start_run
 from tests.mlflow_rig import mlflow_server
@@ -91,7 +92,8 @@ def test_mlflow_access_trainer_registers_and_promotes_but_deletes_nothing(
     run_id = start_run(granted, "train-cifar", "access", {}, {})
     model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
     version = register_model(model, run_id, MODEL, granted)
-    assert promote(MODEL, version, np.ones(4, bool), 0.0, granted).alias == "champion"
+    evaluation = Evaluation(1.0, {}, [], 4, np.ones(4, bool))
+    assert promote(MODEL, version, evaluation, PromotionRule(), granted).alias == "champion"
     client = MlflowClient(granted)
     assert client.get_model_version_by_alias(MODEL, "champion").version == version
     for delete in (

@@ -18,6 +18,7 @@ from cifar.errors import PublishError
 from cifar.format import CLASS_NAMES
 from flows.publish import publish
 from tasks.download import Archive
+from tasks.promotion import PromotionRule
 from tasks.results import TrainedRun
 from tasks.tracking import start_run
 from tests.lossy_proxy import lossy_proxy
@@ -31,7 +32,7 @@ def publish_flow(
     trained: TrainedRun, dataset: Dataset, model_name: str | None, tracking_uri: str
 ) -> dict[str, Any]:
     archive = Archive("file:///synthetic.tar.gz", "md5", verified=True)
-    return publish(trained, archive, dataset, model_name, 0.0, 0.05, tracking_uri)
+    return publish(trained, archive, dataset, model_name, PromotionRule(), tracking_uri)
 
 
 def _dataset(root: Path, synthetic: bool) -> Dataset:

@@ -10,8 +10,9 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
+from tasks.evaluate import ChampionScore
 from tasks.paired_test import compare
-from tasks.promotion import ChampionScore, decide
+from tasks.promotion import PromotionRule, decide
 
 
 def pair(n: int, both: int, only_new: int, only_champion: int) -> tuple[np.ndarray, np.ndarray]:
@@ -38,7 +39,7 @@ def reference_interval(n: int, b: int, c: int, alpha: float) -> tuple[float, flo
 
 
 def champion_of(correct: np.ndarray) -> ChampionScore:
-    return ChampionScore("1", float(correct.mean()), correct, "t", None, False)
+    return ChampionScore("1", float(correct.mean()), correct, {}, "t", None, False)
 
 
 @pytest.mark.parametrize(
@@ -63,7 +64,7 @@ def test_paired_decision_and_numbers_match_the_reference(
     assert comparison.p_value == pytest.approx(expected_p, rel=1e-9)
     low, high = reference_interval(n, only_new, only_champion, 0.05)
     assert (comparison.low, comparison.high) == (pytest.approx(low), pytest.approx(high))
-    decision, reason = decide(new, 0.0, 0.05, champion_of(champion), synthetic=False)
+    decision, reason = decide(new, PromotionRule(0.0, 0.05), champion_of(champion), False)
     assert decision is promoted, (case, reason)
     assert f"p={comparison.p_value:.3g}" in reason
 
@@ -71,8 +72,8 @@ def test_paired_decision_and_numbers_match_the_reference(
 def test_paired_decision_a_stricter_level_keeps_a_borderline_gain() -> None:
     new, champion = pair(1000, 700, 20, 8)  # p = 0.018
     assert reference_p(20, 8) == pytest.approx(0.0178, abs=1e-4)
-    assert decide(new, 0.0, 0.05, champion_of(champion), False)[0] is True
-    promoted, reason = decide(new, 0.0, 0.01, champion_of(champion), False)
+    assert decide(new, PromotionRule(0.0, 0.05), champion_of(champion), False)[0] is True
+    promoted, reason = decide(new, PromotionRule(0.0, 0.01), champion_of(champion), False)
     assert promoted is False and "not significant at alpha 0.01" in reason
 
 
@@ -80,4 +81,4 @@ def test_paired_test_refuses_results_on_different_images() -> None:
     with pytest.raises(ValueError, match="same, non-empty test split"):
         compare(np.ones(10, bool), np.ones(11, bool), 0.05)
     with pytest.raises(ValueError, match=r"promote_alpha=1\.5 must be between 0 and 1"):
-        decide(np.ones(10, bool), 0.0, 1.5, None, False)
+        decide(np.ones(10, bool), PromotionRule(0.0, 1.5), None, False)

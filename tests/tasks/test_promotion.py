@@ -13,8 +13,16 @@ from cifar.checkpoint import ModelSpec, save_training_state
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from cifar.models import build_model
-from tasks.evaluate import accuracy_tag, champion_score, load_correct, save_correct
-from tasks.promotion import ChampionScore, aliases_of, promote, restore_aliases
+from tasks.evaluate import (
+    ChampionScore,
+    Evaluation,
+    accuracy_tag,
+    champion_score,
+    load_correct,
+    per_class_accuracy,
+    save_correct,
+)
+from tasks.promotion import PromotionRule, aliases_of, promote, restore_aliases
 from tasks.registry import register_checkpoint, register_model
 from tasks.tracking import start_run
 
@@ -36,8 +44,26 @@ def _correct(right: int, total: int = 1000) -> np.ndarray:
     return np.arange(total) < right
 
 
+LABELS = np.arange(1000) % 10  # the test images' classes: 100 of each
+
+
+def _per_class(correct: np.ndarray) -> dict[str, float]:
+    return per_class_accuracy(correct, LABELS[: len(correct)], CLASS_NAMES)
+
+
 def _score(version: str, correct: np.ndarray, synthetic: bool = False) -> ChampionScore:
-    return ChampionScore(version, float(correct.mean()), correct, "t" * 16, "d" * 16, synthetic)
+    accuracy = float(correct.mean())
+    return ChampionScore(
+        version, accuracy, correct, _per_class(correct), "t" * 16, "d" * 16, synthetic
+    )
+
+
+def _evaluation(correct: np.ndarray) -> Evaluation:
+    return Evaluation(float(correct.mean()), _per_class(correct), [], len(correct), correct)
+
+
+def _rule(margin: float = 0.0, **gates: float) -> PromotionRule:
+    return PromotionRule(margin=margin, **gates)
 
 
 def _images(seed: int) -> np.ndarray:
@@ -62,7 +88,9 @@ def _dataset(
 
 def test_promotion_first_version_becomes_champion(tracking_uri: str) -> None:
     version = _register(tracking_uri, "first")
-    decision = promote("first", version, _correct(500), 0.0, tracking_uri, champion=None)
+    decision = promote(
+        "first", version, _evaluation(_correct(500)), _rule(0.0), tracking_uri, champion=None
+    )
     assert (decision.promoted, decision.alias, decision.reason) == (
         True,
         "champion",
@@ -73,14 +101,14 @@ def test_promotion_first_version_becomes_champion(tracking_uri: str) -> None:
 
 def test_promotion_needs_a_significant_gain_above_the_margin(tracking_uri: str) -> None:
     champion = _register(tracking_uri, "duel")
-    promote("duel", champion, _correct(800), 0.0, tracking_uri)
+    promote("duel", champion, _evaluation(_correct(800)), _rule(0.0), tracking_uri)
     # Right on the champion's 800 images and 10 more: p = 0.5**10, but +0.01 < the margin.
     newcomer = _register(tracking_uri, "duel")
     decision = promote(
         "duel",
         newcomer,
-        _correct(810),
-        0.05,
+        _evaluation(_correct(810)),
+        _rule(0.05),
         tracking_uri,
         champion=_score(champion, _correct(800)),
     )
@@ -96,7 +124,12 @@ def test_promotion_needs_a_significant_gain_above_the_margin(tracking_uri: str) 
     assert tag == f"@challenger: {decision.reason}"
     better = _register(tracking_uri, "duel")
     promoted = promote(
-        "duel", better, _correct(900), 0.05, tracking_uri, champion=_score(champion, _correct(800))
+        "duel",
+        better,
+        _evaluation(_correct(900)),
+        _rule(0.05),
+        tracking_uri,
+        champion=_score(champion, _correct(800)),
     )
     assert promoted.promoted and "significant at alpha 0.05 and above the margin" in promoted.reason
     assert aliases_of("duel", tracking_uri) == {"champion": better, "challenger": newcomer}
@@ -104,13 +137,13 @@ def test_promotion_needs_a_significant_gain_above_the_margin(tracking_uri: str) 
 
 def test_promotion_synthetic_never_replaces_a_real_champion(tracking_uri: str) -> None:
     real = _register(tracking_uri, "mixed")
-    promote("mixed", real, _correct(300), 0.0, tracking_uri)
+    promote("mixed", real, _evaluation(_correct(300)), _rule(0.0), tracking_uri)
     fake = _register(tracking_uri, "mixed")
     decision = promote(
         "mixed",
         fake,
-        _correct(1000),
-        0.0,
+        _evaluation(_correct(1000)),
+        _rule(0.0),
         tracking_uri,
         champion=_score(real, _correct(300)),
         synthetic=True,
@@ -120,15 +153,27 @@ def test_promotion_synthetic_never_replaces_a_real_champion(tracking_uri: str) -
     again = _register(tracking_uri, "mixed")
     synthetic_champion = _score(real, _correct(300), synthetic=True)
     assert promote(
-        "mixed", again, _correct(900), 0.0, tracking_uri, champion=synthetic_champion
+        "mixed",
+        again,
+        _evaluation(_correct(900)),
+        _rule(0.0),
+        tracking_uri,
+        champion=synthetic_champion,
     ).promoted
 
 
 def test_promotion_restore_aliases_puts_them_back(tracking_uri: str) -> None:
     first, second = _register(tracking_uri, "undo"), _register(tracking_uri, "undo")
-    promote("undo", first, _correct(500), 0.0, tracking_uri)
+    promote("undo", first, _evaluation(_correct(500)), _rule(0.0), tracking_uri)
     before = aliases_of("undo", tracking_uri)
-    promote("undo", second, _correct(900), 0.0, tracking_uri, champion=_score(first, _correct(500)))
+    promote(
+        "undo",
+        second,
+        _evaluation(_correct(900)),
+        _rule(0.0),
+        tracking_uri,
+        champion=_score(first, _correct(500)),
+    )
     assert aliases_of("undo", tracking_uri) == {"champion": second, "challenger": None}
     restore_aliases("undo", before, tracking_uri)
     assert aliases_of("undo", tracking_uri) == {"champion": first, "challenger": None}
@@ -139,7 +184,7 @@ def test_champion_score_evaluates_once_per_test_split(tracking_uri: str, tmp_pat
     model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
     assert champion_score("scored", _dataset(tmp_path / "a", 1), tracking_uri) is None
     version = register_model(model, run_id, "scored", tracking_uri)
-    promote("scored", version, _correct(10, 20), 0.0, tracking_uri)
+    promote("scored", version, _evaluation(_correct(10, 20)), _rule(0.0), tracking_uri)
     first = _dataset(tmp_path / "a", 1)
     score = champion_score("scored", first, tracking_uri)
     assert score is not None and score.test_digest == first.manifest.digest("test")
@@ -193,3 +238,48 @@ def test_register_tags_the_data_digest(tracking_uri: str, tmp_path: Path) -> Non
     tags = MlflowClient(tracking_uri).get_model_version("tagged", version).tags
     assert tags["data_digest"] == dataset.manifest.digest()
     assert tags["synthetic_data"] == "true"
+
+
+def test_promotion_a_version_that_collapses_on_one_class_fails_its_gate(
+    tracking_uri: str,
+) -> None:
+    """Better on average (significantly), but every image of one class wrong: @challenger, the
+    failed gate as its reason and on its tags; the floor gate recorded as passed."""
+    champion = _register(tracking_uri, "gated")
+    promote("gated", champion, _evaluation(_correct(700)), _rule(), tracking_uri)
+    collapsed = np.ones(1000, bool)
+    collapsed[LABELS == 3] = False  # class 3 (cat) always wrong: 0.900 overall against 0.700
+    newcomer = _register(tracking_uri, "gated")
+    decision = promote(
+        "gated",
+        newcomer,
+        _evaluation(collapsed),
+        _rule(min_test_accuracy=0.5, max_class_drop=0.1),
+        tracking_uri,
+        champion=_score(champion, _correct(700)),
+    )
+    assert (decision.promoted, decision.alias) == (False, "challenger")
+    assert (
+        "failed the release gate class_drop: the class that lost most against the champion is "
+        "cat (0.700 to 0.000), beyond the bound 0.1 (max_class_drop): champion version 1 stays"
+    ) in decision.reason
+    tags = MlflowClient(tracking_uri).get_model_version("gated", newcomer).tags
+    assert tags["gate/class_drop"].startswith("failed: the class that lost most")
+    assert tags["gate/accuracy_floor"] == (
+        "passed: test accuracy 0.9000 is at least the floor 0.5 (min_test_accuracy)"
+    )
+    assert aliases_of("gated", tracking_uri) == {"champion": champion, "challenger": newcomer}
+
+
+def test_promotion_a_first_version_below_the_floor_is_only_a_challenger(
+    tracking_uri: str,
+) -> None:
+    version = _register(tracking_uri, "floored")
+    decision = promote(
+        "floored", version, _evaluation(_correct(200)), _rule(min_test_accuracy=0.5), tracking_uri
+    )
+    assert (decision.promoted, decision.alias) == (False, "challenger")
+    assert decision.reason == (
+        "failed the release gate accuracy_floor: test accuracy 0.2000 is below the floor 0.5 "
+        "(min_test_accuracy); no champion yet"
+    )

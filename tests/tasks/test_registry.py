@@ -16,7 +16,8 @@ from mlflow.tracking import MlflowClient
 
 from cifar.errors import ModelNotFoundError
 from cifar.models import build_model
-from tasks.promotion import promote
+from tasks.evaluate import Evaluation
+from tasks.promotion import PromotionRule, promote
 from tasks.registry import WITHDRAWN_TAG, load_model, model_name_for, register_model
 from tasks.tracking import start_run
 
@@ -60,7 +61,11 @@ def test_registry_missing_alias_names_the_fix(tracking_uri: str) -> None:
 
 
 def test_registry_model_loads_in_a_fresh_process(tracking_uri: str, tmp_path: Path) -> None:
-    promote("fresh", _register(tracking_uri, "fresh", 0.5), np.ones(4, bool), 0.0, tracking_uri)
+    correct = np.ones(4, bool)
+    evaluation = Evaluation(1.0, {}, [], 4, correct)
+    promote(
+        "fresh", _register(tracking_uri, "fresh", 0.5), evaluation, PromotionRule(), tracking_uri
+    )
     code = (
         "import json, numpy as np, mlflow, mlflow.pytorch, mlflow.pyfunc, torch\n"
         "x = np.random.randint(0, 256, (3, 3, 32, 32), dtype=np.uint8)\n"
