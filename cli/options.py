@@ -226,6 +226,13 @@ def add_registry_options(made: argparse.ArgumentParser) -> None:
         help="release gate: a version that loses more than this in one class's test accuracy "
         "against @champion never replaces it",
     )
+    made.add_argument(
+        "--check-fresh-load",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="release gate: load the registered model in a new process and check that it "
+        "scores test images as the evaluation did",
+    )
 
 
 def add_seed_option(made: argparse.ArgumentParser) -> None:

@@ -52,6 +52,7 @@ def train_cifar(
     promote_alpha: float = DEFAULT_ALPHA,
     min_test_accuracy: float = DEFAULT_MIN_TEST_ACCURACY,
     max_class_drop: float = DEFAULT_MAX_CLASS_DROP,
+    check_fresh_load: bool = True,
     predict_input: str | None = None,
     shard_size: int = 2500,
     run_name: str | None = None,
@@ -90,7 +91,9 @@ def train_cifar(
     images by a paired test (McNemar's exact test) significant at ``promote_alpha`` and by more
     than ``promote_margin`` in accuracy (``tasks.promotion``), and only if it passes the release
     gates: test accuracy at least ``min_test_accuracy``, no class's accuracy lower than the
-    champion's by more than ``max_class_drop`` (``tasks.release_gates``); else @challenger.
+    champion's by more than ``max_class_drop``, and, with ``check_fresh_load``, the registered
+    model loaded in a new process scores like the evaluation (``tasks.release_gates``); else
+    @challenger.
     Returns the MLflow run id, model version, test accuracy and whether the version was
     promoted to ``@champion``.
     """
@@ -142,7 +145,9 @@ def train_cifar(
             ready.archive,
             ready.dataset,
             registered_model_name,
-            PromotionRule(promote_margin, promote_alpha, min_test_accuracy, max_class_drop),
+            PromotionRule(
+                promote_margin, promote_alpha, min_test_accuracy, max_class_drop, check_fresh_load
+            ),
             ready.tracking_uri,
         )
         if predict_input:

@@ -45,6 +45,7 @@ def tune_cifar(
     promote_alpha: float = DEFAULT_ALPHA,
     min_test_accuracy: float = DEFAULT_MIN_TEST_ACCURACY,
     max_class_drop: float = DEFAULT_MAX_CLASS_DROP,
+    check_fresh_load: bool = True,
     shard_size: int = 2500,
     run_name: str | None = None,
     study_storage: str | None = None,
@@ -65,8 +66,8 @@ def tune_cifar(
     defaults to $CIFAR_STORAGE_PATH, else ``./cifar-data``. The best trial's model goes through
     train-cifar's rule: registered, evaluated on the test split, promoted to ``@champion`` if it
     beats it. ``registered_model_name``, ``promote_margin``, ``promote_alpha``,
-    ``min_test_accuracy``, ``max_class_drop``, ``system_metrics`` and ``timeout_minutes`` are
-    train-cifar's.
+    ``min_test_accuracy``, ``max_class_drop``, ``check_fresh_load``, ``system_metrics`` and
+    ``timeout_minutes`` are train-cifar's.
     """
     with time_limit(timeout_minutes, "tune-cifar"):
         space = search_space or DEFAULT_SEARCH_SPACE
@@ -110,7 +111,9 @@ def tune_cifar(
             ready.archive,
             ready.dataset,
             registered_model_name,
-            PromotionRule(promote_margin, promote_alpha, min_test_accuracy, max_class_drop),
+            PromotionRule(
+                promote_margin, promote_alpha, min_test_accuracy, max_class_drop, check_fresh_load
+            ),
             ready.tracking_uri,
             extra,
         )

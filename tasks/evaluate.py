@@ -11,7 +11,7 @@ import logging
 import os
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -26,7 +26,8 @@ from torch import nn
 from cifar.dataset import Dataset, read_split
 from tasks.lineage import DIGEST_TAG, SYNTHETIC_TAG
 from tasks.predict import score
-from tasks.registry import CHAMPION, load_version, version_at_alias
+from tasks.registry import CHAMPION, load_version, scores_in_fresh_process, version_at_alias
+from tasks.release_gates import Gate, fresh_load
 from tasks.retrying import TRANSIENT_RETRIES
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class Evaluation:
     confusion: list[list[int]]  # rows: true class, columns: predicted class
     num_images: int
     correct: np.ndarray  # per test image, in the split's order: classified correctly
+    fresh_load: Gate | None = None  # the version loaded in a new process: the same scores?
 
 
 @dataclass(frozen=True)
@@ -204,11 +206,30 @@ champion_score_task = task(name="score-champion", cache_policy=NO_CACHE, **TRANS
 )
 
 
+PROBE_IMAGES = 16  # the test images a new process scores for the fresh_load gate
+
+
 def evaluate_version(
-    model_name: str, version: str, dataset: Dataset, run_id: str, tracking_uri: str
+    model_name: str,
+    version: str,
+    dataset: Dataset,
+    run_id: str,
+    tracking_uri: str,
+    check_fresh_load: bool = True,
 ) -> Evaluation:
-    """Evaluate the registered version (loaded from the registry) and record the figures."""
-    evaluation = evaluate_model(load_version(model_name, version, tracking_uri), dataset)
+    """Evaluate the registered version (loaded from the registry) and record the figures;
+    with ``check_fresh_load``, also load it in a new process and compare its scores of the
+    first ``PROBE_IMAGES`` test images (the release gate ``fresh_load``)."""
+    model = load_version(model_name, version, tracking_uri)
+    evaluation = evaluate_model(model, dataset)
+    if check_fresh_load:
+        probe = read_split(dataset, "test").images[:PROBE_IMAGES]
+        got: np.ndarray | str
+        try:
+            got = scores_in_fresh_process(model_name, version, tracking_uri, probe)
+        except RuntimeError as error:
+            got = str(error)
+        evaluation = replace(evaluation, fresh_load=fresh_load(score(model, probe), got))
     class_names = dataset.manifest.class_names
     test_digest = dataset.manifest.digest("test")
     record_evaluation(
@@ -219,10 +240,17 @@ def evaluate_version(
 
 @task(name="evaluate", cache_policy=NO_CACHE, **TRANSIENT_RETRIES)
 def evaluate_task(
-    model_name: str, version: str, dataset: Dataset, run_id: str, tracking_uri: str
+    model_name: str,
+    version: str,
+    dataset: Dataset,
+    run_id: str,
+    tracking_uri: str,
+    check_fresh_load: bool = True,
 ) -> Evaluation:
     """Evaluate and record, with the confusion matrix as a Prefect table."""
-    evaluation = evaluate_version(model_name, version, dataset, run_id, tracking_uri)
+    evaluation = evaluate_version(
+        model_name, version, dataset, run_id, tracking_uri, check_fresh_load
+    )
     class_names = dataset.manifest.class_names
     create_table_artifact(
         key="confusion-matrix",

@@ -55,14 +55,16 @@ class PromotionRule:
     alpha: float = DEFAULT_ALPHA  # promote_alpha: the paired test's significance level
     min_test_accuracy: float = DEFAULT_MIN_TEST_ACCURACY
     max_class_drop: float = DEFAULT_MAX_CLASS_DROP
+    check_fresh_load: bool = True  # the gate fresh_load (the evaluation runs it)
 
     def gates(self, evaluation: Evaluation, champion: ChampionScore | None) -> tuple[Gate, ...]:
         """The release gates' outcomes for ``evaluation`` against ``champion``."""
         champion_classes = champion.per_class_accuracy if champion is not None else None
-        return (
+        found = (
             accuracy_floor(evaluation.accuracy, self.min_test_accuracy),
             class_drop(evaluation.per_class_accuracy, champion_classes, self.max_class_drop),
         )
+        return found if evaluation.fresh_load is None else (*found, evaluation.fresh_load)
 
 
 def promote(

@@ -8,8 +8,11 @@ store.
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import logging
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 
@@ -39,7 +42,20 @@ SYNTHETIC_SUFFIX = "-synthetic"
 MODEL_ARTIFACT = "model"
 REQUEST_TAG = "prefect_flow_run_id"  # the flow run that registered a version
 WITHDRAWN_TAG = "withdrawn"  # a version a rollback took out of use but could not delete
-_REQUIREMENTS = [f"torch=={torch.__version__.split('+')[0]}", "torchvision", "numpy"]
+# What the model needs, pinned to what trained it (a local build's "+cpu" suffix dropped).
+_REQUIREMENTS = [
+    f"torch=={torch.__version__.split('+')[0]}",
+    f"torchvision=={importlib.metadata.version('torchvision').split('+')[0]}",
+    f"numpy=={np.__version__}",
+]
+FRESH_PROCESS_TIMEOUT_S = 300.0
+_SCORE_IN_FRESH_PROCESS = """
+import sys
+import numpy as np
+import mlflow.pyfunc
+model = mlflow.pyfunc.load_model(sys.argv[1])
+np.save(sys.argv[3], np.asarray(model.predict(np.load(sys.argv[2]))))
+"""
 
 
 def register_model(
@@ -119,6 +135,35 @@ def _keep_first(client: MlflowClient, model_name: str, request_id: str, created:
             f"a duplicate of version {usable[0]}, made by a retried request",
         )
     return str(usable[0]) if usable else created
+
+
+def scores_in_fresh_process(
+    model_name: str, version: str, tracking_uri: str, images: np.ndarray
+) -> np.ndarray:
+    """The class scores a new Python process gets for ``images`` from ``version`` loaded from
+    the registry (``mlflow.pyfunc.load_model("models:/NAME/VERSION")``): what a service that
+    loads the model sees, with nothing of this process's state.
+
+    Raises:
+        RuntimeError: The process could not load or run the model (its error's last lines).
+    """
+    with tempfile.TemporaryDirectory() as directory:
+        inputs, outputs = os.path.join(directory, "in.npy"), os.path.join(directory, "out.npy")
+        np.save(inputs, images)
+        uri = f"models:/{model_name}/{version}"
+        done = subprocess.run(
+            [sys.executable, "-c", _SCORE_IN_FRESH_PROCESS, uri, inputs, outputs],
+            cwd=directory,
+            env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri},
+            capture_output=True,
+            text=True,
+            timeout=FRESH_PROCESS_TIMEOUT_S,
+            check=False,
+        )
+        if done.returncode != 0:
+            last = " | ".join(done.stderr.strip().splitlines()[-3:])
+            raise RuntimeError(f"a new process could not load and run it: {last}")
+        return np.load(outputs, allow_pickle=False)
 
 
 def check_requirements() -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import numpy as np
+
 DEFAULT_MIN_TEST_ACCURACY = 0.0  # off until a team knows what a usable model scores
 DEFAULT_MAX_CLASS_DROP = 0.1  # no class may lose more than 10 points against the champion
 
@@ -31,6 +33,26 @@ def accuracy_floor(accuracy: float, floor: float) -> Gate:
         "accuracy_floor",
         passed,
         f"test accuracy {accuracy:.4f} {relation} the floor {floor:g} (min_test_accuracy)",
+    )
+
+
+def fresh_load(expected: np.ndarray, got: np.ndarray | str) -> Gate:
+    """Loaded from the registry in a new process, the version scores the probe images as the
+    evaluation did: the same classes, the same probabilities to 1e-4 (``got``: that process's
+    scores, or why it failed)."""
+    if isinstance(got, str):
+        return Gate("fresh_load", False, f"loaded from the registry, {got}")
+    shifted = got - got.max(axis=1, keepdims=True)
+    probabilities = np.exp(shifted) / np.exp(shifted).sum(axis=1, keepdims=True)
+    same_classes = bool((probabilities.argmax(1) == expected.argmax(1)).all())
+    largest = float(np.abs(probabilities - expected).max())
+    passed = same_classes and largest <= 1e-4
+    relation = "as" if passed else "differently from"
+    return Gate(
+        "fresh_load",
+        passed,
+        f"loaded from the registry in a new process, it scored {len(expected)} test images "
+        f"{relation} the evaluation (largest difference {largest:.1e})",
     )
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
@@ -57,7 +58,34 @@ def test_evaluate_records_in_the_given_store(tmp_path: Path, elsewhere: Path) ->
     assert stored == ["evaluation/confusion_matrix.png", f"evaluation/correct-{test_digest}.npy"]
     kept = load_correct(client, run_id, test_digest)
     assert kept is not None and kept.dtype == bool and kept.mean() == evaluation.accuracy
+    assert evaluation.fresh_load is not None and evaluation.fresh_load.passed, evaluation
     assert not elsewhere.exists()
+
+
+class _LocalNet(torch.nn.Module):
+    """A model whose code lives only in the process that trained it (this test module)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(3 * 32 * 32, 10)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.linear(images.float().flatten(1) / 255.0)
+
+
+def test_evaluate_a_model_a_new_process_cannot_load_fails_the_fresh_load_gate(
+    tmp_path: Path,
+) -> None:
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run_id = start_run(uri, "evaluate-test", "local", {}, {})
+    version = register_model(_LocalNet(), run_id, "local-code", uri)
+    evaluation = evaluate_version(
+        "local-code", version, _test_split(tmp_path / "data"), run_id, uri
+    )
+    gate = evaluation.fresh_load
+    assert gate is not None and not gate.passed
+    assert "a new process could not load and run it" in gate.detail
+    assert "No module named 'tests'" in gate.detail, gate.detail
 
 
 def test_evaluate_import_leaves_matplotlib_alone() -> None:
