@@ -108,7 +108,10 @@ def _assert_nothing_left(root: Path, children_before: set[int]) -> None:
     left = [
         f"{p.pid} {_cmdline(p)}"
         for p in psutil.Process().children(recursive=True)
-        if p.pid not in children_before and _alive(p) and not _spare_of_session_cluster(p)
+        if p.pid not in children_before
+        and _alive(p)
+        and not _spare_of_session_cluster(p)
+        and not _backend_of_session_database(p, children_before)
     ]
     assert left == [], f"processes left behind: {left}"
     datasets = root / "store" / "datasets"
@@ -136,6 +139,16 @@ def _alive(process: psutil.Process) -> bool:
     try:
         return process.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
+        return False
+
+
+def _backend_of_session_database(process: psutil.Process, children_before: set[int]) -> bool:
+    """A connection's backend of the session's PostgreSQL server (forked by its postmaster,
+    which ran before the test, when the session's Prefect server opens a connection)."""
+    try:
+        parent = process.parent()
+        return parent is not None and parent.pid in children_before and _name(parent) == "postgres"
+    except psutil.Error:
         return False
 
 
