@@ -36,8 +36,29 @@ def test_shared_slots_reuse_a_file_only_once_read() -> None:
     assert first.fd != second.fd
     slots.received()
     assert slots.put({"x": np.ones(4)}).fd in (first.fd, second.fd)
+    files = {_identity(first.fd), _identity(second.fd)}
     slots.close()
-    assert isinstance(shared_blocks.read_block(os.getpid(), first.fd, first.columns), Exception)
+    # Both memory files are closed. (Not checked by reading fd numbers again: another thread of
+    # this process may have been given the same number for a file of its own since.)
+    assert files.isdisjoint(_open_files())
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    """The file open as ``fd`` in this process: its device and inode."""
+    found = os.fstat(fd)
+    return found.st_dev, found.st_ino
+
+
+def _open_files() -> set[tuple[int, int]]:
+    """Every file open in this process, as ``_identity`` names them."""
+    found = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            stat = os.stat(f"/proc/self/fd/{name}")
+        except OSError:  # closed meanwhile, or listdir's own descriptor
+            continue
+        found.add((stat.st_dev, stat.st_ino))
+    return found
 
 
 def test_object_columns_are_not_shared() -> None:
