@@ -77,16 +77,19 @@ def use_while_preparing_mlflow(server: LocalPrefectServer | None, tracking_uri: 
 
 
 def make_synthetic_archive(storage_path: str | None) -> tuple[str, str]:
-    """Write a synthetic CIFAR-10 archive under ``storage_path``; return its URL and md5."""
+    """Write a synthetic CIFAR-10 archive (``DEMO`` difficulty) under ``storage_path``; return
+    its URL and md5."""
     import fsspec
 
-    from cifar.format import write_synthetic_archive
+    from cifar.format import DEMO, write_synthetic_archive
     from cifar.layout import StorageLayout
 
     target = StorageLayout.at(storage_path).synthetic_archive
     with tempfile.TemporaryDirectory() as tmp:
         local = os.path.join(tmp, "cifar-10-python.tar.gz")
-        md5 = write_synthetic_archive(local, images_per_batch=SYNTHETIC_IMAGES_PER_BATCH)
+        md5 = write_synthetic_archive(
+            local, images_per_batch=SYNTHETIC_IMAGES_PER_BATCH, difficulty=DEMO
+        )
         fs, path = fsspec.core.url_to_fs(target)
         fs.makedirs(os.path.dirname(path), exist_ok=True)
         fs.put_file(local, path)

@@ -12,8 +12,11 @@ import pytest
 from cifar.format import (
     ARCHIVE_DIR,
     CLASS_NAMES,
+    DEMO,
+    EASY,
     META,
     DataFormatError,
+    Difficulty,
     parse_batch,
     parse_meta,
     synthetic_batch,
@@ -55,6 +58,28 @@ def test_cifar_synthetic_classes_differ_in_mean_image() -> None:
     batch = synthetic_batch(2000, seed=1)
     means = [batch.images[batch.labels == c].mean(axis=0) for c in range(10)]
     assert min(np.abs(means[a] - means[b]).mean() for a in range(10) for b in range(a)) > 10
+
+
+def _class_distance(difficulty: Difficulty) -> float:
+    batch = synthetic_batch(4000, seed=1, difficulty=difficulty)
+    means = [batch.images[batch.labels == c].mean(axis=0) for c in range(10)]
+    return float(min(np.abs(means[a] - means[b]).mean() for a in range(10) for b in range(a)))
+
+
+def test_cifar_synthetic_demo_classes_are_closer_and_some_labels_random() -> None:
+    assert _class_distance(DEMO) < _class_distance(EASY) / 3
+    easy, demo = synthetic_batch(4000, 3), synthetic_batch(4000, 3, DEMO)
+    assert (easy.images == demo.images).mean() < 1.0  # the patterns moved
+    # The same draws without label noise: a relabelled image keeps its label 1 time in 10.
+    clean = synthetic_batch(4000, 3, Difficulty(separation=DEMO.separation))
+    relabelled = (clean.labels != demo.labels[: len(clean.labels)]).mean()
+    assert relabelled == pytest.approx(DEMO.label_noise * 0.9, abs=0.02)
+
+
+def test_cifar_synthetic_difficulty_refuses_values_outside_its_range() -> None:
+    for bad in ({"separation": 0.0}, {"separation": 1.5}, {"label_noise": 1.0}):
+        with pytest.raises(ValueError, match="separation must be in"):
+            Difficulty(**bad)
 
 
 def test_cifar_batch_refuses_code_in_pickle() -> None:
