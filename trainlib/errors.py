@@ -142,6 +142,11 @@ class WorkerGroupError(TrainingFailedError):
         self.num_restarts = num_restarts
 
     @property
+    def worker_failures(self) -> dict[int, RankFailure]:
+        """The failures by world rank, under Ray Train v2's name (``failures``)."""
+        return self.failures
+
+    @property
     def root_cause(self) -> RankFailure:
         """The failure that most likely started it: not a collective error, then the earliest."""
         candidates = [f for f in self.failures.values() if f.kind != "stopped"] or list(

@@ -44,6 +44,14 @@ def test_run_config_rejects_name_with_slash() -> None:
         RunConfig(name="a/b")
 
 
+def test_run_config_storage_path_none_is_the_default_as_in_ray() -> None:
+    assert RunConfig().storage_path is None and RunConfig(storage_path=None).storage_path is None
+    assert RunConfig().storage == "~/trainlib_results"
+    assert RunConfig(storage_path="s3://bucket/runs").storage == "s3://bucket/runs"
+    with pytest.raises(ConfigError, match=r"RunConfig\(storage_path=''\) must name a directory"):
+        RunConfig(storage_path="")
+
+
 def test_torch_config_rejects_unknown_backend() -> None:
     with pytest.raises(ConfigError, match="'gloo', 'nccl' or None"):
         TorchConfig(backend="mpi")  # type: ignore[arg-type]

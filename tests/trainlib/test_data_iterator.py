@@ -43,6 +43,16 @@ def test_iterator_shuffle_buffer_yields_every_row_once_in_a_seeded_order() -> No
     assert ids(0) == ids(0) and ids(0) != ids(1) and ids(0) != list(range(20))
 
 
+def test_iterator_shuffle_buffer_batch_rows_come_in_the_order_drawn() -> None:
+    """A shard that fits in one batch is not given back in file order (nor sorted)."""
+    orders = {
+        tuple(next(_batching.shuffled_batches(_blocks(8), 8, False, 8, rng))["id"].tolist())
+        for rng in (np.random.default_rng(seed) for seed in range(5))
+    }
+    assert len(orders) == 5 and tuple(range(8)) not in orders
+    assert all(sorted(order) == list(range(8)) for order in orders)
+
+
 def test_iterator_shuffle_buffer_holds_at_least_its_size_before_the_first_batch() -> None:
     rng = np.random.default_rng(0)
     first = next(_batching.shuffled_batches(_blocks(5, 5, 5), 2, False, 10, rng))

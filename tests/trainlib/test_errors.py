@@ -45,6 +45,7 @@ def test_worker_group_error_survives_pickling() -> None:
     copy = pickle.loads(pickle.dumps(error))
     assert str(copy) == str(error)
     assert copy.failures == error.failures
+    assert copy.worker_failures == error.failures  # Ray's name for them
 
 
 def test_not_enough_workers_error_names_counts_address_and_fix() -> None:

@@ -105,6 +105,46 @@ def test_ingest_splits_rows_equally_each_once_with_transforms_on_workers(
         assert not {r["pid"] for r in ranks} & set(rank["transform_pids"])
 
 
+def read_shuffled(config: dict[str, Any]) -> None:
+    """Two passes over "val" through a local shuffle buffer, in one batch each."""
+    shard = trainlib.get_dataset_shard("val")
+    orders = [
+        [
+            i
+            for b in shard.iter_batches(batch_size=VAL_ROWS, **config["shuffle"])
+            for i in b["label"]
+        ]
+        for _ in range(2)
+    ]
+    rank = trainlib.get_context().get_world_rank()
+    Path(config["out"], f"shuffled{rank}.json").write_text(json.dumps(orders, default=int))
+    trainlib.report({})
+
+
+def test_ingest_local_shuffle_orders_rows_per_rank_and_epoch_and_is_seeded(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    def orders(run: str) -> list[list[list[int]]]:
+        val = {"label": da.arange(VAL_ROWS, chunks=20)}
+        shuffle = {"local_shuffle_buffer_size": VAL_ROWS, "local_shuffle_seed": 3}
+        TorchTrainer(
+            read_shuffled,
+            train_loop_config={"out": str(tmp_path), "shuffle": shuffle},
+            datasets={"val": val},
+            dataset_config=DataConfig(datasets_to_split=[]),  # every rank reads every row
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(name=run, storage_path=str(tmp_path / "runs")),
+            client=dask_client,
+        ).fit()
+        return [json.loads((tmp_path / f"shuffled{r}.json").read_text()) for r in range(2)]
+
+    first = orders("first")
+    seen = [tuple(order) for rank in first for order in rank]  # 2 ranks x 2 epochs
+    assert all(sorted(order) == list(range(VAL_ROWS)) for order in seen)  # each row once
+    assert len(set(seen)) == 4 and tuple(range(VAL_ROWS)) not in seen
+    assert orders("again") == first  # the same seed: the same orders
+
+
 def test_ingest_fewer_rows_than_ranks_fails_before_any_rank_starts(
     dask_client: Client, tmp_path: Path
 ) -> None:

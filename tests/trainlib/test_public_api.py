@@ -73,6 +73,7 @@ DOCUMENTED_SGD = {
     "validate_epoch",
 }
 DOCUMENTED_TORCH = {
+    "ScalingConfig",
     "TorchConfig",
     "TorchTrainer",
     "get_device",

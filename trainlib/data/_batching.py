@@ -34,7 +34,8 @@ class RowBuffer:
         self.size += rows
 
     def take_random(self, count: int, rng: np.random.Generator) -> Block:
-        chosen = np.sort(rng.choice(self.size, size=count, replace=False))
+        """``count`` rows drawn at random, in the order drawn (not the buffer's)."""
+        chosen = rng.choice(self.size, size=count, replace=False)
         batch = {k: v[chosen] for k, v in self._columns.items()}
         tail_start = self.size - count
         holes = chosen[chosen < tail_start]

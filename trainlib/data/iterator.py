@@ -162,11 +162,17 @@ class DataIterator:
     ) -> Iterator[Block]:
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size={batch_size} must be at least 1 (or None).")
-        blocks = self._blocks(current_session(f"DataIterator({self._name!r}).iter_batches()"))
+        session = current_session(f"DataIterator({self._name!r}).iter_batches()")
+        pass_id = self._passes  # the pass _blocks starts
+        blocks = self._blocks(session)
         if batch_size is None:
             return blocks
         if shuffle_buffer is not None:
-            rng = np.random.default_rng(shuffle_seed)
+            # Seeded per rank and pass: each rank and each epoch draws its own order.
+            entropy = (
+                None if shuffle_seed is None else [shuffle_seed, session.spec.world_rank, pass_id]
+            )
+            rng = np.random.default_rng(entropy)
             return _batching.shuffled_batches(blocks, batch_size, drop_last, shuffle_buffer, rng)
         return _batching.batches(blocks, batch_size, drop_last)
 

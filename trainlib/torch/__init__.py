@@ -1,6 +1,6 @@
 """PyTorch entry points, as in ``ray.train.torch``."""
 
-from trainlib.config import TorchConfig
+from trainlib.config import ScalingConfig, TorchConfig
 from trainlib.torch.train_loop import (
     get_device,
     get_devices,
@@ -10,6 +10,7 @@ from trainlib.torch.train_loop import (
 from trainlib.torch.trainer import TorchTrainer
 
 __all__ = [
+    "ScalingConfig",
     "TorchConfig",
     "TorchTrainer",
     "get_device",

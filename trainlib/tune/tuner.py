@@ -111,7 +111,7 @@ class Tuner:
             "Tuner_%Y-%m-%d_%H-%M-%S"
         )
         experiment = RunStorage.create(
-            self._run_config.storage_path, name, self._run_config.storage_filesystem
+            self._run_config.storage, name, self._run_config.storage_filesystem
         )
         study = self._open_study(name, experiment)
         trainer = self._trainer

@@ -132,7 +132,8 @@ class RunConfig:
     Args:
         name: Run name; the run directory is ``{storage_path}/{name}``. ``None`` generates
             ``TorchTrainer_<UTC timestamp>``. Re-using a name resumes from its latest checkpoint.
-        storage_path: Local directory or fsspec URL (``s3://bucket/prefix``) shared by all ranks.
+        storage_path: Local directory or fsspec URL (``s3://bucket/prefix``) shared by all ranks;
+            ``None`` (Ray's default too) is ``~/trainlib_results``, fine on one machine only.
         storage_filesystem: An fsspec filesystem to use instead of inferring one from
             ``storage_path`` (e.g. an ``s3fs.S3FileSystem`` with an endpoint).
         checkpoint_config: Checkpoint retention.
@@ -141,7 +142,7 @@ class RunConfig:
     """
 
     name: str | None = None
-    storage_path: str = DEFAULT_STORAGE_PATH
+    storage_path: str | None = None
     storage_filesystem: AbstractFileSystem | None = None
     checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
     failure_config: FailureConfig = field(default_factory=FailureConfig)
@@ -150,8 +151,18 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.name is not None and (not self.name or "/" in self.name):
             raise ConfigError(f"RunConfig(name={self.name!r}) must be non-empty without '/'.")
-        if not self.storage_path:
-            raise ConfigError("RunConfig(storage_path='') must name a directory or URL.")
+        if self.storage_path is not None and (
+            not isinstance(self.storage_path, str) or not self.storage_path
+        ):
+            raise ConfigError(
+                f"RunConfig(storage_path={self.storage_path!r}) must name a directory or URL "
+                f"shared by all ranks, or be None for {DEFAULT_STORAGE_PATH}."
+            )
+
+    @property
+    def storage(self) -> str:
+        """Where the run is stored: ``storage_path``, or its default when it is None."""
+        return self.storage_path or DEFAULT_STORAGE_PATH
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -62,7 +62,7 @@ class Run:
         self.name = config.name or datetime.now(timezone.utc).strftime(
             f"{plan.default_name_prefix}_%Y-%m-%d_%H-%M-%S"
         )
-        self.storage = RunStorage.create(config.storage_path, self.name, config.storage_filesystem)
+        self.storage = RunStorage.create(config.storage, self.name, config.storage_filesystem)
         self.manager = CheckpointManager.from_storage(config.checkpoint_config, self.storage)
         self.collector = ReportCollector(self.storage, self.manager, config.callbacks)
         self.failures: list[RankFailure] = []
