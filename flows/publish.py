@@ -12,6 +12,7 @@ from cifar.dataset import Dataset
 from cifar.errors import PublishError
 from tasks.download import Archive
 from tasks.evaluate import champion_score_task, evaluate_task
+from tasks.model_card import data_facts
 from tasks.monitoring import run_summary, summarize_task
 from tasks.promotion import PromotionRule, promote_task
 from tasks.registry import model_name_for, register_task
@@ -60,6 +61,7 @@ def publish(
                 tracking_uri,
                 champion,
                 synthetic,
+                data_facts(dataset),
             )
     except Exception as exc:
         raise PublishError(name, version, f"{type(exc).__name__}: {exc}") from exc

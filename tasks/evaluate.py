@@ -24,10 +24,18 @@ from prefect.cache_policies import NO_CACHE
 from torch import nn
 
 from cifar.dataset import Dataset, read_split
-from tasks.lineage import DIGEST_TAG, SYNTHETIC_TAG
+from cifar.format import Batch
+from tasks.lineage import DIGEST_TAG, SYNTHETIC_TAG, log_test_input
 from tasks.predict import score
-from tasks.registry import CHAMPION, load_version, scores_in_fresh_process, version_at_alias
-from tasks.release_gates import Gate, fresh_load
+from tasks.registry import (
+    CHAMPION,
+    check_readable,
+    load_version,
+    logged_model_id,
+    scores_in_fresh_process,
+    version_at_alias,
+)
+from tasks.release_gates import Gate, GateCannotRunError, fresh_load
 from tasks.retrying import TRANSIENT_RETRIES
 
 logger = logging.getLogger(__name__)
@@ -67,11 +75,9 @@ def per_class_accuracy(
     return {name: float(a) for name, a in zip(class_names, right / total, strict=True)}
 
 
-def evaluate_model(model: nn.Module, dataset: Dataset) -> Evaluation:
-    """Accuracy, per-class accuracy and confusion matrix on the dataset's test split."""
-    test = read_split(dataset, "test")
+def evaluate_model(model: nn.Module, test: Batch, class_names: tuple[str, ...]) -> Evaluation:
+    """Accuracy, per-class accuracy and confusion matrix on the test images."""
     predicted = score(model, test.images).argmax(1)
-    class_names = dataset.manifest.class_names
     confusion = np.zeros((len(class_names), len(class_names)), dtype=np.int64)
     np.add.at(confusion, (test.labels, predicted), 1)
     per_class = confusion.diagonal() / np.maximum(confusion.sum(axis=1), 1)
@@ -103,24 +109,30 @@ def confusion_figure(evaluation: Evaluation, class_names: tuple[str, ...]) -> Fi
 
 def record_evaluation(
     evaluation: Evaluation,
-    class_names: tuple[str, ...],
+    dataset: Dataset,
     run_id: str,
     model_name: str,
     version: str,
     tracking_uri: str,
-    test_digest: str,
 ) -> None:
-    """Put the figures on the MLflow run and on the model version (``test_accuracy``, and
-    ``test_accuracy/{test_digest}``: its accuracy on that test split)."""
+    """Put the figures on the MLflow run, linked to the version's LoggedModel and to the test
+    split (logged as the run's input, context ``test``), and on the model version
+    (``test_accuracy``, and ``test_accuracy/{test digest}``: its accuracy on that split)."""
     client = MlflowClient(tracking_uri)
+    test_digest = dataset.manifest.digest("test")
+    model_id = logged_model_id(model_name, version, tracking_uri)
+    test_name = log_test_input(tracking_uri, run_id, dataset, model_id)
     figures = {"test_accuracy": evaluation.accuracy} | {
         f"test_accuracy_{name}": accuracy
         for name, accuracy in evaluation.per_class_accuracy.items()
     }
     now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in figures.items()])
+    linked = {"model_id": model_id, "dataset_name": test_name, "dataset_digest": test_digest}
+    client.log_batch(run_id, metrics=[Metric(k, v, now, 0, **linked) for k, v in figures.items()])
     client.log_figure(
-        run_id, confusion_figure(evaluation, class_names), "evaluation/confusion_matrix.png"
+        run_id,
+        confusion_figure(evaluation, dataset.manifest.class_names),
+        "evaluation/confusion_matrix.png",
     )
     client.set_model_version_tag(model_name, version, "test_accuracy", f"{evaluation.accuracy:.6f}")
     client.set_model_version_tag(model_name, version, "test_images", str(evaluation.num_images))
@@ -170,13 +182,14 @@ def champion_score(model_name: str, dataset: Dataset, tracking_uri: str) -> Cham
     if version is None:
         return None
     test_digest = dataset.manifest.digest("test")
+    test = read_split(dataset, "test")
     client = MlflowClient(tracking_uri)
     found = client.get_model_version(model_name, version)
     tags, run_id = found.tags, found.run_id
     correct = load_correct(client, run_id, test_digest) if run_id else None
     if correct is None or len(correct) != dataset.manifest.rows("test"):
         model = load_version(model_name, version, tracking_uri)
-        correct = evaluate_model(model, dataset).correct
+        correct = evaluate_model(model, test, dataset.manifest.class_names).correct
         if run_id:
             save_correct(client, run_id, test_digest, correct)
         client.set_model_version_tag(
@@ -189,7 +202,7 @@ def champion_score(model_name: str, dataset: Dataset, tracking_uri: str) -> Cham
             test_digest,
             correct.mean(),
         )
-    labels = read_split(dataset, "test").labels
+    labels = test.labels
     return ChampionScore(
         version=version,
         accuracy=float(correct.mean()),
@@ -219,23 +232,46 @@ def evaluate_version(
 ) -> Evaluation:
     """Evaluate the registered version (loaded from the registry) and record the figures;
     with ``check_fresh_load``, also load it in a new process and compare its scores of the
-    first ``PROBE_IMAGES`` test images (the release gate ``fresh_load``)."""
+    first ``PROBE_IMAGES`` test images (the release gate ``fresh_load``).
+
+    Raises:
+        GateCannotRunError: The new process failed and the registry does not answer this one
+            either: the gate could not run.
+    """
     model = load_version(model_name, version, tracking_uri)
-    evaluation = evaluate_model(model, dataset)
+    test = read_split(dataset, "test")
+    evaluation = evaluate_model(model, test, dataset.manifest.class_names)
     if check_fresh_load:
-        probe = read_split(dataset, "test").images[:PROBE_IMAGES]
-        got: np.ndarray | str
-        try:
-            got = scores_in_fresh_process(model_name, version, tracking_uri, probe)
-        except RuntimeError as error:
-            got = str(error)
-        evaluation = replace(evaluation, fresh_load=fresh_load(score(model, probe), got))
-    class_names = dataset.manifest.class_names
-    test_digest = dataset.manifest.digest("test")
-    record_evaluation(
-        evaluation, class_names, run_id, model_name, version, tracking_uri, test_digest
-    )
+        probe = test.images[:PROBE_IMAGES]
+        gate = fresh_load_gate(model_name, version, tracking_uri, probe, score(model, probe))
+        evaluation = replace(evaluation, fresh_load=gate)
+    record_evaluation(evaluation, dataset, run_id, model_name, version, tracking_uri)
     return evaluation
+
+
+def fresh_load_gate(
+    model_name: str, version: str, tracking_uri: str, probe: np.ndarray, expected: np.ndarray
+) -> Gate:
+    """The gate ``fresh_load``: ``version`` loaded from the registry by a new process scores
+    ``probe`` as ``expected`` (this process's scores).
+
+    Raises:
+        GateCannotRunError: The new process failed and the registry does not answer this one
+            either (it is down, or the network): a failure of the check, not of the version.
+    """
+    try:
+        got: np.ndarray | str = scores_in_fresh_process(model_name, version, tracking_uri, probe)
+    except RuntimeError as error:
+        try:
+            check_readable(model_name, version, tracking_uri)
+        except Exception as unreachable:
+            raise GateCannotRunError(
+                f"The release gate fresh_load could not run: the registry at {tracking_uri} "
+                f"does not answer ({type(unreachable).__name__}: {unreachable}). Check that "
+                f"the MLflow server is up and reachable, then run the flow again."
+            ) from error
+        got = str(error)
+    return fresh_load(expected, got)
 
 
 @task(name="evaluate", cache_policy=NO_CACHE, **TRANSIENT_RETRIES)

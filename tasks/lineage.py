@@ -3,8 +3,10 @@
 Each training run (each trial of a search) logs its train and validation splits with
 ``log_inputs``: MLflow datasets whose source is the archive's URL and whose digest is the
 split's fingerprint from the dataset manifest (``Manifest.digest``), so the MLflow UI lists
-them under "Datasets used" on the run, and on a registered version's source run. The version
-itself carries the digest of the whole dataset as the tag ``data_digest``.
+them under "Datasets used" on the run, and on a registered version's source run. The
+evaluation adds the test split (context ``test``) with the model it evaluated, and links its
+metrics to both. The version itself carries the digest of the whole dataset as the tag
+``data_digest``.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import warnings
 from mlflow.data.dataset_source import DatasetSource
 from mlflow.data.http_dataset_source import HTTPDatasetSource
 from mlflow.data.meta_dataset import MetaDataset
-from mlflow.entities import DatasetInput, InputTag
+from mlflow.entities import Dataset as MlflowDataset
+from mlflow.entities import DatasetInput, InputTag, LoggedModelInput
 from mlflow.tracking import MlflowClient
 
 from cifar.dataset import Dataset
@@ -22,7 +25,8 @@ from cifar.dataset import Dataset
 DIGEST_TAG = "data_digest"
 SYNTHETIC_TAG = "synthetic_data"
 SPLITS = ("train", "val")
-_CONTEXT = {"train": "training", "val": "validation", "test": "evaluation"}
+_CONTEXT = {"train": "training", "val": "validation", "test": "test"}
+_CONTEXT_TAG = "mlflow.data.context"
 
 
 def _source(url: str) -> DatasetSource:
@@ -62,10 +66,30 @@ def log_dataset_inputs(
         inputs.append(
             DatasetInput(
                 mlflow_dataset._to_mlflow_entity(),
-                tags=[InputTag("mlflow.data.context", _CONTEXT[split])],
+                tags=[InputTag(_CONTEXT_TAG, _CONTEXT[split])],
             )
         )
     if inputs:
         client.log_inputs(run_id, datasets=inputs)
     client.set_tag(run_id, DIGEST_TAG, dataset.manifest.digest())
     client.set_tag(run_id, SYNTHETIC_TAG, str(dataset.manifest.synthetic).lower())
+
+
+def log_test_input(tracking_uri: str, run_id: str, dataset: Dataset, model_id: str | None) -> str:
+    """Log the test split as an input of the run (context ``test``), with the LoggedModel
+    ``model_id`` it evaluated; return the MLflow dataset's name. Its source is the one the
+    run's training splits name (the archive's URL), else the dataset's folder."""
+    client = MlflowClient(tracking_uri)
+    run = client.get_run(run_id)
+    logged = run.inputs.dataset_inputs if run.inputs else []
+    test = split_dataset(dataset, "test", dataset.uri)._to_mlflow_entity()
+    if logged:  # the same archive: its source as the training splits recorded it
+        first = logged[0].dataset
+        test = MlflowDataset(test.name, test.digest, first.source_type, first.source)
+    if not any((d.dataset.name, d.dataset.digest) == (test.name, test.digest) for d in logged):
+        client.log_inputs(
+            run_id,
+            datasets=[DatasetInput(test, tags=[InputTag(_CONTEXT_TAG, _CONTEXT["test"])])],
+            models=[LoggedModelInput(model_id)] if model_id else None,
+        )
+    return test.name

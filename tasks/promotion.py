@@ -21,6 +21,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.transactions import Transaction, get_transaction
 
 from tasks.evaluate import ChampionScore, Evaluation
+from tasks.model_card import DataFacts, model_card
 from tasks.paired_test import compare
 from tasks.registry import ALIASES, CHALLENGER, CHAMPION, version_at_alias
 from tasks.release_gates import (
@@ -35,6 +36,7 @@ from tasks.retrying import TRANSIENT_RETRIES
 logger = logging.getLogger(__name__)
 
 DEFAULT_ALPHA = 0.05  # the significance level a promotion needs (promote_alpha)
+CODE_TAGS = ("git_sha", "torch_version")  # the training run's tags the model card quotes
 
 
 @dataclass(frozen=True)
@@ -76,13 +78,15 @@ def promote(
     *,
     champion: ChampionScore | None = None,
     synthetic: bool = False,
+    data: DataFacts | None = None,
 ) -> Promotion:
     """Give ``version`` (``evaluation``: on the champion's test split) the champion alias if it
     passes the release gates and beats ``champion`` as ``rule`` asks; otherwise it becomes the
     challenger (``decide``).
 
-    Each gate's outcome and the reason are recorded on the version (before an alias moves: the
-    alias is the last change, so a failure leaves every alias where it was).
+    Each gate's outcome and the reason are recorded on the version, and its description becomes
+    its model card (``tasks.model_card``; ``data``: what it learnt from), before an alias
+    moves: the alias is the last change, so a failure leaves every alias where it was.
     """
     client = MlflowClient(tracking_uri)
     gates = rule.gates(evaluation, champion)
@@ -92,6 +96,22 @@ def promote(
     promoted, reason = decide(evaluation.correct, rule, champion, synthetic, gates)
     alias = CHAMPION if promoted else CHALLENGER
     client.set_model_version_tag(model_name, version, "promotion", f"@{alias}: {reason}")
+    run_id = client.get_model_version(model_name, version).run_id
+    run = client.get_run(run_id) if run_id else None
+    card = model_card(
+        model_name,
+        version,
+        alias,
+        f"{'Promoted' if promoted else 'Not promoted'}: {reason}",
+        data=data,
+        params=run.data.params if run else {},
+        code={key: run.data.tags[key] for key in CODE_TAGS if run and key in run.data.tags},
+        accuracy=evaluation.accuracy,
+        per_class=evaluation.per_class_accuracy,
+        champion_per_class=champion.per_class_accuracy if champion else None,
+        gates=gates,
+    )
+    client.update_model_version(model_name, version, description=card)
     client.set_registered_model_alias(model_name, alias, version)
     logger.info("%s version %s -> @%s (%s)", model_name, version, alias, reason)
     return Promotion(version, alias, promoted, reason)
@@ -163,6 +183,7 @@ def promote_task(
     tracking_uri: str,
     champion: ChampionScore | None,
     synthetic: bool,
+    data: DataFacts | None = None,
 ) -> Promotion:
     """Promote or not, and say why in a Prefect artifact; in a transaction, a rollback puts
     the aliases back where they were."""
@@ -180,7 +201,14 @@ def promote_task(
         description="Promotion decision",
     )
     return promote(
-        model_name, version, evaluation, rule, tracking_uri, champion=champion, synthetic=synthetic
+        model_name,
+        version,
+        evaluation,
+        rule,
+        tracking_uri,
+        champion=champion,
+        synthetic=synthetic,
+        data=data,
     )
 
 

@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -49,6 +50,7 @@ _REQUIREMENTS = [
     f"numpy=={np.__version__}",
 ]
 FRESH_PROCESS_TIMEOUT_S = 300.0
+_STORE_LOCK = threading.Lock()
 _SCORE_IN_FRESH_PROCESS = """
 import sys
 import numpy as np
@@ -65,13 +67,16 @@ def register_model(
     tracking_uri: str,
     request_id: str | None = None,
 ) -> str:
-    """Log ``model`` as the run's MLflow model and register it; return the new version.
+    """Log ``model`` as an MLflow model of the run (``mlflow.pytorch.log_model``: a LoggedModel
+    with its signature, input example and pinned requirements) and register it; return the new
+    version.
 
     The model takes uint8 images (N, 3, 32, 32) and returns (N, 10) class scores. With
     ``request_id`` (the flow run's id), registering is idempotent: the version is created with
     that id as a tag, and a retry after a failure (the registry answered, the reply was lost)
     finds the version its first attempt made instead of making another.
     """
+    import mlflow
     import mlflow.pytorch
     from mlflow.models import infer_signature
 
@@ -82,30 +87,51 @@ def register_model(
     example = np.zeros((2, 3, 32, 32), dtype=np.uint8)
     with torch.no_grad():
         scores = model.eval()(torch.from_numpy(example)).numpy()
-    with tempfile.TemporaryDirectory() as directory, _quiet_pickle_warning():
-        path = os.path.join(directory, MODEL_ARTIFACT)
-        mlflow.pytorch.save_model(
+    # The LoggedModel is made here, in the run's experiment: log_model alone would make it in
+    # the process's active experiment (MLflow's Default when none is set), where the training
+    # account may not write and where nobody looks for it.
+    run = client.get_run(run_id)
+    made_model = client.create_logged_model(
+        run.info.experiment_id,
+        name=MODEL_ARTIFACT,
+        source_run_id=run_id,
+        params={key: str(value) for key, value in run.data.params.items()},
+    )
+    with using_store(tracking_uri), _quiet_pickle_warning():
+        logged = mlflow.pytorch.log_model(
             model,
-            path,
+            name=MODEL_ARTIFACT,
+            run_id=run_id,
+            model_id=made_model.model_id,
             signature=infer_signature(example, scores),
             input_example=example,
             serialization_format="pickle",  # "pt2" loads as a GraphModule without .eval()
             pip_requirements=_REQUIREMENTS,
         )
-        client.log_artifacts(run_id, path, MODEL_ARTIFACT)
-    try:
-        client.get_registered_model(model_name)
-    except MlflowException as exc:
-        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
-            raise
-        client.create_registered_model(model_name)
-    source = f"{client.get_run(run_id).info.artifact_uri}/{MODEL_ARTIFACT}"
-    tags = {REQUEST_TAG: request_id} if request_id is not None else None
-    version = str(client.create_model_version(model_name, source, run_id, tags=tags).version)
+        # register_model, not log_model's registered_model_name: the version needs its tags
+        # from the start (the idempotency above finds it by them).
+        tags = {REQUEST_TAG: request_id} if request_id is not None else None
+        version = str(mlflow.register_model(logged.model_uri, model_name, tags=tags).version)
     if request_id is not None:
         version = _keep_first(client, model_name, request_id, version)
-    logger.info("Registered %s version %s", model_name, version)
+    logger.info("Registered %s version %s (model %s)", model_name, version, logged.model_id)
     return version
+
+
+@contextlib.contextmanager
+def using_store(tracking_uri: str) -> Iterator[None]:
+    """MLflow's model functions (``log_model``, ``register_model``, ``load_model`` of a
+    ``models:/`` URI) use the process's tracking URI: point it at ``tracking_uri`` for the
+    block, then put it back (unset if it was), so callers keep passing the URI explicitly."""
+    import mlflow
+
+    with _STORE_LOCK:
+        before = os.environ.get("MLFLOW_TRACKING_URI")  # what mlflow.set_tracking_uri sets
+        mlflow.set_tracking_uri(tracking_uri)
+        try:
+            yield
+        finally:
+            mlflow.set_tracking_uri(before)  # type: ignore[arg-type]  # None unsets it
 
 
 def _usable_versions(client: MlflowClient, model_name: str, request_id: str) -> list[int]:
@@ -166,6 +192,17 @@ def scores_in_fresh_process(
         return np.load(outputs, allow_pickle=False)
 
 
+def check_readable(model_name: str, version: str, tracking_uri: str) -> None:
+    """Read ``version``'s model description (its MLmodel file) from the registry, as a new
+    process would first; raises what the registry or the network raise."""
+    import mlflow.artifacts
+
+    with using_store(tracking_uri), tempfile.TemporaryDirectory() as directory:
+        mlflow.artifacts.download_artifacts(
+            artifact_uri=f"models:/{model_name}/{version}/MLmodel", dst_path=directory
+        )
+
+
 def check_requirements() -> None:
     """Check the models' pip requirements against the installed packages, as MLflow does on a
     process's first model save: a scan of every installed distribution (1.2 s here), done once
@@ -173,6 +210,17 @@ def check_requirements() -> None:
     from mlflow.utils.requirements_utils import warn_dependency_requirement_mismatches
 
     warn_dependency_requirement_mismatches(_REQUIREMENTS)
+
+
+def logged_model_id(model_name: str, version: str, tracking_uri: str) -> str | None:
+    """The id of the LoggedModel ``version`` was registered from (None: a version registered
+    from a run's artifacts, before this project used MLflow 3's model API). MLflow's SQL
+    registry does not keep the version's ``model_id``; its ``source`` says it: models:/<id>."""
+    found = MlflowClient(tracking_uri).get_model_version(model_name, version)
+    if found.model_id:
+        return str(found.model_id)
+    source = str(found.source or "")
+    return source.removeprefix("models:/") if source.startswith("models:/m-") else None
 
 
 def version_at_alias(model_name: str, alias: str, tracking_uri: str) -> str | None:
@@ -187,33 +235,36 @@ def version_at_alias(model_name: str, alias: str, tracking_uri: str) -> str | No
 
 
 def load_version(model_name: str, version: str, tracking_uri: str) -> nn.Module:
-    """The registered model ``model_name`` at ``version``."""
-    import mlflow.artifacts
+    """The registered model ``model_name`` at ``version`` (``models:/NAME/VERSION``)."""
+    return _load(f"models:/{model_name}/{version}", tracking_uri)
+
+
+def _load(model_uri: str, tracking_uri: str) -> nn.Module:
     import mlflow.pytorch
 
-    source = MlflowClient(tracking_uri).get_model_version_download_uri(model_name, version)
-    with tempfile.TemporaryDirectory() as directory:
-        local = mlflow.artifacts.download_artifacts(
-            artifact_uri=source, dst_path=directory, tracking_uri=tracking_uri
-        )
-        model: nn.Module = mlflow.pytorch.load_model(local)
+    with using_store(tracking_uri), tempfile.TemporaryDirectory() as directory:
+        model: nn.Module = mlflow.pytorch.load_model(model_uri, dst_path=directory)
     return model
 
 
 def load_model(model_name: str, alias: str, tracking_uri: str) -> tuple[nn.Module, str]:
-    """The registered model at ``alias`` and its version.
+    """The registered model at ``alias`` (``models:/NAME@ALIAS``) and its version.
 
     Raises:
         ModelNotFoundError: No version of ``model_name`` has the alias.
     """
-    version = version_at_alias(model_name, alias, tracking_uri)
-    if version is None:
-        raise ModelNotFoundError(
-            f"Model {model_name!r} has no version with alias @{alias} in {tracking_uri}; "
-            f"train one first (flow train-cifar), or pick an existing model and alias "
-            f"(e.g. @{CHAMPION})."
-        )
-    return load_version(model_name, version, tracking_uri), version
+    for _ in range(3):  # the alias may move while the model loads: then load it again
+        version = version_at_alias(model_name, alias, tracking_uri)
+        if version is None:
+            raise ModelNotFoundError(
+                f"Model {model_name!r} has no version with alias @{alias} in {tracking_uri}; "
+                f"train one first (flow train-cifar), or pick an existing model and alias "
+                f"(e.g. @{CHAMPION})."
+            )
+        model = _load(f"models:/{model_name}@{alias}", tracking_uri)
+        if version_at_alias(model_name, alias, tracking_uri) == version:
+            return model, version
+    raise RuntimeError(f"@{alias} of {model_name!r} moved three times while loading; try again")
 
 
 def remove_version(model_name: str, version: str, tracking_uri: str, reason: str) -> None:

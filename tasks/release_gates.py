@@ -16,6 +16,11 @@ DEFAULT_MIN_TEST_ACCURACY = 0.0  # off until a team knows what a usable model sc
 DEFAULT_MAX_CLASS_DROP = 0.1  # no class may lose more than 10 points against the champion
 
 
+class GateCannotRunError(RuntimeError):
+    """A release gate could not be checked (the registry did not answer): the run fails and
+    nothing is published, rather than counting the gate as failed or passed."""
+
+
 @dataclass(frozen=True)
 class Gate:
     """One gate's outcome for one version."""

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
+import pickle
 import subprocess
 import sys
 import tarfile
@@ -110,8 +112,9 @@ def first_run(workspace: Workspace) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def second_run(first_run: dict[str, Any], workspace: Workspace) -> State[Any]:
-    """The same data again, with a learning rate of 0: a worse model, and nothing to prepare."""
-    state: State[Any] = workspace.run(lr=0.0, return_state=True)
+    """The same data and options again with another seed: nothing to prepare, and a model that
+    differs from the first only by chance."""
+    state: State[Any] = workspace.run(seed=8, return_state=True)
     return state
 
 
@@ -162,11 +165,11 @@ def test_flow_run_logs_its_datasets_and_digest(
     assert manifest is not None and manifest.synthetic
     inputs = client.get_run(first_run["mlflow_run_id"]).inputs.dataset_inputs
     logged = {d.dataset.name.rsplit("/", 1)[-1]: d.dataset for d in inputs}
-    assert sorted(logged) == ["train", "val"]
+    assert sorted(logged) == ["test", "train", "val"]  # test: by the evaluation
     for split, dataset in logged.items():
         assert dataset.digest == manifest.digest(split)
         assert json.loads(dataset.source)["url"] == workspace.archive_url
-    assert {t.value for d in inputs for t in d.tags} == {"training", "validation"}
+    assert {t.value for d in inputs for t in d.tags} == {"training", "validation", "test"}
     version = client.get_model_version(MODEL, first_run["model_version"])
     assert version.tags["data_digest"] == manifest.digest()
     assert version.tags["synthetic_data"] == "true"
@@ -208,14 +211,62 @@ def test_flow_second_run_reuses_download_and_preprocess(
     assert states["train"] == "Completed"
 
 
-def test_flow_worse_model_is_not_promoted(second_run: State[Any], workspace: Workspace) -> None:
+def test_flow_another_seed_is_not_promoted_and_says_why_in_numbers(
+    first_run: dict[str, Any], second_run: State[Any], workspace: Workspace
+) -> None:
     second = second_run.result()
     assert (second["promoted"], second["alias"]) == (False, "challenger")
     client = MlflowClient(workspace.tracking_uri)
     assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "1"
-    reason = client.get_model_version(MODEL, second["model_version"]).tags["promotion"]
-    assert reason.startswith("@challenger: test accuracy"), reason
-    assert "McNemar's exact test (one-sided) p=" in reason and "champion version 1 stays" in reason
+    version = client.get_model_version(MODEL, second["model_version"])
+    reason = version.tags["promotion"]
+    figures = (
+        f"@challenger: test accuracy {second['test_accuracy']:.4f} against the champion's "
+        f"{first_run['test_accuracy']:.4f} on the same 200 images: "
+    )
+    assert reason.startswith(figures), reason
+    assert "(95% CI " in reason and "McNemar's exact test (one-sided) p=" in reason
+    assert "not significant at alpha 0.05: champion version 1 stays" in reason
+    assert client.get_run(second["mlflow_run_id"]).data.params["seed"] == "8"
+    card = version.description  # the model card, in the MLflow UI
+    assert f"Not promoted: {reason.removeprefix('@challenger: ')}." in card
+    assert "| seed | 8 |" in card and "## Release gates" in card
+
+
+def _mislabelled(archive: bytes, wrong: int, instead: int) -> bytes:
+    """The archive with every training image of class ``wrong`` labelled ``instead`` (the
+    test batch as it was): a model that never predicts ``wrong``."""
+    out = io.BytesIO()
+    with (
+        tarfile.open(fileobj=io.BytesIO(archive)) as source,
+        tarfile.open(fileobj=out, mode="w:gz") as target,
+    ):
+        for member in source.getmembers():
+            data = source.extractfile(member).read()  # type: ignore[union-attr]
+            if "data_batch" in member.name:
+                batch = pickle.loads(data, encoding="latin1")
+                batch["labels"] = [instead if y == wrong else y for y in batch["labels"]]
+                data = pickle.dumps(batch, protocol=2)
+            member.size = len(data)
+            target.addfile(member, io.BytesIO(data))
+    return out.getvalue()
+
+
+def test_flow_a_model_that_misses_a_class_fails_the_class_gate(
+    second_run: State[Any], workspace: Workspace
+) -> None:
+    original = (workspace.http.path / "cifar-10-python.tar.gz").read_bytes()
+    broken = _mislabelled(original, wrong=0, instead=1)
+    url = _serve(workspace, "broken.tar.gz", broken)
+    result = workspace.run(data_url=url, data_md5=hashlib.md5(broken).hexdigest())
+    assert (result["promoted"], result["alias"]) == (False, "challenger")
+    client = MlflowClient(workspace.tracking_uri)
+    tags = client.get_model_version(MODEL, result["model_version"]).tags
+    assert tags["gate/class_drop"].startswith(
+        "failed: the class that lost most against the champion is airplane"
+    ), tags["gate/class_drop"]
+    assert "failed the release gate class_drop" in tags["promotion"]
+    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "1"
 
 
 def _serve(workspace: Workspace, name: str, data: bytes) -> str:

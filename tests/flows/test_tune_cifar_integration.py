@@ -103,7 +103,9 @@ def test_tune_flow_tracks_one_nested_run_per_trial(
     assert summary["mlflow_run_id"] in {r.info.run_id for r in children}
     for run in children:  # every trial names the data it trained on
         inputs = run.inputs.dataset_inputs
-        assert sorted(d.dataset.name.rsplit("/", 1)[-1] for d in inputs) == ["train", "val"]
+        evaluated = ["test"] if run.info.run_id == summary["mlflow_run_id"] else []
+        splits = sorted(d.dataset.name.rsplit("/", 1)[-1] for d in inputs)
+        assert splits == [*evaluated, "train", "val"]
         assert run.data.tags["data_digest"] == children[0].data.tags["data_digest"]
 
 

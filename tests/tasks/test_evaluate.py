@@ -15,9 +15,11 @@ from mlflow.tracking import MlflowClient
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from cifar.models import build_model
-from tasks.evaluate import confusion_figure, evaluate_version, load_correct
+from tasks.evaluate import confusion_figure, evaluate_version, fresh_load_gate, load_correct
 from tasks.registry import register_model
+from tasks.release_gates import GateCannotRunError
 from tasks.tracking import start_run
+from tests.helpers import free_port
 
 
 @pytest.fixture
@@ -60,6 +62,34 @@ def test_evaluate_records_in_the_given_store(tmp_path: Path, elsewhere: Path) ->
     assert kept is not None and kept.dtype == bool and kept.mean() == evaluation.accuracy
     assert evaluation.fresh_load is not None and evaluation.fresh_load.passed, evaluation
     assert not elsewhere.exists()
+    assert mlflow.get_tracking_uri() == f"sqlite:///{elsewhere}"  # put back
+
+
+def test_evaluate_links_its_metrics_to_the_logged_model_and_the_test_split(
+    tmp_path: Path,
+) -> None:
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run_id = start_run(uri, "evaluate-test", "linked", {}, {})
+    model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    version = register_model(model, run_id, "linked", uri)
+    dataset = _test_split(tmp_path / "data")
+    evaluation = evaluate_version("linked", version, dataset, run_id, uri, check_fresh_load=False)
+    client = MlflowClient(uri)
+    registered = client.get_model_version("linked", version)
+    logged = client.get_logged_model(registered.source.removeprefix("models:/"))
+    assert logged.source_run_id == run_id and registered.source == f"models:/{logged.model_id}"
+    assert logged.experiment_id == client.get_run(run_id).info.experiment_id  # not Default's
+    assert str(logged.status) in ("READY", "LoggedModelStatus.READY")
+    run = client.get_run(run_id)
+    assert [o.model_id for o in run.outputs.model_outputs] == [logged.model_id]
+    (test_input,) = run.inputs.dataset_inputs
+    assert test_input.dataset.digest == dataset.manifest.digest("test")
+    assert [(t.key, t.value) for t in test_input.tags] == [("mlflow.data.context", "test")]
+    assert [m.model_id for m in run.inputs.model_inputs] == [logged.model_id]
+    linked = {m.key: m for m in logged.metrics or []}
+    assert linked["test_accuracy"].value == evaluation.accuracy
+    assert linked["test_accuracy"].dataset_digest == dataset.manifest.digest("test")
+    assert linked["test_accuracy"].dataset_name == test_input.dataset.name
 
 
 class _LocalNet(torch.nn.Module):
@@ -104,3 +134,15 @@ def test_evaluate_confusion_figure_labels_every_class() -> None:
     figure = confusion_figure(evaluation, ("cat", "dog"))
     labels = [t.get_text() for t in figure.axes[0].get_xticklabels()]
     assert labels == ["cat", "dog"]
+
+
+def test_evaluate_a_fresh_load_gate_the_registry_cannot_answer_fails_instead_of_judging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # refused at once, no backoff
+    gone = f"http://127.0.0.1:{free_port()}"  # nothing listens: the registry is down
+    probe = np.zeros((2, 3, 32, 32), dtype=np.uint8)
+    with pytest.raises(GateCannotRunError, match="fresh_load could not run") as raised:
+        fresh_load_gate("any", "1", gone, probe, np.zeros((2, 10), dtype=np.float32))
+    assert gone in str(raised.value) and "Check that the MLflow server is up" in str(raised.value)
+    assert "a new process could not load and run it" in str(raised.value.__cause__)

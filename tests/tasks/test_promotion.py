@@ -22,6 +22,7 @@ from tasks.evaluate import (
     per_class_accuracy,
     save_correct,
 )
+from tasks.model_card import data_facts
 from tasks.promotion import PromotionRule, aliases_of, promote, restore_aliases
 from tasks.registry import register_checkpoint, register_model
 from tasks.tracking import start_run
@@ -283,3 +284,31 @@ def test_promotion_a_first_version_below_the_floor_is_only_a_challenger(
         "failed the release gate accuracy_floor: test accuracy 0.2000 is below the floor 0.5 "
         "(min_test_accuracy); no champion yet"
     )
+
+
+def test_promotion_writes_the_model_card_on_the_version(tracking_uri: str, tmp_path: Path) -> None:
+    run_id = start_run(tracking_uri, "promotion-test", "carded", {"seed": 3, "lr": 0.05}, {})
+    model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    champion = register_model(model, run_id, "carded", tracking_uri)
+    promote("carded", champion, _evaluation(_correct(800)), _rule(), tracking_uri)
+    newcomer = register_model(model, run_id, "carded", tracking_uri)
+    dataset = _dataset(tmp_path / "data", 5)
+    decision = promote(
+        "carded",
+        newcomer,
+        _evaluation(_correct(803)),  # 3 more right, none fewer: p=0.125
+        _rule(),
+        tracking_uri,
+        champion=_score(champion, _correct(800)),
+        data=data_facts(dataset),
+    )
+    card = MlflowClient(tracking_uri).get_model_version("carded", newcomer).description
+    assert card.startswith(f"# carded version {newcomer}: @challenger\n")
+    assert f"**Decision.** Not promoted: {decision.reason}." in card
+    assert f"dataset digest `{dataset.manifest.digest()}`" in card
+    assert "images: test 20, train 20, val 20" in card
+    assert "| seed | 3 |" in card and "| lr | 0.05 |" in card
+    assert "git_sha `" in card and "torch_version `" in card
+    # Image i is of class i % 10: images 800-802 (one more right in classes 0-2) decide.
+    assert "| airplane | 0.810 | 0.800 |" in card and "| truck | 0.800 | 0.800 |" in card
+    assert "| class_drop | passed | the class that lost most" in card
