@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from trainlib import (
@@ -68,6 +69,15 @@ def test_configs_are_keyword_only_and_frozen() -> None:
         ScalingConfig(2)  # type: ignore[misc]
     with pytest.raises(AttributeError):
         config.num_workers = 3  # type: ignore[misc]
+
+
+def test_scaling_config_refuses_a_search_space_naming_the_alternative() -> None:
+    from trainlib import tune
+
+    for bad in (tune.grid_search([1, 2]), "2", (1, 2, 3), 2.0, True):
+        with pytest.raises(ConfigError, match="run one Tuner per num_workers instead"):
+            ScalingConfig(num_workers=bad)  # type: ignore[arg-type]
+    assert ScalingConfig(num_workers=np.int64(2)).worker_range == (2, 2)
 
 
 def test_scaling_config_elastic_range() -> None:

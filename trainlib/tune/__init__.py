@@ -4,9 +4,11 @@ Port a Ray Tune search by changing imports: ``ray.tune`` -> ``trainlib.tune``. T
 trainlib runs sharing one Dask cluster; see ``Tuner``.
 """
 
+from trainlib.config import CheckpointConfig, FailureConfig, RunConfig
 from trainlib.reporting import get_checkpoint, report
 from trainlib.tune.callback import Callback, Trial
 from trainlib.tune.config import TuneConfig
+from trainlib.tune.context import TuneContext, get_context
 from trainlib.tune.result_grid import ResultGrid
 from trainlib.tune.run import run
 from trainlib.tune.schedulers import (
@@ -31,18 +33,23 @@ __all__ = [
     "ASHAScheduler",
     "BasicVariantGenerator",
     "Callback",
+    "CheckpointConfig",
     "FIFOScheduler",
+    "FailureConfig",
     "HyperBandScheduler",
     "MedianStoppingRule",
     "OptunaSearch",
     "ResultGrid",
+    "RunConfig",
     "Searcher",
     "Trial",
     "TrialScheduler",
     "TuneConfig",
+    "TuneContext",
     "Tuner",
     "choice",
     "get_checkpoint",
+    "get_context",
     "grid_search",
     "loguniform",
     "quniform",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import posixpath
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -89,15 +90,16 @@ class ResultGrid:
         return self._results[pick(scored)[1]]
 
     def get_dataframe(self) -> pd.DataFrame:
-        """One row per trial: its last metrics, ``config/...`` columns, ``trial_id``,
-        ``state``, ``training_iteration``, ``path`` and ``error``."""
+        """One row per trial: its last metrics, ``config/...`` columns, ``trial_id`` (its name,
+        as ``tune.get_context().get_trial_id()`` gives it), ``state``, ``training_iteration``,
+        ``path`` and ``error``."""
         import pandas as pd
 
         rows = []
-        for index, (result, state) in enumerate(zip(self._results, self.trial_states, strict=True)):
+        for result, state in zip(self._results, self.trial_states, strict=True):
             row: dict[str, Any] = dict(result.metrics)
             row.update({f"config/{k}": v for k, v in _flat(result.config).items()})
-            row["trial_id"] = index
+            row["trial_id"] = posixpath.basename(result.path.rstrip("/"))
             row["state"] = state
             row["training_iteration"] = len(result.metrics_history) or None
             row["path"] = result.path

@@ -16,6 +16,7 @@ from tests.trainlib.tune.trainables import (
     fail_when_told,
     interrupted_once,
     record_and_meet_a_partner,
+    report_tune_context,
     report_until_pruned,
 )
 from trainlib import FailureConfig, RunConfig, ScalingConfig, tune
@@ -177,3 +178,34 @@ def test_tuner_resumes_by_name_after_ctrl_c(dask_client: Client, tmp_path: Path)
     assert starts == [(1, 0), (2, 0), (2, 1)]  # trial 1 not re-run; trial 2 resumed at epoch 1
     assert grid[1].checkpoint is not None
     assert rank_processes() == []
+
+
+def test_tuner_ray_names_tune_run_config_search_paths_and_trial_context(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    """Ray Tune's import paths and names: tune.RunConfig, tune.FailureConfig, the searchers'
+    modules, and tune.get_context() inside a trial."""
+    from trainlib.tune.search.basic_variant import BasicVariantGenerator
+    from trainlib.tune.search.optuna import OptunaSearch
+
+    assert OptunaSearch is tune.OptunaSearch and BasicVariantGenerator is tune.BasicVariantGenerator
+    grid = tune.Tuner(
+        report_tune_context,
+        param_space={"x": tune.grid_search([1, 2])},
+        tune_config=tune.TuneConfig(
+            metric="score", mode="max", max_concurrent_trials=1, search_alg=OptunaSearch(seed=0)
+        ),
+        run_config=tune.RunConfig(
+            name="named",
+            storage_path=str(tmp_path / "runs"),
+            failure_config=tune.FailureConfig(max_failures=0),
+        ),
+        client=dask_client,
+    ).fit()
+    frame = grid.get_dataframe().sort_values("score")
+    assert frame["trial_name"].tolist() == ["trial_00000", "trial_00001"]
+    assert frame["trial_id"].tolist() == frame["trial_name"].tolist()
+    assert frame["experiment"].tolist() == ["named", "named"]
+    assert [Path(d) for d in frame["trial_dir"]] == [
+        tmp_path / "runs" / "named" / name for name in frame["trial_name"]
+    ]

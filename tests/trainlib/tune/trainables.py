@@ -111,3 +111,19 @@ def interrupted_once(config: dict[str, Any]) -> None:
             wait_for_path(run_dir / "checkpoint_000000" / ".trainlib-commit.json")
             os.kill(config["driver_pid"], signal.SIGINT)
             time.sleep(60)  # stopped by the driver long before this ends
+
+
+def report_tune_context(config: dict[str, Any]) -> None:
+    """Reports ``x`` as the score, with what ``tune.get_context()`` says of its trial."""
+    from trainlib import tune
+
+    context = tune.get_context()
+    trainlib.report(
+        {
+            "score": config["x"],
+            "trial_name": context.get_trial_name(),
+            "trial_id": context.get_trial_id(),
+            "trial_dir": context.get_trial_dir(),
+            "experiment": context.get_experiment_name(),
+        }
+    )

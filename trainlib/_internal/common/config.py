@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from numbers import Integral
 from typing import TYPE_CHECKING, Literal
 
 from trainlib.errors import ConfigError
@@ -53,6 +54,15 @@ class ScalingConfig:
         return (self.num_workers, self.num_workers)
 
     def __post_init__(self) -> None:
+        counts = self.num_workers if isinstance(self.num_workers, tuple) else (self.num_workers,)
+        whole = all(isinstance(n, Integral) and not isinstance(n, bool) for n in counts)
+        if not whole or len(counts) not in (1, 2):
+            raise ConfigError(
+                f"ScalingConfig(num_workers={self.num_workers!r}) must be an int or a (min, max) "
+                "pair of ints. A search over the number of ranks (tune.grid_search in "
+                "ScalingConfig) is not supported: the Tuner reserves each trial's workers "
+                "before it samples; run one Tuner per num_workers instead."
+            )
         low, high = self.worker_range
         if not 1 <= low <= high:
             raise ConfigError(
