@@ -78,6 +78,25 @@ def test_iterator_tensor_dtypes_and_object_columns() -> None:
         _tensor("name", np.array(["a", "b"], dtype=object), None, cpu)
 
 
+def test_iterator_tensor_stacks_a_column_of_equal_length_lists_as_ray_data_does() -> None:
+    cpu = torch.device("cpu")
+    lists = np.empty(3, dtype=object)
+    lists[:] = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+    stacked = _tensor("features", lists, None, cpu)
+    assert stacked.shape == (3, 2) and stacked.tolist() == [[1, 2], [3, 4], [5, 6]]
+    arrays = np.empty(2, dtype=object)
+    arrays[:] = [np.zeros((2, 2), np.uint8), np.ones((2, 2), np.uint8)]
+    assert _tensor("image", arrays, torch.float32, cpu).shape == (2, 2, 2)
+    ragged = np.empty(2, dtype=object)
+    ragged[:] = [[1, 2], [3]]
+    with pytest.raises(TypeError, match=r"list values of different lengths.*pad or crop"):
+        _tensor("tokens", ragged, None, cpu)
+    words = np.empty(2, dtype=object)
+    words[:] = [["a"], ["b"]]
+    with pytest.raises(TypeError, match="Column 'words' holds Python list values"):
+        _tensor("words", words, None, cpu)
+
+
 class _RecordingStager:
     """Stands in for DeviceStager's contract (stage where made, ready where used) on CPU."""
 

@@ -145,6 +145,37 @@ def test_ingest_local_shuffle_orders_rows_per_rank_and_epoch_and_is_seeded(
     assert orders("again") == first  # the same seed: the same orders
 
 
+def read_list_column(config: dict[str, Any]) -> None:
+    """One pass of torch batches over a column of lists ``[i, i + 0.5, 1]``: reports the
+    row shapes, the rows, and whether every row kept its values in order."""
+    shapes, rows, intact = set(), 0, True
+    for batch in trainlib.get_dataset_shard("train").iter_torch_batches(batch_size=4):
+        features = batch["features"]
+        shapes.add(tuple(features.shape[1:]))
+        rows += len(features)
+        intact &= bool(((features[:, 1] - features[:, 0] == 0.5) & (features[:, 2] == 1)).all())
+    trainlib.report({"shapes": sorted(shapes), "rows": rows, "intact": intact})
+
+
+def test_ingest_a_column_of_lists_arrives_as_one_tensor(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    root = tmp_path / "lists"
+    root.mkdir()
+    for part in range(2):  # Parquet list<double>: what a list column is on disk
+        rows = range(part * 8, part * 8 + 8)
+        table = pa.table({"features": [[float(i), float(i) + 0.5, 1.0] for i in rows]})
+        pq.write_table(table, root / f"part{part}.parquet")
+    result = TorchTrainer(
+        read_list_column,
+        datasets={"train": dd.read_parquet(root)},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(tmp_path / "runs")),
+        client=dask_client,
+    ).fit()
+    assert result.metrics == {"shapes": [(3,)], "rows": 8, "intact": True}  # rank 0's half
+
+
 def test_ingest_fewer_rows_than_ranks_fails_before_any_rank_starts(
     dask_client: Client, tmp_path: Path
 ) -> None:

@@ -50,15 +50,32 @@ def tensor(
     import torch
 
     if values.dtype == object:
-        kind = type(values[0]).__name__ if len(values) else "object"
-        raise TypeError(
-            f"Column {name!r} holds Python {kind} values, which are not tensors; turn them into "
-            "numbers or equal-shape arrays in a map_partitions transform, or read them with "
-            "iter_batches()."
-        )
+        values = _stacked(name, values)
     dtype = dtypes.get(name) if isinstance(dtypes, Mapping) else dtypes
     tensor = torch.as_tensor(values, dtype=dtype)
     return tensor.to(device, non_blocking=True) if device.type != "cpu" else tensor
+
+
+def _stacked(name: str, values: np.ndarray) -> np.ndarray:
+    """A column of equal-length lists or equal-shape arrays as one array (as Ray Data stacks
+    it); anything else (strings, ragged lists) raises, saying what to do."""
+    kind = type(values[0]).__name__ if len(values) else "object"
+    if len(values) and all(isinstance(v, (list, tuple, np.ndarray)) for v in values):
+        try:
+            stacked = np.stack([np.asarray(v) for v in values])
+        except ValueError:
+            raise TypeError(
+                f"Column {name!r} holds {kind} values of different lengths, which do not stack "
+                "into one tensor; pad or crop them to one length in a map_partitions transform, "
+                "or read them with iter_batches()."
+            ) from None
+        if stacked.dtype != object and stacked.dtype.kind in "biufc":
+            return stacked
+    raise TypeError(
+        f"Column {name!r} holds Python {kind} values, which are not tensors; turn them into "
+        "numbers or equal-shape arrays in a map_partitions transform, or read them with "
+        "iter_batches()."
+    )
 
 
 def cast(
