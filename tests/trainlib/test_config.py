@@ -7,6 +7,7 @@ from trainlib import (
     CheckpointConfig,
     ConfigError,
     DaskConfig,
+    DataConfig,
     FailureConfig,
     RunConfig,
     ScalingConfig,
@@ -90,3 +91,17 @@ def test_scaling_config_elastic_range() -> None:
 def test_scaling_config_rejects_a_worker_setup_that_is_not_a_function() -> None:
     with pytest.raises(ConfigError, match="worker_setup"):
         ScalingConfig(worker_setup="export NCCL_DEBUG=INFO")  # type: ignore[arg-type]
+
+
+def test_data_config_refuses_what_it_would_ignore_naming_the_alternative() -> None:
+    class Custom(DataConfig):
+        def configure(self, *args: object, **kwargs: object) -> list[object]:
+            return []
+
+    with pytest.raises(ConfigError, match=r"Custom.configure\(\) would be ignored.*map_partitions"):
+        Custom()
+    with pytest.raises(ConfigError, match=r"execution options.*Dask's scheduler runs the reads"):
+        DataConfig.default_ingest_options()
+    with pytest.raises(ConfigError, match=r"DataConfig\(execution_options=...\)"):
+        DataConfig(execution_options={"locality_with_output": True})  # type: ignore[arg-type]
+    assert DataConfig(execution_options=None).execution_options is None

@@ -24,6 +24,15 @@ class CachePlan:
     world_rank: int = 0  # rank 0 logs what it keeps at INFO, the others at DEBUG
 
 
+_NO_EXECUTION_OPTIONS = (
+    "Ray Data's execution options (resource limits, locality, ordering) have no counterpart: "
+    "Dask's scheduler runs the reads on the workers, next to their data where it can. Limit "
+    "worker memory with Dask (dask worker --memory-limit), keep order with "
+    "DataConfig(shuffle_seed=None), and bound a rank's read-ahead with "
+    "iter_batches(prefetch_batches=...)."
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class DataConfig:
     """Which datasets are split across the ranks, and how a pass orders their partitions.
@@ -41,14 +50,36 @@ class DataConfig:
             pass, in an order shuffled locally per pass (split datasets with a
             ``shuffle_seed``, or ``local_shuffle_buffer_size``). ``"off"`` streams every pass.
         cache_budget_bytes: The largest shard a rank keeps; a larger one streams every pass.
+        execution_options: Ray Data's; only ``None`` (Dask schedules the reads: see
+            ``default_ingest_options``).
     """
 
     datasets_to_split: Literal["all"] | Sequence[str] = "all"
     shuffle_seed: int | None = 0
     cache_shards: CacheLocation = "off"
     cache_budget_bytes: int = 2 * 1024**3
+    execution_options: None = None
+
+    @staticmethod
+    def default_ingest_options() -> None:
+        """Ray Data's execution options have no counterpart here.
+
+        Raises:
+            ConfigError: Always, naming what to use instead.
+        """
+        raise ConfigError(_NO_EXECUTION_OPTIONS)
 
     def __post_init__(self) -> None:
+        if self.execution_options is not None:
+            raise ConfigError(f"DataConfig(execution_options=...): {_NO_EXECUTION_OPTIONS}")
+        if hasattr(self, "configure"):
+            raise ConfigError(
+                f"{type(self).__name__}.configure() would be ignored: on Dask trainlib deals "
+                "each rank its share (datasets_to_split, shuffle_seed, cache_shards), so a "
+                "DataConfig subclass cannot. Transform a dataset with map_partitions before "
+                "passing it, or give it unsplit (datasets_to_split) and pick rows in the "
+                "training function with get_context().get_world_rank()."
+            )
         if self.cache_shards not in ("off", "host", "device") or self.cache_budget_bytes < 0:
             raise ConfigError(
                 f"DataConfig(cache_shards={self.cache_shards!r}, cache_budget_bytes="
