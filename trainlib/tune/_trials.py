@@ -59,7 +59,7 @@ class TrialSetup:
     resources: Mapping[str, float] | None
     experiment_dir: str
     filesystem: AbstractFileSystem
-    metric: str
+    metric: str | None  # None: trials are run, not compared (nothing told to Optuna but 0)
     max_t: int | None
     max_concurrent: int | None
     worker_timeout_s: float
@@ -187,7 +187,7 @@ class TrialRunner:
             state, error = TrialState.PRUNED, None
         elif error is None:
             try:
-                value = metric_value(result.metrics, self._setup.metric)
+                value = _value(result.metrics, self._setup.metric)
             except ValueError as exc:
                 error = exc
         if error is not None:
@@ -231,10 +231,17 @@ def _empty_result(setup: TrialSetup) -> Result:
     )
 
 
+def _value(metrics: dict[str, Any], metric: str | None) -> float:
+    """What Optuna is told of a complete trial: its metric, or 0 in a search without one."""
+    return 0.0 if metric is None else metric_value(metrics, metric)
+
+
 class _TrialCallback(Callback):
     """Hands each report to Optuna; stops the run when pruned or after ``max_t`` reports."""
 
-    def __init__(self, study: Study, trial: optuna.Trial, metric: str, max_t: int | None) -> None:
+    def __init__(
+        self, study: Study, trial: optuna.Trial, metric: str | None, max_t: int | None
+    ) -> None:
         self._study = study
         self._trial = trial
         self._metric = metric
@@ -243,9 +250,10 @@ class _TrialCallback(Callback):
 
     def on_report(self, report: Report) -> None:
         step = report.index + 1  # Ray's training_iteration: the number of reports, 1-based
-        value = metric_value(report.metrics, self._metric)
-        if self._study.report(self._trial, value, step):
-            raise _Pruned(f"pruned at {self._metric}={value} after {step} reports")
+        if self._metric is not None:
+            value = metric_value(report.metrics, self._metric)
+            if self._study.report(self._trial, value, step):
+                raise _Pruned(f"pruned at {self._metric}={value} after {step} reports")
         if self._max_t is not None and step >= self._max_t:
             raise _Stopped(f"reached max_t={self._max_t}")
 

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from trainlib.errors import ConfigError
-from trainlib.tune.schedulers import ASHAScheduler, TrialScheduler
-from trainlib.tune.search import OptunaSearch, Searcher
+from trainlib.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+from trainlib.tune.search import BasicVariantGenerator, OptunaSearch, Searcher
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -16,13 +16,17 @@ class TuneConfig:
 
     Args:
         metric: The reported metric to optimise; trials are compared on its last value.
+            ``None`` (with ``mode=None``), as in Ray: trials are only run, never compared
+            (a random search, no early stopping; a trial need not report anything), and
+            ``ResultGrid.get_best_result`` needs the metric named.
         mode: ``"min"`` or ``"max"``.
         num_samples: Trials to run; with ``grid_search`` values, each grid point is tried
             ``num_samples`` times (as in Ray).
         max_concurrent_trials: Trials running at once, at most. ``None``: as many as the
             cluster's free workers allow (a trial needs its ``num_workers``).
-        search_alg: Proposes each trial's parameters (TPE by default).
-        scheduler: Stops unpromising trials early (ASHA by default).
+        search_alg: Proposes each trial's parameters (TPE by default; random without a
+            metric).
+        scheduler: Stops unpromising trials early (ASHA by default; none without a metric).
         study_storage: Optuna storage URL of the study (e.g. ``postgresql://...``).
             ``None``: a sqlite file ``study.db`` in the experiment directory, which must
             then be local.
@@ -39,12 +43,14 @@ class TuneConfig:
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.metric or self.mode is None:
+        if (self.metric is None) != (self.mode is None) or self.metric == "":
             raise ConfigError(
-                f"TuneConfig(metric={self.metric!r}, mode={self.mode!r}) needs both: Optuna "
-                "optimises one reported metric, e.g. metric='loss', mode='min'."
+                f"TuneConfig(metric={self.metric!r}, mode={self.mode!r}) needs both (e.g. "
+                "metric='loss', mode='min'), or neither to run trials without comparing them."
             )
-        if self.mode not in ("min", "max"):
+        if self.metric is None:
+            self._check_without_metric()
+        elif self.mode not in ("min", "max"):
             raise ConfigError(f"TuneConfig(mode={self.mode!r}) must be 'min' or 'max'.")
         if self.num_samples < 1:
             raise ConfigError(f"TuneConfig(num_samples={self.num_samples}) must be >= 1.")
@@ -54,7 +60,26 @@ class TuneConfig:
                 ">= 1 or None."
             )
 
+    def _check_without_metric(self) -> None:
+        if self.scheduler == ASHAScheduler():  # the default: nothing to stop trials on
+            object.__setattr__(self, "scheduler", FIFOScheduler())
+        if not isinstance(self.scheduler, FIFOScheduler):
+            raise ConfigError(
+                f"TuneConfig(scheduler={type(self.scheduler).__name__}(...)) stops trials on a "
+                "metric: give TuneConfig(metric=..., mode=...)."
+            )
+        if isinstance(self.search_alg, OptunaSearch):
+            raise ConfigError(
+                "TuneConfig(search_alg=OptunaSearch(...)) learns from a metric: give "
+                "TuneConfig(metric=..., mode=...), or search at random (BasicVariantGenerator)."
+            )
+
     @property
     def searcher(self) -> Searcher:
-        """The search algorithm to use: ``search_alg``, or TPE seeded with ``seed``."""
-        return self.search_alg or OptunaSearch(seed=self.seed)
+        """The search algorithm to use: ``search_alg``, else TPE seeded with ``seed`` (random
+        search without a metric)."""
+        if self.search_alg is not None:
+            return self.search_alg
+        if self.metric is None:
+            return BasicVariantGenerator(seed=self.seed)
+        return OptunaSearch(seed=self.seed)

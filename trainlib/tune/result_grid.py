@@ -30,8 +30,8 @@ class ResultGrid:
         trial_states: Sequence[str],
         *,
         experiment_path: str,
-        metric: str,
-        mode: Literal["min", "max"],
+        metric: str | None,
+        mode: Literal["min", "max"] | None,
     ) -> None:
         self._results = list(results)
         self.trial_states = list(trial_states)
@@ -74,6 +74,11 @@ class ResultGrid:
         """
         metric = metric or self._metric
         mode = mode or self._mode
+        if metric is None:
+            raise ConfigError(
+                "get_best_result() needs the metric to compare the trials on: the search had "
+                "none (TuneConfig(metric=None)); call get_best_result(metric=..., mode=...)."
+            )
         if mode not in ("min", "max"):
             raise ConfigError(f"get_best_result(mode={mode!r}) must be 'min' or 'max'.")
         scored = [

@@ -11,7 +11,7 @@ from trainlib.errors import ConfigError
 from trainlib.torch.trainer import TorchTrainer
 from trainlib.tune.config import TuneConfig
 from trainlib.tune.result_grid import ResultGrid
-from trainlib.tune.schedulers import ASHAScheduler, TrialScheduler
+from trainlib.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 from trainlib.tune.search import Searcher
 from trainlib.tune.tuner import Tuner
 
@@ -54,7 +54,7 @@ def run(
         num_samples=num_samples,
         max_concurrent_trials=max_concurrent_trials,
         search_alg=search_alg,
-        scheduler=_with_stop(scheduler or ASHAScheduler(), stop or {}),
+        scheduler=_with_stop(scheduler or _default_scheduler(metric), stop or {}),
     )
     tuner = Tuner(
         run_or_experiment,
@@ -65,6 +65,11 @@ def run(
         client=client,
     )
     return tuner.fit()
+
+
+def _default_scheduler(metric: str | None) -> TrialScheduler:
+    """ASHA, as TuneConfig's default; nothing stops trials early in a search without a metric."""
+    return ASHAScheduler() if metric else FIFOScheduler()
 
 
 def _with_stop(scheduler: TrialScheduler, stop: Mapping[str, int]) -> TrialScheduler:

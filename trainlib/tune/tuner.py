@@ -52,7 +52,7 @@ class Tuner:
         param_space: The config of every trial: search space helpers (``tune.uniform``, ...)
             and plain values, nested as the trainable expects.
         tune_config: The metric to optimise, number of trials, concurrency, search and
-            scheduler.
+            scheduler (``TuneConfig()`` if None: one trial, nothing compared).
         run_config: Name, storage, failure handling and callbacks of every trial run;
             replaces the trainer's own (as in Ray). ``FailureConfig.max_failures`` is per
             trial: a trial's run restarts from its latest checkpoint that often.
@@ -78,17 +78,12 @@ class Tuner:
         dask_config: DaskConfig | None = None,
         client: Client | None = None,
     ) -> None:
-        if tune_config is None:
-            raise ConfigError(
-                "Tuner needs tune_config=TuneConfig(metric=..., mode=...): Optuna optimises "
-                "one reported metric."
-            )
         self._is_function = not isinstance(trainable, TorchTrainer)
         self._trainer = _as_trainer(trainable, param_space or {}, run_config, dask_config, client)
         self._space = flatten(param_space or {})
         if isinstance(trainable, TorchTrainer):
             _check_trainer_space(param_space or {})
-        self._tune_config = tune_config
+        self._tune_config = tune_config or TuneConfig()
         self._run_config = run_config or self._trainer._run_config
 
     def fit(self) -> ResultGrid:
@@ -165,7 +160,7 @@ class Tuner:
             use_gpu=scaling.use_gpu,
             experiment_dir=experiment.run_dir,
             filesystem=experiment.filesystem,
-            metric=self._tune_config.metric or "",
+            metric=self._tune_config.metric,
             max_t=self._tune_config.scheduler.max_t,
             max_concurrent=self._tune_config.max_concurrent_trials,
             worker_timeout_s=self._trainer._dask.worker_timeout_s,
@@ -190,10 +185,12 @@ class Tuner:
             else:
                 results.append(self._restored(trial, experiment))
                 states.append(state_name(trial.state))
-        metric, mode = self._tune_config.metric, self._tune_config.mode
-        assert metric is not None and mode is not None  # TuneConfig checked them
         return ResultGrid(
-            results, states, experiment_path=experiment.run_dir, metric=metric, mode=mode
+            results,
+            states,
+            experiment_path=experiment.run_dir,
+            metric=self._tune_config.metric,
+            mode=self._tune_config.mode,
         )
 
     def _restored(self, trial: FrozenTrial, experiment: RunStorage) -> Result:

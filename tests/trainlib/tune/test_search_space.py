@@ -60,9 +60,19 @@ def test_search_space_bad_bounds_say_what_to_give(make: object, message: str) ->
         make()  # type: ignore[operator]
 
 
-def test_tune_config_needs_metric_and_mode() -> None:
-    with pytest.raises(ConfigError, match="metric='loss', mode='min'"):
-        tune.TuneConfig(num_samples=2)
+def test_tune_config_takes_metric_and_mode_together_or_neither() -> None:
+    for half in ({"metric": "loss"}, {"mode": "min"}, {"metric": "", "mode": "min"}):
+        with pytest.raises(ConfigError, match=r"needs both .*or neither"):
+            tune.TuneConfig(num_samples=2, **half)  # type: ignore[arg-type]
+    plain = tune.TuneConfig(num_samples=2)  # Ray's default: trials run, not compared
+    assert isinstance(plain.scheduler, tune.FIFOScheduler)
+    assert isinstance(plain.searcher, tune.BasicVariantGenerator)
+    with pytest.raises(ConfigError, match="stops trials on a metric"):
+        tune.TuneConfig(scheduler=tune.ASHAScheduler(max_t=5))
+    with pytest.raises(ConfigError, match="learns from a metric"):
+        tune.TuneConfig(search_alg=tune.OptunaSearch())
+    with pytest.raises(ConfigError, match="num_samples=0"):
+        tune.TuneConfig(num_samples=0)
 
 
 def test_schedulers_map_to_optuna_pruners() -> None:

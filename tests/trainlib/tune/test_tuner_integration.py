@@ -18,8 +18,9 @@ from tests.trainlib.tune.trainables import (
     record_and_meet_a_partner,
     report_tune_context,
     report_until_pruned,
+    write_and_report_nothing,
 )
-from trainlib import FailureConfig, RunConfig, ScalingConfig, tune
+from trainlib import ConfigError, FailureConfig, RunConfig, ScalingConfig, tune
 from trainlib.torch import TorchTrainer
 
 
@@ -209,3 +210,20 @@ def test_tuner_ray_names_tune_run_config_search_paths_and_trial_context(
     assert [Path(d) for d in frame["trial_dir"]] == [
         tmp_path / "runs" / "named" / name for name in frame["trial_name"]
     ]
+
+
+def test_tuner_without_a_metric_runs_trials_that_report_nothing(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    """Ray's Tuner(trainable, param_space=...) with no TuneConfig: every trial runs, none is
+    compared, and reporting nothing is no failure."""
+    grid = tune.Tuner(
+        write_and_report_nothing,
+        param_space={"x": tune.grid_search(["a", "b"]), "out": str(tmp_path)},
+        run_config=tune.RunConfig(storage_path=str(tmp_path / "runs")),
+        client=dask_client,
+    ).fit()
+    assert grid.trial_states == ["complete", "complete"] and grid.num_errors == 0
+    assert sorted(p.name for p in tmp_path.glob("ran-*")) == ["ran-a", "ran-b"]
+    with pytest.raises(ConfigError, match="needs the metric to compare the trials on"):
+        grid.get_best_result()

@@ -127,3 +127,9 @@ def report_tune_context(config: dict[str, Any]) -> None:
             "experiment": context.get_experiment_name(),
         }
     )
+
+
+def write_and_report_nothing(config: dict[str, Any]) -> None:
+    """Leaves a file named after its ``x`` and reports nothing (a Ray Train v2 driver function
+    reports through its own trainer, not to the Tuner)."""
+    (Path(config["out"]) / f"ran-{config['x']}").write_text("")
