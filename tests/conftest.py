@@ -82,10 +82,14 @@ def prefect_env(
 @pytest.fixture(scope="session")
 def prefect_server(prefect_env: dict[str, str]) -> Iterator[None]:
     """This process's flows report to the session's Prefect server (one server per session)."""
+    from prefect.logging.handlers import APILogHandler
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     with temporary_settings({PREFECT_API_URL: prefect_env["PREFECT_API_URL"]}):
         yield
+        # Send the flows' queued logs while the server is up: left for the interpreter's
+        # exit, they were retried against a stopped server for 90 s (seen once).
+        APILogHandler().flush()
 
 
 @pytest.fixture(scope="session")
