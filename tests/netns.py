@@ -1,4 +1,5 @@
-"""Simulated hosts for tests: network namespaces on a bridge (see shared/docs/test-rig.md).
+"""Simulated hosts for tests: network namespaces on a bridge, one per host, so a multi-host
+Dask cluster and its ranks run on one machine with real TCP between distinct addresses.
 
 Needs root and iproute2. Each host ``{prefix}-hN`` has ``eth0`` with ``{net}.N`` on a bridge
 in the namespace ``{prefix}-sw``; ``cut(N)`` pulls host N's cable.
