@@ -83,6 +83,8 @@ class Run:
                 self._attempts(connected)
         except BaseException as exc:
             error = exc
+            if isinstance(exc, (KeyboardInterrupt, RunCancelled)):
+                self._remove_uncommitted()
         result = self.result(error)
         for callback in self.plan.run_config.callbacks:
             callback.on_end(result)
@@ -91,6 +93,16 @@ class Run:
             raise error  # the caller reports it; logging it here too would say it twice
         logger.info("Run %s finished", self.name)
         return result
+
+    def _remove_uncommitted(self) -> None:
+        """After a run was stopped (Ctrl-C, a cancelled trial) with its ranks gone: a checkpoint
+        they were writing can never be committed, so it is deleted now rather than at the next
+        start (a failure to delete it is logged: the next start deletes it, and it is never
+        taken for a checkpoint meanwhile). After a failure it stays until the next start."""
+        try:
+            self.storage.remove_uncommitted()
+        except Exception as exc:
+            logger.warning("Run %s: incomplete checkpoints left (%s)", self.name, exc)
 
     def _attempts(self, client: Client) -> None:
         """Attempts until one succeeds or ``max_failures`` is used up."""
