@@ -51,6 +51,7 @@ class NotEnoughWorkersError(ClusterError):
         num_workers: str = "",
         waiting_for: str = "",
         gpu_shortage: str = "",
+        gpus_in_use: str = "",
     ) -> None:
         super().__init__(
             requested,
@@ -61,6 +62,7 @@ class NotEnoughWorkersError(ClusterError):
             num_workers,
             waiting_for,
             gpu_shortage,
+            gpus_in_use,
         )
         self.num_workers = num_workers or str(requested)
         self.requested = requested
@@ -70,11 +72,19 @@ class NotEnoughWorkersError(ClusterError):
         self.resources = resources
         self.waiting_for = waiting_for  # e.g. the batch jobs not running yet, and why
         self.gpu_shortage = gpu_shortage  # with use_gpu: the hosts with too few devices
+        self.gpus_in_use = gpus_in_use  # with use_gpu: the GPUs other runs hold, and by whom
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         return (partial(NotEnoughWorkersError, **self.__dict__), ())
 
     def __str__(self) -> str:
+        if self.gpus_in_use:
+            return (
+                f"ScalingConfig(num_workers={self.num_workers}, use_gpu=True) needs "
+                f"{self.requested} free GPU(s) but {self.address} has {self.available} "
+                f"({self.gpus_in_use}); wait for those runs to end, lower num_workers, or "
+                "add GPU workers to the cluster."
+            )
         if self.gpu_shortage:
             return (
                 f"ScalingConfig(num_workers={self.num_workers}, use_gpu=True) needs "

@@ -23,7 +23,8 @@ def get_device() -> torch.device:
 
 
 def get_devices() -> list[torch.device]:
-    """This rank's devices: one, ``get_device()`` (each rank sees exactly one GPU)."""
+    """This rank's devices: one, ``get_device()`` (a rank may see its host's other ranks' GPUs,
+    for NCCL's direct links, but uses only its own)."""
     current_session("torch.get_devices()")
     return [get_device()]
 

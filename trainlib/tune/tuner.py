@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from trainlib._internal.common.devices import usable_cores
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib._internal.driver.interrupt import InterruptWatch
@@ -144,7 +144,7 @@ class Tuner:
     def _cluster_size(self) -> int:
         """Workers of a cluster the Tuner starts: enough for the trials that run at once."""
         concurrent = self._tune_config.max_concurrent_trials or max(
-            1, (os.cpu_count() or 1) // self._num_workers()
+            1, usable_cores() // self._num_workers()
         )
         return self._num_workers() * min(concurrent, self._num_trials())
 

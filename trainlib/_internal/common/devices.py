@@ -1,10 +1,10 @@
-"""GPU assignment: which CUDA device each Dask worker's rank may use (plain data, no Dask or
-torch import).
+"""Device placement: which CUDA device each Dask worker's rank may use, and how many cores a
+process may run on (plain data, no Dask or torch import).
 
-The workers of a host that were given the same devices share them: each gets a *stable
-position* among them (sorted by address) and takes the entry at its position. So two groups
-that run at once on one host (concurrent search trials, each on its own workers) never share a
-device, without the groups knowing of each other:
+Each worker has a *pool*: the entries of its CUDA_VISIBLE_DEVICES (up to the first invalid
+one, as CUDA reads it), or every GPU of its host when it has no list. The workers of a host
+that were given the same devices share them; the one each is offered first is the entry at
+its *position* among them (sorted by address):
 
 - One list several workers inherit (a user's ``export CUDA_VISIBLE_DEVICES=0,1`` before a
   LocalCluster; a SLURM GPU job's list inherited by its worker processes): divided between
@@ -13,17 +13,22 @@ device, without the groups knowing of each other:
   its own first; a job script may give each worker one device): its first entry.
 - No list: position ``p`` among the host's workers without one takes device ``p`` of the host.
 
+Positions shift when a worker joins or restarts, so they are only a preference: what keeps two
+runs off one GPU is the lease each run takes on a device's physical name (``device_key``)
+before a rank is placed on it (``driver/device_leases.py``); a worker whose preferred device
+is leased is offered the rest of its pool.
+
 "The same devices" are the same list in the same SLURM job: SLURM names a job's devices by
 the host's numbering (``SLURM_STEP_GPUS`` or ``SLURM_JOB_GPUS``) while ``CUDA_VISIBLE_DEVICES``
 may count only what the job's cgroup lets it see (``ConstrainDevices``: every job on a node
-sees ``0``). A worker whose position has no device may not host a GPU rank.
+sees ``0``); ``device_key`` translates back to the host's numbering.
 """
 
 from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 _NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"  # one entry per GPU the driver manages
@@ -70,13 +75,96 @@ def probe_worker_devices() -> tuple[tuple[str, ...] | None, int, tuple[str, ...]
     return visible, count, None if job is None else parse_visible(job)
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a SLURM job's or a container's
+    cpuset), not the host's count."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def parse_visible(value: str) -> tuple[str, ...]:
-    """CUDA_VISIBLE_DEVICES as a tuple of entries; an empty value hides every device."""
-    return tuple(entry.strip() for entry in value.split(",") if entry.strip())
+    """CUDA_VISIBLE_DEVICES as CUDA reads it: the entries up to the first invalid one.
+
+    An entry is a device index or a ``GPU-``/``MIG-`` UUID; CUDA ignores everything from the
+    first other entry on, so ``-1``, ``NoDevFiles`` (what some batch systems set on a job
+    without GPUs) and an empty value hide every device.
+    """
+    entries = []
+    for entry in (part.strip() for part in value.split(",")):
+        if not (entry.isdigit() or entry.startswith(("GPU-", "MIG-"))):
+            break
+        entries.append(entry)
+    return tuple(entries)
+
+
+def pool(worker: WorkerDevices) -> tuple[str, ...]:
+    """The CUDA_VISIBLE_DEVICES entries this worker's rank could be given (none on a host
+    without GPUs, whatever the worker's list says)."""
+    if worker.device_count == 0:
+        return ()
+    if worker.visible is None:
+        return tuple(str(index) for index in range(worker.device_count))
+    return worker.visible
+
+
+def device_key(worker: WorkerDevices, entry: str) -> str:
+    """The physical GPU behind ``entry`` of ``worker``'s list, named the same by every worker
+    of its host: ``host/uuid`` or ``host/index`` in the host's numbering."""
+    physical = entry
+    jobs = worker.job_gpus
+    renumbered = jobs is not None and worker.visible != jobs  # a cgroup counting from 0
+    if renumbered and entry.isdigit() and jobs is not None and int(entry) < len(jobs):
+        physical = jobs[int(entry)]
+    return f"{worker.host}/{physical}"
+
+
+def candidates(workers: Iterable[WorkerDevices]) -> dict[str, tuple[str, ...]]:
+    """Each worker's devices in the order to try them: its stable position's device first
+    (see the module's docstring), then the rest of its list."""
+    preferred = _by_position(workers)
+    return {
+        w.address: tuple(dict.fromkeys([*filter(None, [preferred[w.address]]), *pool(w)]))
+        for w in workers
+    }
+
+
+def place(
+    workers: Sequence[WorkerDevices],
+    wanted: int,
+    take: Callable[[str], bool] = lambda key: True,
+    among: Sequence[WorkerDevices] = (),
+) -> dict[str, str]:
+    """A device for each of up to ``wanted`` workers, tried in the order given.
+
+    Each worker gets the first of its ``candidates`` (positions counted among ``workers`` and
+    ``among``: every live worker) whose physical GPU no worker placed before it got and
+    ``take(device_key)`` accepts (a lease held by another run refuses). Workers without one
+    are left out.
+    """
+    order = candidates({w.address: w for w in [*among, *workers]}.values())
+    placed: dict[str, str] = {}
+    used: set[str] = set()
+    for worker in workers:
+        if len(placed) >= wanted:
+            break
+        for entry in order[worker.address]:
+            key = device_key(worker, entry)
+            if key not in used and take(key):
+                used.add(key)
+                placed[worker.address] = entry
+                break
+    return placed
 
 
 def assign_devices(workers: Sequence[WorkerDevices]) -> dict[str, str | None]:
-    """Each worker's one device (a CUDA_VISIBLE_DEVICES entry), or None if it has none."""
+    """Each worker's device when every worker hosts a rank, or None if it has none."""
+    placed = place(sorted(workers, key=lambda w: (w.host, w.address)), len(workers))
+    return {w.address: placed.get(w.address) for w in workers}
+
+
+def _by_position(workers: Iterable[WorkerDevices]) -> dict[str, str | None]:
     by_host: dict[str, list[WorkerDevices]] = defaultdict(list)
     for worker in workers:
         by_host[worker.host].append(worker)
@@ -87,14 +175,9 @@ def assign_devices(workers: Sequence[WorkerDevices]) -> dict[str, str | None]:
             sharing[worker.given].append(worker)
         for group in sharing.values():
             for position, worker in enumerate(group):
-                devices[worker.address] = _device(worker, position)
+                entries = pool(worker)
+                devices[worker.address] = entries[position] if position < len(entries) else None
     return devices
-
-
-def _device(worker: WorkerDevices, position: int) -> str | None:
-    if worker.visible is None:
-        return str(position) if position < worker.device_count else None
-    return worker.visible[position] if position < len(worker.visible) else None
 
 
 def shortages(
@@ -105,10 +188,20 @@ def shortages(
     for worker in workers:
         by_host[worker.host].append(worker.address)
     return [
-        HostShortage(host, sum(devices[a] is not None for a in addresses), len(addresses))
+        HostShortage(host, sum(devices.get(a) is not None for a in addresses), len(addresses))
         for host, addresses in sorted(by_host.items())
-        if any(devices[a] is None for a in addresses)
+        if any(devices.get(a) is None for a in addresses)
     ]
+
+
+def visible_together(entries: Sequence[str]) -> tuple[str, ...]:
+    """What the ranks of one run on one host see (NCCL needs to see a peer's GPU to use the
+    direct link to it): all their devices, in rank order, when CUDA can read them as one list
+    (all indices or all UUIDs, none twice); otherwise nothing shared (each rank sees its own)."""
+    one_form = all(e.isdigit() for e in entries) or not any(e.isdigit() for e in entries)
+    if one_form and len(set(entries)) == len(entries):
+        return tuple(entries)
+    return ()
 
 
 def duplicate_devices(ranks: Sequence[tuple[int, str, str]]) -> str | None:

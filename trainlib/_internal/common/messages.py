@@ -36,6 +36,7 @@ class RankSpec:
     dataset_names: tuple[str, ...] = ()
     setup_payload: bytes | None = None  # ScalingConfig.worker_setup, pickled
     data_cache: dict[str, CachePlan] = field(default_factory=dict)  # DataConfig.cache_shards
+    device_index: int = 0  # with use_gpu: the rank's own CUDA device among those it sees
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,9 @@ class RankLaunch:
     sys_path: tuple[str, ...]
     spec_payload: bytes
     feed: FeedPlan | None = None
-    device: str | None = None  # with use_gpu: the one CUDA_VISIBLE_DEVICES entry of the rank
+    # with use_gpu: the CUDA_VISIBLE_DEVICES entries the rank sees (its own and its host's
+    # other ranks' devices: NCCL uses a direct link only to a GPU it can see)
+    visible_devices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

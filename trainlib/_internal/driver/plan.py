@@ -18,6 +18,7 @@ from trainlib._internal.common.config import RunConfig, ScalingConfig, TorchConf
 from trainlib._internal.common.data_config import CachePlan, DataConfig
 from trainlib._internal.common.messages import FeedPlan, RankLaunch, RankSpec
 from trainlib._internal.common.storage import RunStorage
+from trainlib._internal.driver.ranks import device_index
 
 if TYPE_CHECKING:
     from trainlib._internal.common.datasets import DatasetSource
@@ -153,6 +154,7 @@ def rank_launch(
         dataset_names=tuple(source.name for source in plan.datasets),
         setup_payload=attempt.setup_payload,
         data_cache=_cache_plans(plan, slot.world_rank),
+        device_index=device_index(slot),
     )
     environment = rank_environment(
         world_rank=slot.world_rank,
@@ -173,7 +175,7 @@ def rank_launch(
         sys_path=tuple(sys.path),
         spec_payload=cloudpickle.dumps(spec),
         feed=_feed_plan(attempt, slot),
-        device=slot.device,
+        visible_devices=slot.visible_devices,
     )
 
 

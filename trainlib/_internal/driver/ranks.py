@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from trainlib._internal.common.devices import visible_together
 
 
 @dataclass(frozen=True)
@@ -16,17 +18,25 @@ class WorkerSlot:
     local_world_size: int
     node_rank: int
     device: str | None = None  # with use_gpu: the worker's CUDA_VISIBLE_DEVICES entry
+    # with use_gpu: what the rank sees, its own device among those of the host's other ranks
+    visible_devices: tuple[str, ...] = ()
 
 
 def assign_ranks(
-    workers: list[tuple[str, str]], devices: dict[str, str | None] | None = None
+    workers: list[tuple[str, str]],
+    devices: dict[str, str] | None = None,
+    scopes: dict[str, object] | None = None,
 ) -> list[WorkerSlot]:
-    """Ranks for ``(host, address)`` pairs: world rank in sorted order, local rank per host;
-    ``devices`` gives each worker's GPU (see ``devices.assign_devices``)."""
+    """Ranks for ``(host, address)`` pairs: world rank in sorted order, local rank per host.
+
+    ``devices`` gives each worker's GPU (see ``devices.place``). The ranks of one host whose
+    workers share a ``scope`` (their devices are numbered alike: the same SLURM job, or none)
+    all see each other's devices, each its own at ``RankSpec.device_index``.
+    """
     ordered = sorted(workers)
     hosts = sorted({host for host, _ in ordered})
     per_host = {host: [a for h, a in ordered if h == host] for host in hosts}
-    return [
+    slots = [
         WorkerSlot(
             address=address,
             host=host,
@@ -38,3 +48,25 @@ def assign_ranks(
         )
         for world_rank, (host, address) in enumerate(ordered)
     ]
+    return [replace(slot, visible_devices=_visible(slot, slots, scopes or {})) for slot in slots]
+
+
+def _visible(
+    slot: WorkerSlot, slots: list[WorkerSlot], scopes: dict[str, object]
+) -> tuple[str, ...]:
+    if slot.device is None:
+        return ()
+    scope = scopes.get(slot.address)
+    together = visible_together(
+        [
+            s.device
+            for s in slots
+            if s.host == slot.host and s.device is not None and scopes.get(s.address) == scope
+        ]
+    )
+    return together or (slot.device,)
+
+
+def device_index(slot: WorkerSlot) -> int:
+    """Where the rank's own device is among those it sees (0 without GPUs)."""
+    return slot.visible_devices.index(slot.device) if slot.device is not None else 0

@@ -1,5 +1,6 @@
 """The Dask workers that host a group's ranks: waiting for enough eligible ones, choosing
-them (by resources, GPUs, a trial's lease), and asking the scheduler what it has now."""
+them (by resources, free GPUs, a trial's share of the workers), and asking the scheduler
+what it has now."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from distributed import Client
 from trainlib._internal.common import devices
 from trainlib._internal.common.config import ScalingConfig
 from trainlib._internal.driver.batch_jobs import waiting_jobs
+from trainlib._internal.driver.device_leases import DeviceLeases
 from trainlib._internal.driver.ranks import WorkerSlot, assign_ranks
 from trainlib._internal.driver.state import DRIVER
 from trainlib.errors import NotEnoughWorkersError
@@ -28,6 +30,7 @@ def select_workers(
     exclude: frozenset[str] = frozenset(),
     poll: Callable[[], None] = lambda: None,
     allowed: Callable[[list[str]], Collection[str]] | None = None,
+    leases: DeviceLeases | None = None,
 ) -> list[WorkerSlot]:
     """Wait for enough eligible workers and assign ranks: sorted by host, then address.
 
@@ -35,42 +38,57 @@ def select_workers(
     if given, narrows the eligible addresses each time they are looked at (a Tuner trial's
     ``WorkerLease``: only the workers it holds). ``poll`` is called while waiting; it may
     raise to stop the wait (Ctrl-C). On a cluster class that ``connect`` started, lost workers
-    are replaced while waiting (once a second). With ``use_gpu``, only workers that have a
-    device of their own are eligible (see ``devices``).
+    are replaced while waiting (once a second). With ``use_gpu``, only workers that can be
+    given a device are eligible (see ``devices``), and each chosen worker's device is leased
+    in ``leases`` (kept by the caller until its ranks have stopped).
 
     Raises:
         NotEnoughWorkersError: Fewer eligible workers than ``num_workers`` after ``timeout_s``;
             on a job-queue cluster it names the jobs still waiting and, for SLURM, why. With
-            ``use_gpu``, at once when enough workers are there but too few have a GPU.
+            ``use_gpu`` and no ``allowed``, at once when enough workers are there but too few
+            have a GPU, or too few of their GPUs are free (naming the runs holding them).
     """
     started = DRIVER.started_cluster(_scheduler(client).address)
     deadline = time.monotonic() + timeout_s
     next_rescale = time.monotonic()
+    low, high = scaling.worker_range
     while True:
+        live = _workers(client)  # one read: the addresses, hosts and devices agree
         found = [
             (host, address)
-            for host, address in _eligible_workers(client, scaling.resources_per_worker)
+            for host, address in _eligible_workers(live, scaling.resources_per_worker)
             if address not in exclude
         ]
-        gpus = _worker_gpus(client) if scaling.use_gpu else None
-        eligible = found if gpus is None else [w for w in found if gpus.devices[w[1]]]
+        gpus = _worker_gpus(client, live) if scaling.use_gpu else None
+        eligible = found if gpus is None else [w for w in found if gpus.has_device(w[1])]
         if allowed is not None:
             permitted = allowed([address for _, address in eligible])
             eligible = [(host, address) for host, address in eligible if address in permitted]
-        low, high = scaling.worker_range
-        if len(eligible) >= low:
-            return assign_ranks(eligible[:high], gpus.devices if gpus else None)
-        if gpus is not None and len(found) >= low and allowed is None:
-            raise _gpu_shortage(client, scaling, eligible, gpus, timeout_s)
+        available = len(eligible)
+        if gpus is None:
+            if available >= low:
+                return assign_ranks(eligible[:high])
+        else:
+            placed = gpus.place([address for _, address in eligible], high, leases)
+            chosen = [(host, address) for host, address in eligible if address in placed]
+            available = len(chosen)
+            if available >= low:
+                return assign_ranks(chosen, placed, gpus.scopes)
+            if leases is not None:
+                leases.release()  # none held while waiting: two waiting runs never deadlock
+            if allowed is None and leases is not None and leases.refused:
+                raise _gpus_in_use(client, scaling, available, leases.refused, timeout_s)
+            if allowed is None and len(found) >= low:
+                raise _gpu_shortage(client, scaling, available, gpus, found, timeout_s)
         if time.monotonic() >= deadline:
             waiting = ""
             if started is not None:
-                names = [info.get("name", "") for info in _workers(client).values()]
+                names = [info.get("name", "") for info in live.values()]
                 waiting = waiting_jobs(started.cluster, names)
             raise NotEnoughWorkersError(
                 requested=low,
                 num_workers=str(scaling.num_workers),
-                available=len(eligible),
+                available=available,
                 address=_scheduler(client).address,
                 timeout_s=timeout_s,
                 resources=str(dict(scaling.resources_per_worker))
@@ -88,41 +106,68 @@ def select_workers(
 def eligible_workers(
     client: Client, resources: Mapping[str, float] | None, use_gpu: bool = False
 ) -> list[str]:
-    """Addresses of the workers that have ``resources`` (and a GPU of their own) now."""
-    found = [address for _, address in _eligible_workers(client, resources)]
+    """Addresses of the workers that have ``resources`` (and a GPU to offer) now."""
+    live = _workers(client)
+    found = [address for _, address in _eligible_workers(live, resources)]
     if not use_gpu:
         return found
-    gpus = _worker_gpus(client)
-    return [address for address in found if gpus.devices[address]]
+    gpus = _worker_gpus(client, live)
+    return [address for address in found if gpus.has_device(address)]
 
 
 @dataclass(frozen=True)
 class _WorkerGpus:
-    workers: list[devices.WorkerDevices]
-    devices: dict[str, str | None]
+    """What each live worker sees of its host's GPUs (workers that did not answer: nothing)."""
+
+    views: dict[str, devices.WorkerDevices]
+
+    def has_device(self, address: str) -> bool:
+        view = self.views.get(address)
+        return view is not None and bool(devices.pool(view))
+
+    @property
+    def scopes(self) -> dict[str, object]:
+        """Workers whose devices are numbered alike (the same SLURM job, or none)."""
+        return {address: view.job_gpus for address, view in self.views.items()}
+
+    def place(
+        self, addresses: list[str], wanted: int, leases: DeviceLeases | None
+    ) -> dict[str, str]:
+        """Devices for up to ``wanted`` of ``addresses``, each leased if ``leases`` is given;
+        the leases not used are released."""
+        views = [self.views[a] for a in addresses]
+        every = list(self.views.values())
+        if leases is None:
+            return devices.place(views, wanted, among=every)
+        placed = devices.place(views, wanted, leases.take, among=every)
+        leases.keep({devices.device_key(self.views[a], e) for a, e in placed.items()})
+        return placed
 
 
-def _worker_gpus(client: Client) -> _WorkerGpus:
-    """Each worker's device, from what every worker sees (asked of the workers at once)."""
-    hosts = {address: info["host"] for address, info in _workers(client).items()}
+def _worker_gpus(client: Client, live: dict[str, Any]) -> _WorkerGpus:
+    """Each live worker's view of its GPUs (asked of the workers at once; a worker that left
+    since ``live`` was read has none)."""
+    hosts = {address: info["host"] for address, info in live.items()}
     probed = client.run(devices.probe_worker_devices, workers=list(hosts), on_error="return")
-    views = [
-        devices.WorkerDevices(address, hosts[address], *view)
-        for address, view in probed.items()
-        if address in hosts and isinstance(view, tuple)
-    ]
-    assigned = devices.assign_devices(views)
-    return _WorkerGpus(views, {a: assigned.get(a) for a in hosts})
+    return _WorkerGpus(
+        {
+            address: devices.WorkerDevices(address, hosts[address], *view)
+            for address, view in probed.items()
+            if address in hosts and isinstance(view, tuple)
+        }
+    )
 
 
 def _gpu_shortage(
     client: Client,
     scaling: ScalingConfig,
-    eligible: list[tuple[str, str]],
+    available: int,
     gpus: _WorkerGpus,
+    found: list[tuple[str, str]],
     timeout_s: float,
 ) -> NotEnoughWorkersError:
-    short = devices.shortages(gpus.workers, gpus.devices)
+    views = [gpus.views[a] for _, a in found if a in gpus.views]
+    short = devices.shortages(views, devices.assign_devices(views))
     reason = "; ".join(
         f"host {s.host} has {s.num_devices} CUDA device(s) for its {s.num_workers} Dask workers"
         for s in short
@@ -130,10 +175,28 @@ def _gpu_shortage(
     return NotEnoughWorkersError(
         requested=scaling.worker_range[0],
         num_workers=str(scaling.num_workers),
-        available=len(eligible),
+        available=available,
         address=_scheduler(client).address,
         timeout_s=timeout_s,
         gpu_shortage=reason or "no worker sees a CUDA device",
+    )
+
+
+def _gpus_in_use(
+    client: Client,
+    scaling: ScalingConfig,
+    available: int,
+    refused: dict[str, str],
+    timeout_s: float,
+) -> NotEnoughWorkersError:
+    holders = "; ".join(f"GPU {key} is used by run {run}" for key, run in sorted(refused.items()))
+    return NotEnoughWorkersError(
+        requested=scaling.worker_range[0],
+        num_workers=str(scaling.num_workers),
+        available=available,
+        address=_scheduler(client).address,
+        timeout_s=timeout_s,
+        gpus_in_use=holders,
     )
 
 
@@ -143,9 +206,8 @@ def live_workers(client: Client) -> set[str]:
 
 
 def _eligible_workers(
-    client: Client, resources: Mapping[str, float] | None
+    workers: dict[str, Any], resources: Mapping[str, float] | None
 ) -> list[tuple[str, str]]:
-    workers = _workers(client)
     found = [
         (info["host"], address)
         for address, info in workers.items()

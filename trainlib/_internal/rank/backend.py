@@ -19,11 +19,15 @@ _STORE_POLL_S = 0.005
 
 
 def init_process_group(
-    backend: Literal["gloo", "nccl"], timeout_s: int, use_gpu: bool, host: str = ""
+    backend: Literal["gloo", "nccl"],
+    timeout_s: int,
+    use_gpu: bool,
+    host: str = "",
+    device_index: int = 0,
 ) -> None:
-    """Join the group described by the environment; with GPUs, bind this rank's device first
-    and fail at once, naming the ranks and the fix, if two ranks of one host were given the
-    same device."""
+    """Join the group described by the environment; with GPUs, bind this rank's device (the
+    ``device_index``-th it sees) first and fail at once, naming the ranks and the fix, if two
+    ranks of one host were given the same device."""
     import torch
     import torch.distributed as dist
     from torch.distributed.distributed_c10d import PrefixStore
@@ -37,7 +41,7 @@ def init_process_group(
                 f"{host or socket.gethostname()} sees no CUDA device; check the Dask worker's "
                 "CUDA_VISIBLE_DEVICES and its driver, or set use_gpu=False."
             )
-        device = torch.device("cuda", 0)  # the supervisor made exactly one device visible
+        device = torch.device("cuda", device_index)
         torch.cuda.set_device(device)
     if os.environ.get("RANK", "0") != "0":
         _wait_for_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), timeout_s)

@@ -89,7 +89,9 @@ def _run(spec: RankSpec, session: Session) -> None:
         _forward_logs(session)
     if spec.setup_payload is not None:
         cloudpickle.loads(spec.setup_payload)()  # before the group: it may set NCCL's variables
-    backend.init_process_group(spec.backend, spec.timeout_s, spec.use_gpu, spec.host)
+    backend.init_process_group(
+        spec.backend, spec.timeout_s, spec.use_gpu, spec.host, spec.device_index
+    )
     session.send("started", RankStarted.here(spec.world_rank, spec.host))
     train_func()
     session.uploads.wait()  # a checkpoint still uploading (async): its failure fails the rank
@@ -129,6 +131,13 @@ def _load_spec(connection: Connection) -> RankSpec:
         import torch
 
         torch.set_num_threads(int(threads))
+    # Inductor sized its compile pool from the fork server's cores when torch._dynamo was
+    # imported: sized again from the launch's share (one pool per rank, not per core)
+    compile_threads = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS", "")
+    if compile_threads.isdigit() and int(compile_threads) > 0:
+        import torch._inductor.config
+
+        torch._inductor.config.compile_threads = int(compile_threads)
     sys.path[:0] = [p for p in sys_path if p not in sys.path]
     try:
         os.chdir(cwd)

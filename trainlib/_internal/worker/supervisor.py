@@ -21,6 +21,7 @@ from typing import Any
 
 from distributed import Event, Queue, get_client, get_worker, secede
 
+from trainlib._internal.common.devices import usable_cores
 from trainlib._internal.common.messages import RankLaunch, is_private
 from trainlib._internal.worker import command_relay, rank_pool
 from trainlib._internal.worker.feeder import Feeder
@@ -83,19 +84,22 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
 
 def launch_environment(launch: RankLaunch, process_env: dict[str, str]) -> dict[str, str]:
     """What a rank sets in its environment when it starts: torchrun's variables, its share of
-    the host's cores (unless OMP_NUM_THREADS is set), with GPUs its one device, and the
-    private variables as they are now (an idle process may have started with others)."""
+    the worker's cores for OpenMP and for Inductor's compile workers (unless set already),
+    with GPUs the devices it sees (chosen by the driver: see ``devices``), and the private
+    variables as they are now (an idle process may have started with others)."""
     env = {k: v for k, v in process_env.items() if is_private(k)}
     env.update(launch.torch_environment)
-    if "OMP_NUM_THREADS" not in process_env:
-        env["OMP_NUM_THREADS"] = str(thread_share(os.cpu_count(), launch.local_world_size))
-    if launch.use_gpu and launch.device is not None:
-        env["CUDA_VISIBLE_DEVICES"] = launch.device  # chosen by the driver: see ``devices``
+    share = str(thread_share(usable_cores(), launch.local_world_size))
+    for variable in ("OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):
+        if variable not in process_env:
+            env[variable] = share
+    if launch.use_gpu and launch.visible_devices:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.visible_devices)
     return env
 
 
 def thread_share(cpu_count: int | None, local_world_size: int) -> int:
-    """A rank's share of its host's cores: at least one thread each."""
+    """A rank's share of the cores: at least one thread each."""
     return max(1, (cpu_count or 1) // local_world_size)
 
 

@@ -1,4 +1,4 @@
-"""GPU assignment against the topologies users run, each case written out by hand."""
+"""GPU placement against the topologies users run, each case written out by hand."""
 
 from __future__ import annotations
 
@@ -8,11 +8,16 @@ from trainlib._internal.common.devices import (
     HostShortage,
     WorkerDevices,
     assign_devices,
+    device_key,
     duplicate_devices,
     parse_visible,
+    place,
+    pool,
     probe_worker_devices,
     shortages,
+    visible_together,
 )
+from trainlib._internal.driver.ranks import assign_ranks, device_index
 
 
 def _workers(host: str, lists: list[str | None], device_count: int) -> list[WorkerDevices]:
@@ -158,3 +163,67 @@ def test_devices_dask_cuda_inside_one_slurm_job_still_gives_each_worker_its_firs
     ]
     assigned = assign_devices(workers)
     assert [assigned[w.address] for w in workers] == ["0", "1", "2", "3"]
+
+
+@pytest.mark.parametrize(
+    ("value", "entries"),
+    [
+        ("-1", ()),  # the usual way to hide every device
+        ("NoDevFiles", ()),  # what some batch systems export for a job without GPUs
+        ("0,-1,1", ("0",)),  # CUDA stops reading at the first invalid entry
+        (" 1 , GPU-ab ,MIG-cd", ("1", "GPU-ab", "MIG-cd")),
+        ("", ()),
+    ],
+)
+def test_devices_the_list_is_read_as_cuda_reads_it(value: str, entries: tuple[str, ...]) -> None:
+    assert parse_visible(value) == entries
+
+
+def test_devices_a_worker_hiding_its_devices_or_on_a_host_without_gpus_is_offered_none() -> None:
+    hidden = _workers("h", ["-1", "NoDevFiles"], device_count=4)
+    listed_without_gpus = _workers("cpu", ["0,1"], device_count=0)
+    for worker in hidden + listed_without_gpus:
+        assert pool(worker) == ()
+    assert set(assign_devices(hidden + listed_without_gpus).values()) == {None}
+
+
+def test_devices_a_leased_device_sends_the_worker_to_the_next_free_one() -> None:
+    # another run holds GPUs 0 and 2: the workers preferring them take 1 and 3 instead
+    workers = _workers("h", [None] * 4, device_count=4)
+    held = {"h/0", "h/2"}
+    placed = place(workers, wanted=2, take=lambda key: key not in held)
+    assert placed == {"tcp://h:4000": "1", "tcp://h:4001": "3"}
+    assert place(workers, wanted=4, take=lambda key: key not in held) == placed
+
+
+def test_devices_keys_name_the_hosts_gpu_whatever_the_cgroup_numbering() -> None:
+    first, second = _slurm_job("n1", 4000, "2,3", 2), _slurm_job("n1", 5000, "6,7", 2)
+    keys = {device_key(w, "1") for w in first} | {device_key(w, "1") for w in second}
+    assert keys == {"n1/3", "n1/7"}
+    own = WorkerDevices("tcp://n1:1", "n1", ("GPU-ab",), 8)
+    assert device_key(own, "GPU-ab") == "n1/GPU-ab"
+    rotated = _workers("h", ["1,2,3,0"], device_count=4)[0]
+    assert device_key(rotated, "1") == "h/1"
+
+
+def test_devices_ranks_of_a_host_see_each_others_devices_in_rank_order() -> None:
+    workers = [("a", "tcp://a:1"), ("a", "tcp://a:2"), ("b", "tcp://b:1"), ("b", "tcp://b:2")]
+    placed = {"tcp://a:1": "3", "tcp://a:2": "1", "tcp://b:1": "0", "tcp://b:2": "1"}
+    slots = assign_ranks(workers, placed)
+    assert [(s.visible_devices, device_index(s)) for s in slots] == [
+        (("3", "1"), 0),
+        (("3", "1"), 1),
+        (("0", "1"), 0),
+        (("0", "1"), 1),
+    ]
+
+
+def test_devices_ranks_numbered_apart_or_in_two_forms_see_only_their_own() -> None:
+    workers = [("n", "tcp://n:1"), ("n", "tcp://n:2")]
+    two_jobs = assign_ranks(
+        workers, {"tcp://n:1": "0", "tcp://n:2": "0"}, {"tcp://n:1": ("2",), "tcp://n:2": ("6",)}
+    )
+    assert [(s.visible_devices, device_index(s)) for s in two_jobs] == [(("0",), 0), (("0",), 0)]
+    mixed = assign_ranks(workers, {"tcp://n:1": "GPU-ab", "tcp://n:2": "1"})
+    assert [s.visible_devices for s in mixed] == [("GPU-ab",), ("1",)]
+    assert visible_together(["GPU-ab", "GPU-cd"]) == ("GPU-ab", "GPU-cd")

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 
 from trainlib._internal.common.messages import RankLaunch
@@ -56,13 +58,31 @@ def test_supervisor_thread_share_divides_the_cores_between_a_hosts_ranks() -> No
 
 
 def test_supervisor_keeps_thread_settings_the_user_chose() -> None:
-    assert "OMP_NUM_THREADS" not in launch_environment(_launch(), {"OMP_NUM_THREADS": "3"})
+    chosen = {"OMP_NUM_THREADS": "3", "TORCHINDUCTOR_COMPILE_THREADS": "2"}
+    env = launch_environment(_launch(), chosen)
+    assert "OMP_NUM_THREADS" not in env and "TORCHINDUCTOR_COMPILE_THREADS" not in env
 
 
-def test_supervisor_gives_a_gpu_rank_the_device_the_driver_chose() -> None:
+def test_supervisor_gives_a_gpu_rank_the_devices_the_driver_chose() -> None:
     inherited = {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
-    env = launch_environment(_launch(use_gpu=True, device="2"), inherited)
-    assert env["CUDA_VISIBLE_DEVICES"] == "2"
+    env = launch_environment(_launch(use_gpu=True, visible_devices=("2", "0")), inherited)
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,0"  # its own and its host's other rank's
+
+
+def test_supervisor_shares_the_cores_of_the_cpuset_not_of_the_host() -> None:
+    # a worker restricted to one core (a SLURM job's or a container's cpuset) on a host with
+    # more: each rank's OpenMP and Inductor compile threads come from that one core
+    code = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from tests.trainlib._internal.worker.test_supervisor import _launch; "
+        "from trainlib._internal.worker.supervisor import launch_environment; "
+        "env = launch_environment(_launch(local_world_size=1), {}); "
+        "print(env['OMP_NUM_THREADS'], env['TORCHINDUCTOR_COMPILE_THREADS'], os.cpu_count())"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    threads, compile_threads, host_cores = done.stdout.split()
+    assert (threads, compile_threads) == ("1", "1")
+    assert int(host_cores) >= 1
 
 
 def test_supervisor_leaves_cpu_ranks_devices_alone() -> None:

@@ -1,0 +1,150 @@
+"""GPU placement on a real Dask cluster with faked device discovery: runs of any client never
+share a GPU, whatever joins, restarts or leaves between and during their selections."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dask
+import pytest
+from distributed import Client, LocalCluster, Worker
+
+from tests.helpers import free_port
+from trainlib import NotEnoughWorkersError, ScalingConfig
+from trainlib._internal.common import devices
+from trainlib._internal.driver import workers
+from trainlib._internal.driver.device_leases import DeviceLeases
+from trainlib._internal.driver.ranks import WorkerSlot
+from trainlib._internal.driver.workers import select_workers
+
+GPU = ScalingConfig(num_workers=2, use_gpu=True)
+
+
+@dataclass
+class Rig:
+    """A scheduler and four single-threaded workers (in this process) whose addresses sort
+    in start order, on a host that seems to have four NVIDIA GPUs."""
+
+    cluster: LocalCluster
+    client: Client
+    ports: list[int]  # ascending; the workers listen on the first four
+    workers: list[Worker]
+
+    def start_worker(self, port: int) -> Worker:
+        worker: Worker = self.client.sync(_start_worker, self.cluster.scheduler_address, port)
+        self.workers.append(worker)
+        return worker
+
+    def stop_worker(self, address: str) -> None:
+        self.client.sync(next(w for w in self.workers if w.address == address).close)
+
+
+@pytest.fixture
+def rig(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Rig]:
+    folder = tmp_path / "gpus"
+    for index in range(4):
+        (folder / f"0000:0{index}:00.0").mkdir(parents=True)
+    monkeypatch.setattr(devices, "_NVIDIA_GPUS_DIR", str(folder))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    with (
+        LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster,
+        Client(cluster) as client,
+    ):
+        rig = Rig(cluster, client, sorted(free_port() for _ in range(5)), [])
+        try:
+            for port in rig.ports[:4]:
+                rig.start_worker(port)
+            yield rig
+        finally:
+            for worker in rig.workers:
+                client.sync(worker.close)
+
+
+def _gpus(slots: list[WorkerSlot]) -> set[str | None]:
+    return {slot.device for slot in slots}
+
+
+def test_two_runs_of_two_clients_take_different_gpus_and_a_third_is_told_who_holds_them(
+    rig: Rig,
+) -> None:
+    cluster = rig.cluster
+    with (
+        Client(cluster) as first_client,
+        Client(cluster) as second_client,
+        DeviceLeases(first_client, "run-a") as first,
+        DeviceLeases(second_client, "run-b") as second,
+    ):
+        a = select_workers(first_client, GPU, timeout_s=5, leases=first)
+        b = select_workers(second_client, GPU, timeout_s=5, leases=second)
+        assert _gpus(a) == {"0", "1"} and _gpus(b) == {"2", "3"}
+        one = ScalingConfig(num_workers=1, use_gpu=True)
+        with DeviceLeases(rig.client, "run-c") as third:
+            with pytest.raises(
+                NotEnoughWorkersError,
+                match=r"needs 1 free GPU\(s\) but \S+ has 0 \(GPU \S+/0 is used by run run-a; "
+                r".*GPU \S+/3 is used by run run-b\); wait for those runs to end",
+            ):
+                select_workers(rig.client, one, timeout_s=60, leases=third)
+            assert third.held == set()
+        second.release()
+        with DeviceLeases(rig.client, "run-c") as third:
+            assert _gpus(select_workers(rig.client, GPU, 5, leases=third)) == {"2", "3"}
+
+
+def test_a_worker_restarted_between_two_runs_does_not_give_the_second_a_gpu_in_use(
+    rig: Rig,
+) -> None:
+    first_worker, second_worker, third_worker, fourth_worker = sorted(
+        workers.live_workers(rig.client)
+    )
+    with DeviceLeases(rig.client, "run-a") as first:
+        held = {third_worker, fourth_worker}
+        a = select_workers(rig.client, GPU, 5, allowed=lambda e: held & set(e), leases=first)
+        assert _gpus(a) == {"2", "3"}
+        # the first worker restarts on a new port: the second now sorts first, the restarted
+        # one last, at the position that offers GPU 3 (in use by run-a)
+        rig.stop_worker(first_worker)
+        restarted = rig.start_worker(rig.ports[4]).address
+        free = {second_worker, restarted}
+        with DeviceLeases(rig.client, "run-b") as second:
+            b = select_workers(rig.client, GPU, 5, allowed=lambda e: free & set(e), leases=second)
+        assert {s.address for s in b} == free
+        assert not _gpus(a) & _gpus(b)
+
+
+def test_a_worker_leaving_between_the_scheduler_read_and_the_device_probe_is_passed_over(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = sorted(workers.live_workers(rig.client))[0]
+    read = workers._workers
+    lost: list[str] = []
+
+    def read_then_lose_one(client: Client) -> dict[str, Any]:
+        live = read(client)
+        if not lost:  # the scheduler answered with the worker; it leaves right after
+            lost.append(gone)
+            rig.stop_worker(gone)
+        return live
+
+    monkeypatch.setattr(workers, "_workers", read_then_lose_one)
+    # the probe of the gone worker gives up after the connect timeout (30 s by default)
+    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):
+        slots = select_workers(rig.client, GPU, timeout_s=5)
+    assert lost and gone not in {slot.address for slot in slots}
+    assert len(_gpus(slots)) == 2
+
+
+@pytest.mark.parametrize("hidden", ["-1", "NoDevFiles"])
+def test_workers_that_hide_their_gpus_are_never_picked(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch, hidden: str
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", hidden)
+    with pytest.raises(NotEnoughWorkersError, match=r"has 0 CUDA device\(s\) for its 4 Dask"):
+        select_workers(rig.client, GPU, timeout_s=60)
+
+
+async def _start_worker(scheduler_address: str, port: int) -> Worker:
+    return await Worker(scheduler_address, nthreads=1, host="127.0.0.1", port=port, protocol="tcp")

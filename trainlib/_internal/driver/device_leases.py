@@ -1,0 +1,82 @@
+"""Device leases: a run holds each GPU its ranks use, on the Dask scheduler, so that no other
+run (of this driver or any other client of the cluster) is given that GPU while it runs.
+
+A lease is a ``distributed.Lock`` named after the GPU's physical name (``devices.device_key``),
+taken without waiting when the run's ranks are placed and released when the attempt ends. The
+client keeps it alive; if the driver dies, the scheduler frees it after
+``distributed.scheduler.locks.lease-timeout`` (30 s by default). The name of the run holding a
+GPU is kept in the scheduler's metadata, so a run refused a GPU can say by whom.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from types import TracebackType
+
+from distributed import Client, Lock
+
+_HOLDERS = "trainlib-gpu-holders"  # scheduler metadata: device key -> run name
+_LOCKS: weakref.WeakKeyDictionary[Client, dict[str, Lock]] = weakref.WeakKeyDictionary()
+_LOCKS_GUARD = threading.Lock()
+
+
+class DeviceLeases:
+    """The GPUs one attempt of a run holds; released on leaving the ``with`` block."""
+
+    def __init__(self, client: Client, owner: str) -> None:
+        self._client = client
+        self._owner = owner
+        self._held: dict[str, Lock] = {}
+        self.refused: dict[str, str] = {}  # device key -> the run holding it, at the last try
+
+    def __enter__(self) -> DeviceLeases:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.release()
+
+    def take(self, key: str) -> bool:
+        """Hold the GPU ``key`` for this run; False (nothing held) if another run holds it."""
+        if key in self._held:
+            return True
+        lock = _lock(self._client, key)
+        if not lock.acquire(blocking=False):
+            holder = self._client.get_metadata([_HOLDERS, key], default=None)
+            self.refused[key] = str(holder or "another run")
+            return False
+        self._client.set_metadata([_HOLDERS, key], self._owner)
+        self._held[key] = lock
+        self.refused.pop(key, None)
+        return True
+
+    def keep(self, keys: set[str]) -> None:
+        """Release every held GPU not in ``keys`` (those the placement did not use)."""
+        for key in set(self._held) - keys:
+            self._held.pop(key).release()
+
+    def release(self) -> None:
+        """Release every GPU this attempt holds."""
+        self.keep(set())
+
+    @property
+    def held(self) -> set[str]:
+        """The device keys held now."""
+        return set(self._held)
+
+
+def _lock(client: Client, key: str) -> Lock:
+    """``client``'s lock for ``key`` (a Lock keeps a periodic callback for its lifetime, so
+    one per client and device is made, not one per try)."""
+    with _LOCKS_GUARD:
+        locks = _LOCKS.setdefault(client, {})
+        if key not in locks:
+            locks[key] = Lock(
+                f"trainlib-gpu/{key}", scheduler_rpc=client.scheduler, loop=client.loop
+            )
+        return locks[key]
