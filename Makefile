@@ -3,6 +3,10 @@
 # job on a synthetic archive in the CIFAR-10 format (no download). ARGS="--epochs 2" passes
 # options to train-cifar.
 PYTHON ?= python3
+# Where torch comes from: PyPI's build by default (CUDA 13: GPUs of compute capability 7.5 and
+# newer). A V100 or P100 needs the CUDA 12.6 build, on a fresh .venv:
+# make TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 test (docs/scaling.md).
+TORCH_INDEX_URL ?=
 VENV := .venv
 STAMP := $(VENV)/.installed
 
@@ -116,7 +120,8 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --upgrade pip
 	# torch first, pinned: the preinstalled 2.13.0+cpu wheel cannot load torchvision
-	$(VENV)/bin/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(VENV)/bin/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1 \
+		$(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
 	$(VENV)/bin/python -m pip install --quiet -e ".[dev]"
 	# Prefect's database template (cli/database_template.py): a new PREFECT_HOME starts fast
 	$(VENV)/bin/python -m cli.local_server

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -29,6 +30,19 @@ def random_flip(images: torch.Tensor, generator: torch.Generator | None = None) 
     return torch.where(flip[:, None, None, None], images.flip(3), images)
 
 
-def augment(images: torch.Tensor) -> torch.Tensor:
+def augment(images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
     """CIFAR's standard augmentation: random crop with 4-pixel padding, horizontal flip."""
-    return random_flip(random_crop(images, padding=4))
+    return random_flip(random_crop(images, padding=4, generator=generator), generator=generator)
+
+
+def augmentation_generator(
+    seed: int, rank: int, epoch: int, device: torch.device
+) -> torch.Generator:
+    """The random stream of one rank's augmentation in one epoch, on ``device``.
+
+    Each rank draws its own crops and flips (with one stream for all, every rank would crop
+    and flip its images alike at every step), and an epoch run again (a run resumed from the
+    checkpoint before it) draws the same ones.
+    """
+    state = np.random.SeedSequence([seed, rank, epoch]).generate_state(1, dtype=np.uint64)
+    return torch.Generator(device=device).manual_seed(int(state[0]))

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import trainlib
-from cifar.augment import augment
+from cifar.augment import augment, augmentation_generator
 from cifar.checkpoint import ModelSpec, restore_training_state, save_training_state
 from cifar.dataset import per_rank_batch_size
 from cifar.errors import InvalidParameterError, TrainingDivergedError
@@ -72,6 +72,7 @@ def cifar_train_func(loop: dict[str, Any]) -> None:
     classifier = spec.build()
     if config.use_gpu:
         classifier = classifier.to(memory_format=torch.channels_last)
+        torch.backends.cudnn.benchmark = True  # every batch is 32x32: tune convolutions once
     model = prepare_model(classifier)
     if config.compile:
         model = torch.compile(model)  # type: ignore[assignment]  # checkpoints keep `classifier`
@@ -97,8 +98,10 @@ def cifar_train_func(loop: dict[str, Any]) -> None:
             local_shuffle_buffer_size=4 * per_rank_batch,
             local_shuffle_seed=config.seed * 1000 + epoch,
         )
+        rank = trainlib.get_context().get_world_rank()
+        augmentation = augmentation_generator(config.seed, rank, epoch, _device(model))
         train_loss, train_accuracy = _train_epoch(
-            model, batches, optimizer, scheduler, scaler, config, epoch
+            model, batches, optimizer, scheduler, scaler, config, epoch, augmentation
         )
         val_loss, val_accuracy = _evaluate(model, val.iter_torch_batches(batch_size=1024), config)
         metrics = {
@@ -133,8 +136,10 @@ def _train_epoch(
     scaler: torch.amp.GradScaler,
     config: TrainConfig,
     epoch: int,
+    generator: torch.Generator | None = None,
 ) -> tuple[float, float]:
-    """One pass; stops with TrainingDivergedError once the loss is found non-finite.
+    """One pass, augmenting with ``generator``'s stream; stops with TrainingDivergedError once
+    the loss is found non-finite.
 
     Sums stay on the device: the host waits for the device only every ``CHECK_EVERY_STEPS``
     steps (to look for a non-finite loss) and at the end, never at each step.
@@ -144,7 +149,7 @@ def _train_epoch(
     totals = torch.zeros(3, dtype=torch.float64, device=_device(model))  # loss, correct, seen
     checked = step = 0  # steps known to be finite, steps taken
     for step, batch in enumerate(batches, start=1):
-        images, labels = _inputs(augment(batch["image"]), config), batch["label"]
+        images, labels = _inputs(augment(batch["image"], generator), config), batch["label"]
         with _autocast(dtype):
             logits = model(images)
         loss = nn.functional.cross_entropy(logits.float(), labels)

@@ -204,6 +204,32 @@ def visible_together(entries: Sequence[str]) -> tuple[str, ...]:
     return ()
 
 
+def missing_kernels(capability: tuple[int, int], arch_list: Sequence[str]) -> str | None:
+    """A message when the installed torch has no kernel for a GPU of ``capability``, from
+    ``torch.cuda.get_arch_list()``; None when it has one.
+
+    A cubin built for ``sm_XY`` runs on every ``sm_XZ`` with Z >= Y; PTX built for
+    ``compute_XY`` is compiled for any newer GPU when loaded.
+    """
+    if not arch_list:
+        return None
+    major, minor = capability
+    for arch in arch_list:
+        kind, _, digits = arch.partition("_")
+        if not digits.isdigit():
+            continue
+        built = (int(digits[:-1]), int(digits[-1]))
+        if kind == "sm" and built[0] == major and built[1] <= minor:
+            return None
+        if kind == "compute" and built <= capability:
+            return None
+    return (
+        f"its GPU has compute capability {major}.{minor} but the installed torch was built for "
+        f"{', '.join(arch_list)}: install a torch build for it (a V100 or P100: the CUDA 12.6 "
+        "wheels, make TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126 on a fresh .venv)"
+    )
+
+
 def duplicate_devices(ranks: Sequence[tuple[int, str, str]]) -> str | None:
     """A message naming ranks that share one physical GPU, from ``(world_rank, host, uuid)``
     of every rank; None when each rank has its own device."""

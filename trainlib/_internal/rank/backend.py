@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Literal
 
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from trainlib._internal.common.devices import duplicate_devices
+from trainlib._internal.common.devices import duplicate_devices, missing_kernels
 
 if TYPE_CHECKING:
     from torch.distributed.distributed_c10d import Store
@@ -42,6 +42,13 @@ def init_process_group(
                 "CUDA_VISIBLE_DEVICES and its driver, or set use_gpu=False."
             )
         device = torch.device("cuda", device_index)
+        unsupported = missing_kernels(
+            torch.cuda.get_device_capability(device), torch.cuda.get_arch_list()
+        )
+        if unsupported:
+            raise RuntimeError(
+                f"Rank {os.environ['RANK']} on host {host or socket.gethostname()}: {unsupported}."
+            )
         torch.cuda.set_device(device)
     if os.environ.get("RANK", "0") != "0":
         _wait_for_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), timeout_s)

@@ -10,6 +10,7 @@ from trainlib._internal.common.devices import (
     assign_devices,
     device_key,
     duplicate_devices,
+    missing_kernels,
     parse_visible,
     place,
     pool,
@@ -227,3 +228,28 @@ def test_devices_ranks_numbered_apart_or_in_two_forms_see_only_their_own() -> No
     mixed = assign_ranks(workers, {"tcp://n:1": "GPU-ab", "tcp://n:2": "1"})
     assert [s.visible_devices for s in mixed] == [("GPU-ab",), ("1",)]
     assert visible_together(["GPU-ab", "GPU-cd"]) == ("GPU-ab", "GPU-cd")
+
+
+CUDA13_ARCHES = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+
+
+@pytest.mark.parametrize(
+    ("capability", "arches", "runs"),
+    [
+        ((7, 0), CUDA13_ARCHES, False),  # a V100 on the CUDA 13 wheel: "no kernel image"
+        ((6, 0), CUDA13_ARCHES, False),  # a P100
+        ((7, 5), CUDA13_ARCHES, True),  # a T4
+        ((8, 9), CUDA13_ARCHES, True),  # an L4 runs sm_86's cubin (same major, lower minor)
+        ((7, 0), ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_90"], True),  # cu126
+        ((12, 1), ["sm_90", "compute_90"], True),  # PTX is compiled for newer GPUs
+        ((9, 0), [], True),  # a CPU build says nothing here (use_gpu fails before)
+    ],
+)
+def test_devices_a_gpu_without_kernels_in_the_installed_torch_is_named(
+    capability: tuple[int, int], arches: list[str], runs: bool
+) -> None:
+    message = missing_kernels(capability, arches)
+    assert (message is None) is runs
+    if message is not None:
+        assert f"compute capability {capability[0]}.{capability[1]}" in message
+        assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126" in message

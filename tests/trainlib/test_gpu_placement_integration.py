@@ -1,0 +1,90 @@
+"""GPU ranks on real devices: each binds its own GPU, sees its host's other ranks' GPUs (NCCL's
+peer links), and a second run started meanwhile is given other GPUs. Skipped without two CUDA
+devices (none of the machines here has one); tests/trainlib/_internal/driver/ covers the
+placement itself with the device discovery faked."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import trainlib
+from tests.helpers import local_cluster
+from trainlib import DaskConfig, RunConfig, ScalingConfig
+from trainlib.torch import TorchTrainer, get_device
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+    reason="needs two CUDA devices",
+)
+
+
+def _where(config: dict[str, Any]) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    device = get_device()
+    total = torch.ones(1, device=device) * (trainlib.get_context().get_world_rank() + 1)
+    dist.all_reduce(total)  # NCCL between the two GPUs
+    mine = {
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "index": device.index,
+        "uuid": str(torch.cuda.get_device_properties(device).uuid),
+        "sum": total.item(),
+    }
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    if "meet" in config:  # both runs hold their GPU at once: each waits for the other's mark
+        meet = Path(config["meet"])
+        (meet / trainlib.get_context().get_experiment_name()).touch()
+        deadline = time.monotonic() + 60
+        while len(list(meet.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    trainlib.report({"ranks": everyone})
+
+
+def test_gpu_ranks_of_a_host_see_each_others_devices_and_bind_their_own(tmp_path: Path) -> None:
+    with local_cluster(2, processes=True) as client:
+        result = TorchTrainer(
+            _where,
+            train_loop_config={},
+            scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
+            run_config=RunConfig(storage_path=str(tmp_path)),
+            dask_config=DaskConfig(address=client.scheduler.address),  # type: ignore[union-attr]
+        ).fit()
+    first, second = result.metrics["ranks"]
+    assert first["visible"] == second["visible"] and len(first["visible"].split(",")) == 2
+    assert (first["index"], second["index"]) == (0, 1)
+    assert first["uuid"] != second["uuid"]
+    assert first["sum"] == second["sum"] == 3.0
+
+
+def test_gpu_a_run_started_while_another_holds_a_gpu_is_given_another(tmp_path: Path) -> None:
+    with local_cluster(2, processes=True) as client:
+        address = client.scheduler.address  # type: ignore[union-attr]
+        results: dict[str, Any] = {}
+        meet = tmp_path / "meet"
+        meet.mkdir()
+
+        def fit(name: str) -> None:
+            results[name] = TorchTrainer(
+                _where,
+                train_loop_config={"meet": str(meet)},
+                scaling_config=ScalingConfig(num_workers=1, use_gpu=True),
+                run_config=RunConfig(name=name, storage_path=str(tmp_path)),
+                dask_config=DaskConfig(address=address),
+            ).fit()
+
+        runs = [threading.Thread(target=fit, args=(name,)) for name in ("a", "b")]
+        for run in runs:
+            run.start()
+        for run in runs:
+            run.join()
+    uuids = {name: result.metrics["ranks"][0]["uuid"] for name, result in results.items()}
+    assert uuids["a"] != uuids["b"]
