@@ -14,9 +14,9 @@ its *position* among them (sorted by address):
 - No list: position ``p`` among the host's workers without one takes device ``p`` of the host.
 
 Positions shift when a worker joins or restarts, so they are only a preference: what keeps two
-runs off one GPU is the lease each run takes on a device's physical name (``device_key``)
-before a rank is placed on it (``driver/device_leases.py``); a worker whose preferred device
-is leased is offered the rest of its pool.
+runs off one GPU is the claim each run takes on a device's physical name (``device_key``)
+before a rank is placed on it (``driver/gpu_claims.py``); a worker whose preferred device
+is claimed is offered the rest of its pool.
 
 "The same devices" are the same list in the same SLURM job: SLURM names a job's devices by
 the host's numbering (``SLURM_STEP_GPUS`` or ``SLURM_JOB_GPUS``) while ``CUDA_VISIBLE_DEVICES``
@@ -140,7 +140,7 @@ def place(
 
     Each worker gets the first of its ``candidates`` (positions counted among ``workers`` and
     ``among``: every live worker) whose physical GPU no worker placed before it got and
-    ``take(device_key)`` accepts (a lease held by another run refuses). Workers without one
+    ``take(device_key)`` accepts (another run's claim refuses). Workers without one
     are left out.
     """
     order = candidates({w.address: w for w in [*among, *workers]}.values())

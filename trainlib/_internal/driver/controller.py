@@ -30,7 +30,7 @@ from trainlib.errors import RankFailure, WorkerGroupError
 if TYPE_CHECKING:
     from distributed import Client
 
-    from trainlib._internal.driver.device_leases import DeviceLeases
+    from trainlib._internal.driver.gpu_claims import GpuClaims
     from trainlib._internal.driver.ranks import WorkerSlot
     from trainlib._internal.driver.worker_group import WorkerGroup
 
@@ -133,16 +133,16 @@ class Run:
     @contextmanager
     def attempt(self, client: Client) -> Iterator[tuple[WorkerGroup, ProgressWatchdog]]:
         """Form the next group, resuming from the latest intact checkpoint (or the plan's);
-        on leaving, its ranks are stopped and its GPUs' leases released. Workers unresponsive
+        on leaving, its ranks are stopped and its GPUs' claims released. Workers unresponsive
         before are avoided."""
-        from trainlib._internal.driver.device_leases import DeviceLeases
+        from trainlib._internal.driver.gpu_claims import GpuClaims
 
-        with DeviceLeases(client, self.name) as leases, self._group(client, leases) as attempt:
+        with GpuClaims(client, self.name) as claims, self._group(client, claims) as attempt:
             yield attempt
 
     @contextmanager
     def _group(
-        self, client: Client, leases: DeviceLeases
+        self, client: Client, claims: GpuClaims
     ) -> Iterator[tuple[WorkerGroup, ProgressWatchdog]]:
         from trainlib._internal.driver import workers
         from trainlib._internal.driver.worker_group import WorkerGroup
@@ -158,7 +158,7 @@ class Run:
             frozenset(self.unresponsive),
             poll=self.poll,
             allowed=self.plan.lease.allowed if self.plan.lease else None,
-            leases=leases if self.plan.scaling.use_gpu else None,
+            claims=claims if self.plan.scaling.use_gpu else None,
         )
         self._check_datasets(client, len(slots))
         self._announce(slots, resume_from)

@@ -14,7 +14,7 @@ from distributed import Client
 from trainlib._internal.common import devices
 from trainlib._internal.common.config import ScalingConfig
 from trainlib._internal.driver.batch_jobs import waiting_jobs
-from trainlib._internal.driver.device_leases import DeviceLeases
+from trainlib._internal.driver.gpu_claims import GpuClaims
 from trainlib._internal.driver.ranks import WorkerSlot, assign_ranks
 from trainlib._internal.driver.state import DRIVER
 from trainlib.errors import NotEnoughWorkersError
@@ -30,7 +30,7 @@ def select_workers(
     exclude: frozenset[str] = frozenset(),
     poll: Callable[[], None] = lambda: None,
     allowed: Callable[[list[str]], Collection[str]] | None = None,
-    leases: DeviceLeases | None = None,
+    claims: GpuClaims | None = None,
 ) -> list[WorkerSlot]:
     """Wait for enough eligible workers and assign ranks: sorted by host, then address.
 
@@ -39,8 +39,8 @@ def select_workers(
     ``WorkerLease``: only the workers it holds). ``poll`` is called while waiting; it may
     raise to stop the wait (Ctrl-C). On a cluster class that ``connect`` started, lost workers
     are replaced while waiting (once a second). With ``use_gpu``, only workers that can be
-    given a device are eligible (see ``devices``), and each chosen worker's device is leased
-    in ``leases`` (kept by the caller until its ranks have stopped).
+    given a device are eligible (see ``devices``), and each chosen worker's device is claimed
+    in ``claims`` (kept by the caller until its ranks have stopped).
 
     Raises:
         NotEnoughWorkersError: Fewer eligible workers than ``num_workers`` after ``timeout_s``;
@@ -69,15 +69,15 @@ def select_workers(
             if available >= low:
                 return assign_ranks(eligible[:high])
         else:
-            placed = gpus.place([address for _, address in eligible], high, leases)
+            placed = gpus.place([address for _, address in eligible], high, claims)
             chosen = [(host, address) for host, address in eligible if address in placed]
             available = len(chosen)
             if available >= low:
                 return assign_ranks(chosen, placed, gpus.scopes)
-            if leases is not None:
-                leases.release()  # none held while waiting: two waiting runs never deadlock
-            if allowed is None and leases is not None and leases.refused:
-                raise _gpus_in_use(client, scaling, available, leases.refused, timeout_s)
+            if claims is not None:
+                claims.release()  # none held while waiting: two waiting runs never deadlock
+            if allowed is None and claims is not None and claims.refused:
+                raise _gpus_in_use(client, scaling, available, claims.refused, timeout_s)
             if allowed is None and len(found) >= low:
                 raise _gpu_shortage(client, scaling, available, gpus, found, timeout_s)
         if time.monotonic() >= deadline:
@@ -130,17 +130,15 @@ class _WorkerGpus:
         """Workers whose devices are numbered alike (the same SLURM job, or none)."""
         return {address: view.job_gpus for address, view in self.views.items()}
 
-    def place(
-        self, addresses: list[str], wanted: int, leases: DeviceLeases | None
-    ) -> dict[str, str]:
-        """Devices for up to ``wanted`` of ``addresses``, each leased if ``leases`` is given;
-        the leases not used are released."""
+    def place(self, addresses: list[str], wanted: int, claims: GpuClaims | None) -> dict[str, str]:
+        """Devices for up to ``wanted`` of ``addresses``, each claimed in ``claims`` if given;
+        the claims not used are released."""
         views = [self.views[a] for a in addresses]
         every = list(self.views.values())
-        if leases is None:
+        if claims is None:
             return devices.place(views, wanted, among=every)
-        placed = devices.place(views, wanted, leases.take, among=every)
-        leases.keep({devices.device_key(self.views[a], e) for a, e in placed.items()})
+        placed = devices.place(views, wanted, claims.take, among=every)
+        claims.keep({devices.device_key(self.views[a], e) for a, e in placed.items()})
         return placed
 
 

@@ -16,7 +16,7 @@ from tests.helpers import free_port
 from trainlib import NotEnoughWorkersError, ScalingConfig
 from trainlib._internal.common import devices
 from trainlib._internal.driver import workers
-from trainlib._internal.driver.device_leases import DeviceLeases
+from trainlib._internal.driver.gpu_claims import GpuClaims
 from trainlib._internal.driver.ranks import WorkerSlot
 from trainlib._internal.driver.workers import select_workers
 
@@ -74,24 +74,24 @@ def test_two_runs_of_two_clients_take_different_gpus_and_a_third_is_told_who_hol
     with (
         Client(cluster) as first_client,
         Client(cluster) as second_client,
-        DeviceLeases(first_client, "run-a") as first,
-        DeviceLeases(second_client, "run-b") as second,
+        GpuClaims(first_client, "run-a") as first,
+        GpuClaims(second_client, "run-b") as second,
     ):
-        a = select_workers(first_client, GPU, timeout_s=5, leases=first)
-        b = select_workers(second_client, GPU, timeout_s=5, leases=second)
+        a = select_workers(first_client, GPU, timeout_s=5, claims=first)
+        b = select_workers(second_client, GPU, timeout_s=5, claims=second)
         assert _gpus(a) == {"0", "1"} and _gpus(b) == {"2", "3"}
         one = ScalingConfig(num_workers=1, use_gpu=True)
-        with DeviceLeases(rig.client, "run-c") as third:
+        with GpuClaims(rig.client, "run-c") as third:
             with pytest.raises(
                 NotEnoughWorkersError,
                 match=r"needs 1 free GPU\(s\) but \S+ has 0 \(GPU \S+/0 is used by run run-a; "
                 r".*GPU \S+/3 is used by run run-b\); wait for those runs to end",
             ):
-                select_workers(rig.client, one, timeout_s=60, leases=third)
+                select_workers(rig.client, one, timeout_s=60, claims=third)
             assert third.held == set()
         second.release()
-        with DeviceLeases(rig.client, "run-c") as third:
-            assert _gpus(select_workers(rig.client, GPU, 5, leases=third)) == {"2", "3"}
+        with GpuClaims(rig.client, "run-c") as third:
+            assert _gpus(select_workers(rig.client, GPU, 5, claims=third)) == {"2", "3"}
 
 
 def test_a_worker_restarted_between_two_runs_does_not_give_the_second_a_gpu_in_use(
@@ -100,17 +100,17 @@ def test_a_worker_restarted_between_two_runs_does_not_give_the_second_a_gpu_in_u
     first_worker, second_worker, third_worker, fourth_worker = sorted(
         workers.live_workers(rig.client)
     )
-    with DeviceLeases(rig.client, "run-a") as first:
+    with GpuClaims(rig.client, "run-a") as first:
         held = {third_worker, fourth_worker}
-        a = select_workers(rig.client, GPU, 5, allowed=lambda e: held & set(e), leases=first)
+        a = select_workers(rig.client, GPU, 5, allowed=lambda e: held & set(e), claims=first)
         assert _gpus(a) == {"2", "3"}
         # the first worker restarts on a new port: the second now sorts first, the restarted
         # one last, at the position that offers GPU 3 (in use by run-a)
         rig.stop_worker(first_worker)
         restarted = rig.start_worker(rig.ports[4]).address
         free = {second_worker, restarted}
-        with DeviceLeases(rig.client, "run-b") as second:
-            b = select_workers(rig.client, GPU, 5, allowed=lambda e: free & set(e), leases=second)
+        with GpuClaims(rig.client, "run-b") as second:
+            b = select_workers(rig.client, GPU, 5, allowed=lambda e: free & set(e), claims=second)
         assert {s.address for s in b} == free
         assert not _gpus(a) & _gpus(b)
 

@@ -1,9 +1,9 @@
-"""Device leases: a run holds each GPU its ranks use, on the Dask scheduler, so that no other
-run (of this driver or any other client of the cluster) is given that GPU while it runs.
+"""GPU claims: a run holds each GPU its ranks use, on the Dask scheduler, so that no other run
+(of this driver or any other client of the cluster) is given that GPU while it runs.
 
-A lease is a ``distributed.Lock`` named after the GPU's physical name (``devices.device_key``),
-taken without waiting when the run's ranks are placed and released when the attempt ends. The
-client keeps it alive; if the driver dies, the scheduler frees it after
+A claim is a ``distributed.Lock`` (whose lease the client keeps alive) named after the GPU's
+physical name (``devices.device_key``), taken without waiting when the run's ranks are placed
+and released when the attempt ends. If the driver dies, the scheduler frees it after
 ``distributed.scheduler.locks.lease-timeout`` (30 s by default). The name of the run holding a
 GPU is kept in the scheduler's metadata, so a run refused a GPU can say by whom.
 """
@@ -21,7 +21,7 @@ _LOCKS: weakref.WeakKeyDictionary[Client, dict[str, Lock]] = weakref.WeakKeyDict
 _LOCKS_GUARD = threading.Lock()
 
 
-class DeviceLeases:
+class GpuClaims:
     """The GPUs one attempt of a run holds; released on leaving the ``with`` block."""
 
     def __init__(self, client: Client, owner: str) -> None:
@@ -30,7 +30,7 @@ class DeviceLeases:
         self._held: dict[str, Lock] = {}
         self.refused: dict[str, str] = {}  # device key -> the run holding it, at the last try
 
-    def __enter__(self) -> DeviceLeases:
+    def __enter__(self) -> GpuClaims:
         return self
 
     def __exit__(
