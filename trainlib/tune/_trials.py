@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from optuna.trial import TrialState
 
 from trainlib._internal.common.callbacks import Callback, Report
+from trainlib._internal.common.config import ScalingConfig
 from trainlib._internal.common.result import Result
 from trainlib._internal.driver import workers
 from trainlib._internal.driver.controller import run_training
@@ -202,6 +203,17 @@ class TrialRunner:
 
     def _not_enough_workers(self) -> NotEnoughWorkersError:
         live = workers.eligible_workers(self._client, self._setup.resources, self._setup.use_gpu)
+        if self._setup.use_gpu:
+            scaling = ScalingConfig(
+                num_workers=self._setup.num_workers,
+                use_gpu=True,
+                resources_per_worker=self._setup.resources,
+            )
+            shortage = workers.gpu_shortage(
+                self._client, scaling, len(live), self._setup.worker_timeout_s
+            )
+            if shortage is not None:
+                return shortage
         scheduler = self._client.scheduler
         return NotEnoughWorkersError(
             requested=self._setup.num_workers,

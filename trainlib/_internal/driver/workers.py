@@ -81,6 +81,8 @@ def select_workers(
             if allowed is None and len(found) >= low:
                 raise _gpu_shortage(client, scaling, available, gpus, found, timeout_s)
         if time.monotonic() >= deadline:
+            if claims is not None and claims.refused:  # a trial waited for GPUs in use
+                raise _gpus_in_use(client, scaling, available, claims.refused, timeout_s)
             waiting = ""
             if started is not None:
                 names = [info.get("name", "") for info in live.values()]
@@ -101,6 +103,19 @@ def select_workers(
             next_rescale = time.monotonic() + _RESCALE_EVERY_S
         poll()
         time.sleep(_WORKER_POLL_S)
+
+
+def gpu_shortage(
+    client: Client, scaling: ScalingConfig, available: int, timeout_s: float
+) -> NotEnoughWorkersError | None:
+    """For a search that waited ``timeout_s`` for workers with a GPU: when it has the workers
+    but too few of them have a GPU, the error naming the hosts with too few devices; None
+    when workers are missing."""
+    live = _workers(client)
+    found = _eligible_workers(live, scaling.resources_per_worker)
+    if len(found) < scaling.worker_range[0]:
+        return None
+    return _gpu_shortage(client, scaling, available, _worker_gpus(client, live), found, timeout_s)
 
 
 def eligible_workers(

@@ -15,7 +15,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -150,7 +150,7 @@ def _relay(
         return RankOutcome(launch.world_rank, state.error)
     if state.finished and code in (0, LOST):  # LOST: said done; its exit code is unknown
         return RankOutcome(launch.world_rank, None)
-    return RankOutcome(launch.world_rank, _failure(launch, "exit", _describe_exit(code)))
+    return RankOutcome(launch.world_rank, exit_failure(launch, code))
 
 
 class _RankState:
@@ -207,6 +207,20 @@ def _wait(process: ForkedProcess) -> int:
 
 def _failure(launch: RankLaunch, kind: Any, summary: str) -> RankFailure:
     return RankFailure(launch.world_rank, launch.host, kind, summary, time=time.time())
+
+
+def exit_failure(launch: RankLaunch, code: int) -> RankFailure:
+    """A rank that exited without reporting an error. A GPU rank aborted (SIGABRT) is NCCL's
+    watchdog ending a collective that outlived the collective timeout: a consequence of a peer
+    that hung or died, so another rank's failure is the root cause where there is one."""
+    if launch.use_gpu and code == -signal.SIGABRT:
+        summary = (
+            "rank process was aborted (SIGABRT), as NCCL's watchdog does when a collective does "
+            "not complete within TorchConfig(timeout_s): another rank hung or died (see the "
+            "other ranks; FailureConfig(hang_timeout_s) names a hung one sooner)"
+        )
+        return replace(_failure(launch, "exit", summary), is_collective_error=True)
+    return _failure(launch, "exit", _describe_exit(code))
 
 
 def _describe_exit(code: int) -> str:

@@ -3,6 +3,8 @@ share a GPU, whatever joins, restarts or leaves between and during their selecti
 
 from __future__ import annotations
 
+import re
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -148,3 +150,26 @@ def test_workers_that_hide_their_gpus_are_never_picked(
 
 async def _start_worker(scheduler_address: str, port: int) -> Worker:
     return await Worker(scheduler_address, nthreads=1, host="127.0.0.1", port=port, protocol="tcp")
+
+
+def test_a_trial_waits_for_gpus_in_use_then_names_who_holds_them(rig: Rig) -> None:
+    every = set(workers.live_workers(rig.client))
+    with Client(rig.cluster) as other_client, GpuClaims(other_client, "run-a") as other:
+        select_workers(other_client, ScalingConfig(num_workers=4, use_gpu=True), 5, claims=other)
+        started = time.monotonic()
+        with (
+            GpuClaims(rig.client, "trial_00000") as trial,
+            pytest.raises(NotEnoughWorkersError, match=r"GPU \S+/0 is used by run run-a"),
+        ):
+            select_workers(rig.client, GPU, 1.0, allowed=lambda e: every & set(e), claims=trial)
+        assert time.monotonic() - started >= 1.0  # a trial waits; a plain fit fails at once
+
+
+def test_a_search_short_of_gpu_workers_is_told_which_hosts_lack_devices(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # every worker offers the same one GPU
+    error = workers.gpu_shortage(rig.client, GPU, available=1, timeout_s=5)
+    assert error is not None
+    assert re.search(r"host \S+ has 1 CUDA device\(s\) for its 4 Dask workers", str(error))
+    assert workers.gpu_shortage(rig.client, ScalingConfig(num_workers=5), 1, 5) is None

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 from dataclasses import replace
@@ -7,7 +8,7 @@ from dataclasses import replace
 from trainlib._internal.common.messages import RankLaunch
 from trainlib._internal.driver.plan import rank_environment as rank_torch_environment
 from trainlib._internal.worker.rank_pool import process_environment
-from trainlib._internal.worker.supervisor import launch_environment, thread_share
+from trainlib._internal.worker.supervisor import exit_failure, launch_environment, thread_share
 
 
 def _launch(**changes: object) -> RankLaunch:
@@ -88,3 +89,14 @@ def test_supervisor_shares_the_cores_of_the_cpuset_not_of_the_host() -> None:
 def test_supervisor_leaves_cpu_ranks_devices_alone() -> None:
     env = launch_environment(_launch(), {"CUDA_VISIBLE_DEVICES": "0,1"})
     assert "CUDA_VISIBLE_DEVICES" not in env
+
+
+def test_supervisor_names_nccls_watchdog_in_a_gpu_ranks_abort() -> None:
+    aborted = exit_failure(_launch(use_gpu=True), -signal.SIGABRT)
+    assert aborted.is_collective_error  # a peer's failure is the root cause where there is one
+    assert "NCCL's watchdog" in aborted.summary and "TorchConfig(timeout_s)" in aborted.summary
+    cpu = exit_failure(_launch(), -signal.SIGABRT)
+    assert (cpu.summary, cpu.is_collective_error) == (
+        "rank process was killed by signal SIGABRT",
+        False,
+    )
