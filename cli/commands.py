@@ -36,7 +36,11 @@ def train_parser() -> argparse.ArgumentParser:
     add("--batch-size", type=options.positive_int, default=256, help="global batch size")
     add("--lr", type=options.positive_float, default=0.05, help="peak learning rate (one-cycle)")
     options.add_seed_option(parser)
-    options.add_cluster_options(parser, num_workers=2, ranks="DDP ranks")
+    options.add_cluster_options(
+        parser,
+        num_workers=2,
+        ranks="DDP ranks (with --use-gpu on a LocalCluster: one per GPU here)",
+    )
     options.add_registry_options(parser)
     add(
         "--predict-input",
@@ -169,6 +173,8 @@ def _train(
 ) -> int:
     """Run the flow ``command`` (train-cifar or tune-cifar) with the options in ``argv``."""
     params = _parse(parser, argv)
+    if command == "train-cifar":
+        params["num_workers"] = _one_rank_per_gpu(train_parser(), argv) or params["num_workers"]
     synthetic, debug, log_file = (params.pop(key) for key in ("synthetic", "debug", "log_file"))
     server = running.start_local_server()  # its start-up overlaps the flow's imports
     flow = load_flow()
@@ -188,6 +194,22 @@ def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> dict[str,
     params = vars(parser.parse_args(argv))
     running.set_environment()
     return params
+
+
+def _one_rank_per_gpu(parser: argparse.ArgumentParser, argv: list[str] | None) -> int | None:
+    """With --use-gpu, no --num-workers and no Dask cluster given, one rank per GPU of this
+    machine (the default 2 fails on a 1-GPU machine); None otherwise."""
+    parser.set_defaults(num_workers=None)  # parsed again: tells a default from a choice
+    again = parser.parse_args(argv)
+    if not again.use_gpu or again.num_workers is not None:
+        return None
+    import dask
+
+    if again.dask_address or again.dask_cluster_class or dask.config.get("scheduler-address", None):
+        return None
+    import torch
+
+    return torch.cuda.device_count() or None
 
 
 def _use_synthetic_archive(params: dict[str, Any], command: str) -> None:

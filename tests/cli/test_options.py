@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from cli import commands, console
 from flows.predict_cifar import predict_cifar
@@ -134,3 +135,15 @@ def test_the_log_file_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert (tmp_path / "logs" / "train-cifar.log.1").stat().st_size <= 2000
     assert "line 99 of a long run" in log_file.read_text()
     assert len(list((tmp_path / "logs").iterdir())) == 2
+
+
+def test_train_gpu_runs_default_to_one_rank_per_gpu_of_a_local_cluster() -> None:
+    gpus = (torch.cuda.device_count() if torch.cuda.is_available() else 0) or None
+    parser = commands.train_parser
+    assert commands._one_rank_per_gpu(parser(), ["--use-gpu"]) == gpus
+    assert commands._one_rank_per_gpu(parser(), ["--use-gpu", "--num-workers", "2"]) is None
+    assert (
+        commands._one_rank_per_gpu(parser(), ["--use-gpu", "--dask-address", "tcp://s:1"]) is None
+    )
+    assert commands._one_rank_per_gpu(parser(), []) is None
+    assert "one per GPU here" in " ".join(parser().format_help().split())
