@@ -50,6 +50,7 @@ def _train(tmp_path: Path, num_workers: int, **config: object) -> TrainedRun:
     )
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(GPUS < 1, reason="needs a CUDA device")
 @pytest.mark.parametrize("compile_model", [False, True], ids=["eager", "compiled"])
 def test_gpu_training_learns_the_synthetic_classes(tmp_path: Path, compile_model: bool) -> None:
@@ -58,6 +59,7 @@ def test_gpu_training_learns_the_synthetic_classes(tmp_path: Path, compile_model
     assert torch.isfinite(torch.tensor(trained.final_metrics["train_loss"]))
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(GPUS < 2, reason="needs two CUDA devices (NCCL between them)")
 def test_gpu_training_ddp_on_two_gpus_learns_as_one(tmp_path: Path) -> None:
     trained = _train(tmp_path, num_workers=2, compile=True)

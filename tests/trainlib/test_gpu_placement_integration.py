@@ -18,10 +18,13 @@ from tests.helpers import local_cluster
 from trainlib import DaskConfig, RunConfig, ScalingConfig
 from trainlib.torch import TorchTrainer, get_device
 
-pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available() or torch.cuda.device_count() < 2,
-    reason="needs two CUDA devices",
-)
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(
+        not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+        reason="needs two CUDA devices",
+    ),
+]
 
 
 def _where(config: dict[str, Any]) -> None:
