@@ -214,7 +214,8 @@ def ingest_config(use_gpu: bool) -> DataConfig:
     """How the splits reach the ranks: CIFAR's fit a rank's memory (150 MB for the whole
     training split), so each rank keeps its share after the first epoch (on its GPU with
     ``use_gpu``) and later epochs read no data from Dask. A larger dataset (over 2 GiB a rank)
-    streams every epoch; the ranks' logs say which happened."""
+    streams every epoch; the ranks' logs say which happened. The files' order is shuffled at
+    every epoch that streams (``shuffle_seed``), so a streaming rank sees other files."""
     from trainlib.data import DataConfig
 
-    return DataConfig(cache_shards="device" if use_gpu else "host")
+    return DataConfig(cache_shards="device" if use_gpu else "host", shuffle_seed=0)

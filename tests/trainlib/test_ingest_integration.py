@@ -85,7 +85,7 @@ def test_ingest_splits_rows_equally_each_once_with_transforms_on_workers(
         read_passes,
         train_loop_config={"out": str(tmp_path)},
         datasets={"train": train, "val": val},
-        dataset_config=DataConfig(datasets_to_split=["train"]),
+        dataset_config=DataConfig(datasets_to_split=["train"], shuffle_seed=0),
         scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(storage_path=str(tmp_path / "runs")),
         client=dask_client,

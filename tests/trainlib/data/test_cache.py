@@ -72,7 +72,7 @@ def test_cache_torch_batches_gather_rows_in_order_and_drop_the_short_one() -> No
 
 def test_cache_plan_follows_the_data_config() -> None:
     assert DataConfig().cache_plan(split=True, world_rank=0) is None
-    config = DataConfig(cache_shards="device", cache_budget_bytes=5)
+    config = DataConfig(cache_shards="device", cache_budget_bytes=5, shuffle_seed=0)
     plan = config.cache_plan(split=True, world_rank=1)
     assert plan is not None and (plan.location, plan.budget_bytes, plan.shuffle) == (
         "device",
@@ -80,7 +80,7 @@ def test_cache_plan_follows_the_data_config() -> None:
         True,
     )
     assert plan.seed != config.cache_plan(split=True, world_rank=0).seed  # type: ignore[union-attr]
-    unshuffled = DataConfig(cache_shards="host", shuffle_seed=None)
+    unshuffled = DataConfig(cache_shards="host")  # no shuffle_seed: in order, as in Ray
     assert unshuffled.cache_plan(split=True, world_rank=0).shuffle is False  # type: ignore[union-attr]
 
 

@@ -59,7 +59,7 @@ def _run(client: Client, tmp_path: Path, cache: str, abandon_first: bool) -> lis
         scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(storage_path=str(tmp_path / "runs")),
         datasets={"train": train},
-        dataset_config=DataConfig(cache_shards=cache),  # type: ignore[arg-type]
+        dataset_config=DataConfig(cache_shards=cache, shuffle_seed=0),  # type: ignore[arg-type]
         client=client,
     ).fit()
     return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]

@@ -27,8 +27,8 @@ class CachePlan:
 _NO_EXECUTION_OPTIONS = (
     "Ray Data's execution options (resource limits, locality, ordering) have no counterpart: "
     "Dask's scheduler runs the reads on the workers, next to their data where it can. Limit "
-    "worker memory with Dask (dask worker --memory-limit), keep order with "
-    "DataConfig(shuffle_seed=None), and bound a rank's read-ahead with "
+    "worker memory with Dask (dask worker --memory-limit); partitions come in order unless "
+    "DataConfig(shuffle_seed=...) is set; bound a rank's read-ahead with "
     "iter_batches(prefetch_batches=...)."
 )
 
@@ -41,9 +41,10 @@ class DataConfig:
         datasets_to_split: ``"all"``, or the names of the datasets to split: at every pass
             each rank gets the same number of rows, different rows on every rank. A dataset
             not named is given whole to every rank, partitions in order.
-        shuffle_seed: Seed of the shuffle of partition order a split dataset gets at every
+        shuffle_seed: With a seed, a split dataset's partition order is shuffled at every
             pass; each pass (and each restart after a failure) gets another order. ``None``
-            keeps the partitions in order.
+            (the default, as Ray Data does not reorder blocks) keeps the partitions in order;
+            rows within a rank's batches are shuffled by ``local_shuffle_buffer_size``.
         cache_shards: ``"host"`` or ``"device"``: each rank keeps its shard of every dataset
             after its first complete pass, in host memory or on its device (its GPU; the CPU
             without one), and later passes read it with no Dask traffic: the same rows every
@@ -55,7 +56,7 @@ class DataConfig:
     """
 
     datasets_to_split: Literal["all"] | Sequence[str] = "all"
-    shuffle_seed: int | None = 0
+    shuffle_seed: int | None = None
     cache_shards: CacheLocation = "off"
     cache_budget_bytes: int = 2 * 1024**3
     execution_options: None = None

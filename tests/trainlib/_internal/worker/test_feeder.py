@@ -168,3 +168,13 @@ def test_feeder_releases_what_it_holds_when_closed(ranks: list[Rank]) -> None:
     for feed in rank.feeder._feeds.values():
         feed._thread.join(WAIT_S)
     assert rank.client.futures and all(f.released for f in rank.client.futures)
+
+
+def test_feeder_by_default_keeps_partition_order_every_pass_as_ray_data_does(
+    ranks: list[Rank],
+) -> None:
+    seed = DataConfig().shuffle_seed
+    ranks.extend(Rank(source(40, 5), world_rank, seed=seed) for world_rank in (0, 1))
+    first, second = ([rank.one_pass(pass_id) for rank in ranks] for pass_id in (0, 1))
+    assert first == second
+    assert all(share == sorted(share) for share in first)
