@@ -183,6 +183,10 @@ class TrialRunner:
         if isinstance(error, KeyboardInterrupt):
             return None  # left RUNNING: the next fit() with this name resumes it
         result = replace(callback.result or _empty_result(self._setup), config=config)
+        if callback.time_total_s is not None:  # Ray Tune's auto-filled metric
+            result = replace(
+                result, metrics={**result.metrics, "time_total_s": callback.time_total_s}
+            )
         state, value = TrialState.COMPLETE, None
         if isinstance(error, _Pruned):
             state, error = TrialState.PRUNED, None
@@ -258,9 +262,12 @@ class _TrialCallback(Callback):
         self._trial = trial
         self._metric = metric
         self._max_t = max_t
+        self._started = time.monotonic()
         self.result: Result | None = None
+        self.time_total_s: float | None = None  # from the trial's start to its last report
 
     def on_report(self, report: Report) -> None:
+        self.time_total_s = time.monotonic() - self._started
         step = report.index + 1  # Ray's training_iteration: the number of reports, 1-based
         if self._metric is not None:
             value = metric_value(report.metrics, self._metric)

@@ -95,7 +95,8 @@ class ResultGrid:
         return self._results[pick(scored)[1]]
 
     def get_dataframe(self) -> pd.DataFrame:
-        """One row per trial: its last metrics, ``config/...`` columns, ``trial_id`` (its name,
+        """One row per trial: its last metrics (with ``time_total_s``, seconds from the trial's
+        start to its last report), ``config/...`` columns, ``trial_id`` (its name,
         as ``tune.get_context().get_trial_id()`` gives it), ``state``, ``training_iteration``,
         ``path`` and ``error``."""
         import pandas as pd

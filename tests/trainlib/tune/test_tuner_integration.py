@@ -206,6 +206,7 @@ def test_tuner_ray_names_tune_run_config_search_paths_and_trial_context(
     frame = grid.get_dataframe().sort_values("score")
     assert frame["trial_name"].tolist() == ["trial_00000", "trial_00001"]
     assert frame["trial_id"].tolist() == frame["trial_name"].tolist()
+    assert (frame["time_total_s"] > 0).all()
     assert frame["experiment"].tolist() == ["named", "named"]
     assert [Path(d) for d in frame["trial_dir"]] == [
         tmp_path / "runs" / "named" / name for name in frame["trial_name"]
