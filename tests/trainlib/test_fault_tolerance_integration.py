@@ -288,6 +288,56 @@ def test_elastic_group_starts_small_and_reforms_with_the_workers_alive(tmp_path:
     assert second.ranks[0].host == second.ranks[1].host
 
 
+def report_until_grown(config: dict[str, Any]) -> None:
+    """Checkpoints a step every 50 ms until the group has two ranks (at most 1,200 steps)."""
+    context = trainlib.get_context()
+    checkpoint = trainlib.get_checkpoint()
+    step = 0
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            step = torch.load(os.path.join(directory, "state.pt"), weights_only=True)["step"] + 1
+    while True:
+        with tempfile.TemporaryDirectory() as directory:
+            if context.get_world_rank() == 0:
+                torch.save({"step": step}, os.path.join(directory, "state.pt"))
+            metrics = {"step": step, "world_size": context.get_world_size()}
+            trainlib.report(metrics, checkpoint=Checkpoint.from_directory(directory))
+        if context.get_world_size() == 2 or step >= 1200:
+            return
+        step += 1
+        time.sleep(0.05)  # a training step's time: the driver looks for workers meanwhile
+
+
+def test_elastic_group_grows_when_workers_join_without_a_failure(tmp_path: Path) -> None:
+    with (
+        LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster,
+        Client(cluster) as client,
+    ):
+        grow = _GrowCluster(cluster, client, tmp_path / "grown")
+        result = TorchTrainer(
+            report_until_grown,
+            scaling_config=ScalingConfig(num_workers=(1, 2), elastic_resize_monitor_interval_s=0.5),
+            run_config=RunConfig(
+                storage_path=str(tmp_path / "results"),
+                failure_config=FailureConfig(max_failures=0),
+                callbacks=[grow],
+            ),
+            client=client,
+        ).fit()
+    assert result.metrics["world_size"] == 2
+    assert result.num_restarts == 0 and result.failures == []
+    steps = list(result.metrics_dataframe["step"])
+    assert steps[0] == 0 and steps[-1] > 0  # the larger group went on from a checkpoint
+    assert [(event, len(g.ranks)) for event, g in grow.groups] == [
+        ("start", 1),
+        ("end", 1),
+        ("start", 2),
+        ("end", 2),
+    ]
+
+
 def test_elastic_minimum_not_met_names_the_setting(dask_client: Client, tmp_path: Path) -> None:
     trainer = TorchTrainer(
         elastic_epochs,

@@ -39,12 +39,17 @@ class ScalingConfig:
             joins the process group and before ``train_loop_per_worker``: set environment
             variables (``NCCL_SOCKET_IFNAME``), fetch files. ``get_context()`` works in it.
             An exception fails the rank as one raised by the training function would.
+        elastic_resize_monitor_interval_s: With ``(min, max)``, how often a healthy group of
+            fewer than ``max`` ranks looks for more eligible Dask workers. When there are more
+            and a checkpoint was committed since the group formed, the group is re-formed
+            larger from that checkpoint (not counted as a failure), as Ray Train does.
     """
 
     num_workers: int | tuple[int, int] = 1
     use_gpu: bool = False
     resources_per_worker: Mapping[str, float] | None = None
     worker_setup: Callable[[], None] | None = None
+    elastic_resize_monitor_interval_s: float = 60.0
 
     @property
     def worker_range(self) -> tuple[int, int]:
@@ -74,6 +79,11 @@ class ScalingConfig:
                 raise ConfigError(
                     f"ScalingConfig(resources_per_worker={{{name!r}: {amount}}}) must be > 0."
                 )
+        if not self.elastic_resize_monitor_interval_s > 0:
+            raise ConfigError(
+                "ScalingConfig(elastic_resize_monitor_interval_s="
+                f"{self.elastic_resize_monitor_interval_s}) must be a number of seconds > 0."
+            )
         if self.worker_setup is not None and not callable(self.worker_setup):
             raise ConfigError(
                 f"ScalingConfig(worker_setup={self.worker_setup!r}) must be a function of no "

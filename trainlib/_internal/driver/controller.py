@@ -11,6 +11,7 @@ import functools
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
     from trainlib._internal.driver.gpu_claims import GpuClaims
     from trainlib._internal.driver.ranks import WorkerSlot
+    from trainlib._internal.driver.resize import GrowthWatch
     from trainlib._internal.driver.worker_group import WorkerGroup
 
 logger = logging.getLogger(__name__)
@@ -113,7 +115,20 @@ class Run:
         failure_config = self.plan.run_config.failure_config
         while True:
             with self.attempt(client) as (group, watchdog):
-                attempt_failures = group.run(self.collector.handle, watchdog.check, poll=self.poll)
+                growth = self._growth(client, group.size)
+                attempt_failures = group.run(
+                    self.collector.handle, watchdog.check, poll=self.poll, until=growth.due
+                )
+            if growth.fired:  # the ranks were stopped on leaving the attempt: not a failure
+                logger.info(
+                    "Run %s: %d eligible Dask workers for its %d ranks (up to %d); re-forming "
+                    "the group from the latest checkpoint",
+                    self.name,
+                    growth.available,
+                    group.size,
+                    self.plan.scaling.worker_range[1],
+                )
+                continue
             if not attempt_failures:
                 self.collector.check_all_complete()
                 return
@@ -129,6 +144,23 @@ class Run:
                 len(self.failures),
                 error.root_cause.one_line(),
             )
+
+    def _growth(self, client: Client, group_size: int) -> GrowthWatch:
+        """When this attempt's elastic group should grow (never for a search's trial, whose
+        workers the search hands out)."""
+        from trainlib._internal.driver.resize import GrowthWatch
+
+        formed_after = self.manager.latest
+        mark = formed_after.index if formed_after else -1
+        scaling = self.plan.scaling
+        if self.plan.lease is not None:
+            scaling = replace(scaling, num_workers=group_size)  # a full group: never grows
+
+        def checkpointed() -> bool:
+            latest = self.manager.latest
+            return latest is not None and latest.index > mark
+
+        return GrowthWatch(client, scaling, group_size, checkpointed)
 
     @contextmanager
     def attempt(self, client: Client) -> Iterator[tuple[WorkerGroup, ProgressWatchdog]]:

@@ -88,6 +88,11 @@ class WorkerGroup:
         finally:
             group._shut_down()
 
+    @property
+    def size(self) -> int:
+        """The number of ranks."""
+        return len(self._slots)
+
     def run(
         self,
         handle: MessageHandler,

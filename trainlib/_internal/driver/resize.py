@@ -1,0 +1,51 @@
+"""Elastic growth: when a healthy group of fewer than ``max`` ranks should be re-formed larger
+(Ray Train's ``elastic_resize_monitor_interval_s``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from distributed import Client
+
+from trainlib._internal.common.config import ScalingConfig
+from trainlib._internal.driver import workers
+
+
+class GrowthWatch:
+    """Asked while a group runs (``WorkerGroup.run(until=...)``): True once, when more eligible
+    workers than the group's ranks are there and a checkpoint was committed since it formed
+    (re-forming sooner would throw that work away). Never for a fixed size or a full group."""
+
+    def __init__(
+        self,
+        client: Client,
+        scaling: ScalingConfig,
+        group_size: int,
+        checkpointed: Callable[[], bool],
+    ) -> None:
+        self._client = client
+        self._scaling = scaling
+        self._group_size = group_size
+        self._checkpointed = checkpointed
+        self._interval_s = scaling.elastic_resize_monitor_interval_s
+        self._next = time.monotonic() + self._interval_s
+        self.available = group_size  # eligible workers at the last look
+        self.fired = False
+
+    def due(self) -> bool:
+        """True when the group should be re-formed with more ranks (then it stays True)."""
+        if self.fired:
+            return True
+        if self._group_size >= self._scaling.worker_range[1] or time.monotonic() < self._next:
+            return False
+        self._next = time.monotonic() + self._interval_s
+        if not self._checkpointed():
+            return False
+        scaling = self._scaling
+        eligible = workers.eligible_workers(
+            self._client, scaling.resources_per_worker, scaling.use_gpu
+        )
+        self.available = len(eligible)
+        self.fired = self.available > self._group_size
+        return self.fired
