@@ -109,6 +109,7 @@ DOCUMENTED_TUNE = {
     "report",
     "run",
     "uniform",
+    "with_resources",
 }
 
 

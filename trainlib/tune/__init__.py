@@ -9,6 +9,7 @@ from trainlib.reporting import get_checkpoint, report
 from trainlib.tune.callback import Callback, Trial
 from trainlib.tune.config import TuneConfig
 from trainlib.tune.context import TuneContext, get_context
+from trainlib.tune.resources import with_resources
 from trainlib.tune.result_grid import ResultGrid
 from trainlib.tune.run import run
 from trainlib.tune.schedulers import (
@@ -57,4 +58,5 @@ __all__ = [
     "report",
     "run",
     "uniform",
+    "with_resources",
 ]

@@ -19,6 +19,7 @@ from trainlib.result import Result
 from trainlib.torch.trainer import TorchTrainer
 from trainlib.tune.callback import Callback, Trial
 from trainlib.tune.config import TuneConfig
+from trainlib.tune.resources import TrainableWithResources
 from trainlib.tune.result_grid import ResultGrid
 from trainlib.tune.search_space import flatten
 
@@ -259,10 +260,15 @@ def _as_trainer(
         raise ConfigError(
             f"Tuner(trainable={trainable!r}) must be a TorchTrainer or a function of config."
         )
+    scaling = (
+        trainable.scaling
+        if isinstance(trainable, TrainableWithResources)
+        else ScalingConfig(num_workers=1)
+    )
     trainer = TorchTrainer(
         trainable,
         train_loop_config={},
-        scaling_config=ScalingConfig(num_workers=1),
+        scaling_config=scaling,
         run_config=run_config,
         dask_config=dask_config,
         client=client,

@@ -16,6 +16,7 @@ from tests.trainlib.tune.trainables import (
     fail_when_told,
     interrupted_once,
     record_and_meet_a_partner,
+    report_threads,
     report_tune_context,
     report_until_pruned,
     write_and_report_nothing,
@@ -228,3 +229,18 @@ def test_tuner_without_a_metric_runs_trials_that_report_nothing(
     assert sorted(p.name for p in tmp_path.glob("ran-*")) == ["ran-a", "ran-b"]
     with pytest.raises(ConfigError, match="needs the metric to compare the trials on"):
         grid.get_best_result()
+
+
+def test_tuner_with_resources_runs_each_trial_on_the_cpus_asked_for(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    """Ray's tune.with_resources(train_fn, {"cpu": 1}) as written: every trial's rank runs on
+    one thread (a rank on this 2-worker cluster would take the host's cores otherwise)."""
+    grid = tune.Tuner(
+        tune.with_resources(report_threads, {"cpu": 1}),
+        param_space={"x": tune.grid_search([1, 2])},
+        run_config=tune.RunConfig(storage_path=str(tmp_path / "runs")),
+        client=dask_client,
+    ).fit()
+    assert sorted(r.metrics["x"] for r in grid) == [1, 2]
+    assert [r.metrics["threads"] for r in grid] == [1, 1]

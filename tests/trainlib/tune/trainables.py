@@ -133,3 +133,10 @@ def write_and_report_nothing(config: dict[str, Any]) -> None:
     """Leaves a file named after its ``x`` and reports nothing (a Ray Train v2 driver function
     reports through its own trainer, not to the Tuner)."""
     (Path(config["out"]) / f"ran-{config['x']}").write_text("")
+
+
+def report_threads(config: dict[str, Any]) -> None:
+    """Reports how many threads torch runs this trial on."""
+    import torch
+
+    trainlib.report({"threads": torch.get_num_threads(), "x": config["x"]})
