@@ -9,6 +9,7 @@ script as a user would: ``python script.py``, so the Tuner starts and closes its
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tests.helpers import run_script_for_result, trainlib_processes
@@ -86,3 +87,98 @@ def test_ray_tune_train_example_runs_with_imports_swapped(tmp_path: Path) -> Non
     assert result["errors"] == 0
     assert result["best"]["train_loop_config"]["lr"] == 0.1  # the faster of the two
     assert {p.pid for p in trainlib_processes()} <= before  # nothing left behind
+
+
+# Ray Train v2's "Hyperparameter Tuning with Ray Tune" quickstart
+# (doc/source/train/doc_code/train_tune_interop.py), as written there but for the sizes: the
+# single run and the trials use 1 or 2 workers instead of 2 or 4 (two cores here).
+RAY_V2_QUICKSTART = """
+import random
+import tempfile
+import uuid
+
+import ray.train
+import ray.train.torch
+import ray.tune
+from ray.tune.integration.ray_train import TuneReportCallback
+
+
+def train_fn_per_worker(train_loop_config: dict):
+    lr = train_loop_config["lr"]
+    print(
+        ray.train.get_context().get_world_size(),
+        ray.train.get_context().get_world_rank(),
+        train_loop_config,
+    )
+    with tempfile.TemporaryDirectory() as temp_checkpoint_dir:
+        ray.train.report(
+            {"loss": random.random()},
+            checkpoint=ray.train.Checkpoint.from_directory(temp_checkpoint_dir),
+        )
+
+
+def train_driver_fn(config: dict):
+    num_workers = config["num_workers"]
+
+    trainer = ray.train.torch.TorchTrainer(
+        train_fn_per_worker,
+        train_loop_config=config["train_loop_config"],
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=num_workers,
+        ),
+        run_config=ray.train.RunConfig(
+            name=f"train-trial_id={ray.tune.get_context().get_trial_id()}",
+            callbacks=[TuneReportCallback()],
+        ),
+    )
+    trainer.fit()
+
+
+train_driver_fn({"num_workers": 2, "train_loop_config": {"lr": 1e-3}})
+
+
+tuner = ray.tune.Tuner(
+    train_driver_fn,
+    param_space={
+        "num_workers": ray.tune.choice([1, 2]),
+        "train_loop_config": {
+            "lr": ray.tune.grid_search([1e-3, 3e-4]),
+            "batch_size": ray.tune.grid_search([32, 64]),
+        },
+    },
+    run_config=ray.tune.RunConfig(
+        name=f"tune_train_example-{uuid.uuid4().hex[:6]}",
+    ),
+    tune_config=ray.tune.TuneConfig(max_concurrent_trials=2),
+)
+results = tuner.fit()
+
+print(results.get_best_result(metric="loss", mode="min"))
+"""
+
+PRINT_V2_RESULT = (
+    "\nimport json\n"
+    "best = results.get_best_result(metric='loss', mode='min')\n"
+    'print("RESULT", json.dumps({"trials": len(results), "errors": results.num_errors, '
+    '"losses": sorted(r.metrics["loss"] for r in results), '
+    '"checkpoints": sorted(r.metrics["checkpoint_path"] for r in results), '
+    '"best": best.metrics["loss"]}))\n'
+)
+
+
+def test_ray_train_v2_tuned_by_tune_runs_with_imports_swapped(tmp_path: Path) -> None:
+    """A Tune trial function that builds a TorchTrainer and forwards its reports with
+    TuneReportCallback: every trial's Train run places its ranks on the Tuner's cluster."""
+    before = {p.pid for p in trainlib_processes()}
+    script = tmp_path / "train_tune_interop.py"
+    script.write_text(swap_imports(RAY_V2_QUICKSTART) + PRINT_V2_RESULT)
+    home = {**os.environ, "HOME": str(tmp_path)}  # RunConfig's default: ~/trainlib_results
+    result = run_script_for_result(script, cwd=tmp_path, env=home)
+    assert (result["trials"], result["errors"]) == (4, 0)
+    assert result["best"] == min(result["losses"])
+    runs = sorted((tmp_path / "trainlib_results").glob("train-trial_id=trial_*"))
+    assert [r.name for r in runs] == [f"train-trial_id=trial_0000{i}" for i in range(4)]
+    assert [Path(c).parent for c in result["checkpoints"]] == runs  # each trial's own run
+    assert all(Path(c).is_dir() for c in result["checkpoints"])
+    assert (tmp_path / "trainlib_results" / "train-trial_id=None").is_dir()  # the single run
+    assert {p.pid for p in trainlib_processes()} <= before

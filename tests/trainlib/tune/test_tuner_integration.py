@@ -19,6 +19,7 @@ from tests.trainlib.tune.trainables import (
     report_threads,
     report_tune_context,
     report_until_pruned,
+    start_a_train_run,
     write_and_report_nothing,
 )
 from trainlib import ConfigError, FailureConfig, RunConfig, ScalingConfig, tune
@@ -244,3 +245,23 @@ def test_tuner_with_resources_runs_each_trial_on_the_cpus_asked_for(
     ).fit()
     assert sorted(r.metrics["x"] for r in grid) == [1, 2]
     assert [r.metrics["threads"] for r in grid] == [1, 1]
+
+
+def test_tuner_trials_that_start_train_runs_place_them_on_the_tuners_cluster(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    """Ray Train v2 with Tune: each trial's TorchTrainer (DaskConfig() by default) runs its
+    ranks on the cluster the search runs on, and its reports reach the Tuner."""
+    grid = tune.Tuner(
+        start_a_train_run,
+        param_space={"storage": str(tmp_path / "train"), "x": tune.grid_search([1, 2])},
+        run_config=tune.RunConfig(storage_path=str(tmp_path / "runs")),
+        client=dask_client,
+    ).fit()
+    assert dask_client.scheduler is not None
+    assert [r.metrics["scheduler"] for r in grid] == [dask_client.scheduler.address] * 2
+    assert [r.metrics["world_size"] for r in grid] == [2, 2]
+    assert sorted(p.name for p in (tmp_path / "train").iterdir()) == [
+        "train-trial_00000",
+        "train-trial_00001",
+    ]

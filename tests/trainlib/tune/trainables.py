@@ -140,3 +140,30 @@ def report_threads(config: dict[str, Any]) -> None:
     import torch
 
     trainlib.report({"threads": torch.get_num_threads(), "x": config["x"]})
+
+
+def report_scheduler() -> None:
+    """Reports the scheduler of the Dask cluster this rank runs on, and the group's size."""
+    trainlib.report(
+        {
+            "scheduler": os.environ["DASK_SCHEDULER_ADDRESS"],
+            "world_size": trainlib.get_context().get_world_size(),
+        }
+    )
+
+
+def start_a_train_run(config: dict[str, Any]) -> None:
+    """A Ray Train v2 trial function: a 2-rank TorchTrainer reporting to the Tuner."""
+    from trainlib import RunConfig, ScalingConfig, tune
+    from trainlib.torch import TorchTrainer
+    from trainlib.tune.integration.ray_train import TuneReportCallback
+
+    TorchTrainer(
+        report_scheduler,
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(
+            name=f"train-{tune.get_context().get_trial_id()}",
+            storage_path=config["storage"],
+            callbacks=[TuneReportCallback()],
+        ),
+    ).fit()

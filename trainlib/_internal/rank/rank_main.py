@@ -138,6 +138,10 @@ def _load_spec(connection: Connection) -> RankSpec:
         import torch._inductor.config
 
         torch._inductor.config.compile_threads = int(compile_threads)
+    if "dask" in sys.modules and "DASK_SCHEDULER_ADDRESS" in os.environ:  # read at import
+        import dask.config
+
+        dask.config.set({"scheduler-address": os.environ["DASK_SCHEDULER_ADDRESS"]})
     sys.path[:0] = [p for p in sys_path if p not in sys.path]
     try:
         os.chdir(cwd)

@@ -64,7 +64,7 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
                 launch.host,
                 launch.sys_path,
                 os.getcwd(),
-                launch_environment(launch, environment),
+                launch_environment(launch, environment, get_worker().scheduler.address),
                 launch.spec_payload,
             )
         )
@@ -82,13 +82,19 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
     return outcome
 
 
-def launch_environment(launch: RankLaunch, process_env: dict[str, str]) -> dict[str, str]:
+def launch_environment(
+    launch: RankLaunch, process_env: dict[str, str], scheduler_address: str | None = None
+) -> dict[str, str]:
     """What a rank sets in its environment when it starts: torchrun's variables, its share of
     the worker's cores for OpenMP and for Inductor's compile workers (unless set already),
-    with GPUs the devices it sees (chosen by the driver: see ``devices``), and the private
-    variables as they are now (an idle process may have started with others)."""
+    with GPUs the devices it sees (chosen by the driver: see ``devices``), the scheduler of
+    its cluster as Dask's default (a run started inside a rank, as in a Tune trial, runs on
+    the same cluster), and the private variables as they are now (an idle process may have
+    started with others)."""
     env = {k: v for k, v in process_env.items() if is_private(k)}
     env.update(launch.torch_environment)
+    if scheduler_address and "DASK_SCHEDULER_ADDRESS" not in process_env:
+        env["DASK_SCHEDULER_ADDRESS"] = scheduler_address
     share = str(thread_share(usable_cores(), launch.local_world_size))
     for variable in ("OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):
         if variable not in process_env:
