@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import copy
+import logging
+import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
+
+import cloudpickle
+import fsspec
 
 from trainlib._internal.common.devices import usable_cores
 from trainlib._internal.common.storage import RunStorage
@@ -31,6 +36,8 @@ if TYPE_CHECKING:
     from trainlib.tune._trials import TrialSetup
 
 STUDY_FILE = "study.db"
+TUNER_FILE = "tuner.pkl"  # what Tuner.restore reads: param space, TuneConfig, RunConfig
+logger = logging.getLogger(__name__)
 
 
 class Tuner:
@@ -81,11 +88,59 @@ class Tuner:
     ) -> None:
         self._is_function = not isinstance(trainable, TorchTrainer)
         self._trainer = _as_trainer(trainable, param_space or {}, run_config, dask_config, client)
+        self._param_space = dict(param_space or {})
         self._space = flatten(param_space or {})
         if isinstance(trainable, TorchTrainer):
             _check_trainer_space(param_space or {})
         self._tune_config = tune_config or TuneConfig()
         self._run_config = run_config or self._trainer._run_config
+
+    @classmethod
+    def restore(
+        cls,
+        path: str,
+        trainable: TorchTrainer | Callable[[dict[str, Any]], Any],
+        *,
+        resume_unfinished: bool = True,
+        resume_errored: bool = False,
+        restart_errored: bool = False,
+        param_space: Mapping[str, Any] | None = None,
+        dask_config: DaskConfig | None = None,
+        client: Client | None = None,
+    ) -> Tuner:
+        """The search stored at ``path`` (``{storage_path}/{name}``), as Ray's
+        ``Tuner.restore``: its param space, TuneConfig and RunConfig as its first ``fit()``
+        saved them (``tuner.pkl``), with ``trainable`` given again. Its ``fit()`` keeps the
+        trials that ended, resumes interrupted ones from their latest checkpoint and runs
+        the rest.
+
+        Raises:
+            ConfigError: No search is stored at ``path``; or ``resume_unfinished=False``,
+                ``resume_errored`` or ``restart_errored``: a failed trial stays as it ended
+                (start a search under another name to run it again).
+        """
+        if not resume_unfinished or resume_errored or restart_errored:
+            raise ConfigError(
+                "Tuner.restore(resume_unfinished=True, resume_errored=False, "
+                "restart_errored=False) only: a restored search always resumes its unfinished "
+                "trials and keeps failed ones as they ended; to run failed configs again, "
+                "start a Tuner under another RunConfig(name=...)."
+            )
+        saved = _read_saved(path)
+        return cls(
+            trainable,
+            param_space=saved["param_space"] if param_space is None else param_space,
+            tune_config=saved["tune_config"],
+            run_config=saved["run_config"],
+            dask_config=dask_config,
+            client=client,
+        )
+
+    @classmethod
+    def can_restore(cls, path: str) -> bool:
+        """Whether ``path`` holds a search ``restore`` can resume."""
+        filesystem, directory = fsspec.core.url_to_fs(path)
+        return bool(filesystem.exists(posixpath.join(directory, TUNER_FILE)))
 
     def fit(self) -> ResultGrid:
         """Run the search to its end and return every trial's result.
@@ -110,6 +165,7 @@ class Tuner:
             self._run_config.storage, name, self._run_config.storage_filesystem
         )
         study = self._open_study(name, experiment)
+        self._save(experiment, name)
         trainer = self._trainer
         with (
             InterruptWatch(),
@@ -119,6 +175,20 @@ class Tuner:
             runner = TrialRunner(client, study, self._setup(experiment))
             outcomes = runner.run(max(0, self._num_trials() - study.counted_trials()))
         return self._grid(study, outcomes, experiment)
+
+    def _save(self, experiment: RunStorage, name: str) -> None:
+        """What ``restore`` needs besides the trainable, next to the study."""
+        location, stored_as = posixpath.split(experiment.run_dir)
+        run_config = replace(
+            self._run_config, name=stored_as, storage_path=experiment.url(location)
+        )
+        saved = {"param_space": self._param_space, "tune_config": self._tune_config}
+        try:
+            payload = cloudpickle.dumps({**saved, "run_config": run_config})
+        except Exception as exc:  # a callback that cannot be pickled: restore without it
+            logger.warning("Tuner %s: its RunConfig cannot be saved for restore (%s)", name, exc)
+            payload = cloudpickle.dumps({**saved, "run_config": replace(run_config, callbacks=[])})
+        experiment.filesystem.pipe_file(posixpath.join(experiment.run_dir, TUNER_FILE), payload)
 
     def _open_study(self, name: str, experiment: RunStorage) -> Study:
         from trainlib.tune._study import Study, StudySettings
@@ -212,6 +282,18 @@ class Tuner:
             error=RuntimeError(error) if error else None,
             config=self._space.config(trial.params),
         )
+
+
+def _read_saved(path: str) -> dict[str, Any]:
+    filesystem, directory = fsspec.core.url_to_fs(path)
+    saved_file = posixpath.join(directory, TUNER_FILE)
+    if not filesystem.exists(saved_file):
+        raise ConfigError(
+            f"Tuner.restore({path!r}): no search is stored there (no {TUNER_FILE}); give the "
+            "search's directory, {storage_path}/{name}, of a Tuner that was fit() before."
+        )
+    saved: dict[str, Any] = cloudpickle.loads(filesystem.cat_file(saved_file))
+    return saved
 
 
 def _sqlite_url(experiment: RunStorage) -> str:

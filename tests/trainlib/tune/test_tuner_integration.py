@@ -13,6 +13,7 @@ from distributed import Client
 
 from tests.helpers import rank_processes
 from tests.trainlib.tune.trainables import (
+    count_and_report,
     fail_when_told,
     interrupted_once,
     record_and_meet_a_partner,
@@ -265,3 +266,29 @@ def test_tuner_trials_that_start_train_runs_place_them_on_the_tuners_cluster(
         "train-trial_00000",
         "train-trial_00001",
     ]
+
+
+def test_tuner_restore_resumes_a_search_from_its_directory(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    """Ray's Tuner.restore(path, trainable): the search's space and configs come back from
+    its directory; trials that ended are kept, not run again, and the rest run."""
+    experiment = tmp_path / "runs" / "restorable"
+    assert not tune.Tuner.can_restore(str(experiment))
+    tune.Tuner(
+        count_and_report,
+        param_space={"x": tune.grid_search([1, 2]), "out": str(tmp_path)},
+        tune_config=tune.TuneConfig(metric="score", mode="max"),
+        run_config=tune.RunConfig(name="restorable", storage_path=str(tmp_path / "runs")),
+        client=dask_client,
+    ).fit()
+    assert tune.Tuner.can_restore(str(experiment))
+    restored = tune.Tuner.restore(str(experiment), count_and_report, client=dask_client)
+    grid = restored.fit()
+    assert sorted(r.metrics["score"] for r in grid) == [1, 2]
+    assert grid.get_best_result().config["x"] == 2  # the saved TuneConfig's metric and mode
+    assert sorted((tmp_path / "runs.txt").read_text().split()) == ["1", "2"]  # none ran again
+    with pytest.raises(ConfigError, match="keeps failed ones as they ended"):
+        tune.Tuner.restore(str(experiment), count_and_report, restart_errored=True)
+    with pytest.raises(ConfigError, match="no search is stored there"):
+        tune.Tuner.restore(str(tmp_path / "nothing"), count_and_report)
