@@ -110,6 +110,8 @@ class HostMetricsCallback(trainlib.Callback):
         self._thread: threading.Thread | None = None
 
     def on_group_start(self, group: trainlib.GroupInfo) -> None:
+        if group.client is None:  # local mode: no hosts to sample but this one's own
+            return
         if self._step is None:
             self._step = self._next_step()
         self._stop.clear()
@@ -125,6 +127,7 @@ class HostMetricsCallback(trainlib.Callback):
             self._thread = None
 
     def _sample(self, group: trainlib.GroupInfo) -> None:
+        assert group.client is not None, "only a group on a cluster is sampled"
         hosts = {worker: host for host, worker in group.hosts.items()}
         with contextlib.suppress(Exception):  # prime each host's CPU % (since the last call)
             group.client.run(sample_host, workers=list(hosts), on_error="return")

@@ -15,9 +15,11 @@ from trainlib import (
 )
 
 
-def test_scaling_config_rejects_zero_workers() -> None:
-    with pytest.raises(ConfigError, match=r"num_workers=0\) must be at least 1"):
-        ScalingConfig(num_workers=0)
+def test_scaling_config_takes_zero_workers_as_local_mode_only_as_a_whole_size() -> None:
+    assert ScalingConfig(num_workers=0).worker_range == (0, 0)
+    for invalid in (-1, (0, 2)):
+        with pytest.raises(ConfigError, match=r"must be at least 1 \(or 0: local mode\)"):
+            ScalingConfig(num_workers=invalid)
 
 
 def test_scaling_config_rejects_non_positive_resources() -> None:

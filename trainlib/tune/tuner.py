@@ -88,6 +88,12 @@ class Tuner:
     ) -> None:
         self._is_function = not isinstance(trainable, TorchTrainer)
         self._trainer = _as_trainer(trainable, param_space or {}, run_config, dask_config, client)
+        if self._num_workers() == 0:
+            raise ConfigError(
+                "Tuner(TorchTrainer(scaling_config=ScalingConfig(num_workers=0))): local mode runs "
+                "one run in this process; a search runs its trials on a Dask cluster: give "
+                "num_workers=1 or more."
+            )
         self._param_space = dict(param_space or {})
         self._space = flatten(param_space or {})
         if isinstance(trainable, TorchTrainer):

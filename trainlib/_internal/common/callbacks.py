@@ -81,11 +81,12 @@ class GroupInfo:
         ranks: Where each rank runs, by world rank.
         client: The Dask client of the run, to ask the group's workers something
             (``client.run(f, workers=[...])``). Valid until ``on_group_end``; do not close it.
+            None in local mode (``num_workers=0``: no cluster).
     """
 
     attempt: int
     ranks: tuple[RankPlacement, ...]
-    client: Client
+    client: Client | None
 
     @property
     def hosts(self) -> dict[str, str]:

@@ -28,6 +28,8 @@ class ScalingConfig:
 
     Args:
         num_workers: Number of ranks; each runs in its own process next to one Dask worker.
+            ``0`` is Ray's local mode: the training function runs once in the calling thread,
+            without a Dask cluster or a process group (for debugging).
             ``(min, max)`` makes the group elastic: it starts once ``min`` workers are there,
             takes up to ``max``, and re-forms after a failure with as many as are alive then.
             Keep the global batch size constant by deriving the per-rank batch (or gradient
@@ -69,10 +71,10 @@ class ScalingConfig:
                 "before it samples; run one Tuner per num_workers instead."
             )
         low, high = self.worker_range
-        if not 1 <= low <= high:
+        if not (1 <= low <= high or self.num_workers == 0):
             raise ConfigError(
-                f"ScalingConfig(num_workers={self.num_workers}) must be at least 1, and a "
-                "(min, max) pair must have 1 <= min <= max."
+                f"ScalingConfig(num_workers={self.num_workers}) must be at least 1 (or 0: local "
+                "mode), and a (min, max) pair must have 1 <= min <= max."
             )
         for name, amount in (self.resources_per_worker or {}).items():
             if amount <= 0:

@@ -78,12 +78,16 @@ class Run:
         from trainlib._internal.driver import (
             cluster,  # imported on use: rank processes never need Dask
         )
+        from trainlib._internal.driver.local_mode import run_locally
 
         error: BaseException | None = None
         try:
             workers = self.plan.scaling.worker_range[1]
-            with cluster.connect(self.plan.dask_config, workers, client) as connected:
-                self._attempts(connected)
+            if workers == 0:
+                run_locally(self)
+            else:
+                with cluster.connect(self.plan.dask_config, workers, client) as connected:
+                    self._attempts(connected)
         except BaseException as exc:
             error = exc
             if isinstance(exc, (KeyboardInterrupt, RunCancelled)):
@@ -193,7 +197,7 @@ class Run:
             claims=claims if self.plan.scaling.use_gpu else None,
         )
         self._check_datasets(client, len(slots))
-        self._announce(slots, resume_from)
+        self.announce(slots, resume_from)
         watchdog = ProgressWatchdog(self.plan.run_config.failure_config.hang_timeout_s, slots)
         self.collector.start_attempt(len(slots), start_index, watchdog)
         start = AttemptStart(
@@ -240,7 +244,7 @@ class Run:
         for source in self.plan.datasets:
             check_rows(source, world_size, client)
 
-    def _announce(self, slots: list[WorkerSlot], resume_from: Checkpoint | None) -> None:
+    def announce(self, slots: list[WorkerSlot], resume_from: Checkpoint | None) -> None:
         """Tell the callbacks (first attempt) and the log that a group of this size forms."""
         if not self.started:
             self.started = True

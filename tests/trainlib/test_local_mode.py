@@ -1,0 +1,94 @@
+"""Local mode, as Ray Train's ``ScalingConfig(num_workers=0)``: the training function runs in
+the calling process, with the same report, context and checkpoint API, and no cluster."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import dask.array as da
+import pytest
+import torch
+from torch import nn
+
+import trainlib
+from trainlib import Checkpoint, ConfigError, RunConfig, ScalingConfig, WorkerGroupError, tune
+from trainlib.torch import TorchTrainer, prepare_data_loader, prepare_model
+
+
+def train_three_epochs(config: dict[str, Any]) -> None:
+    context = trainlib.get_context()
+    model = prepare_model(nn.Linear(2, 1))
+    data = prepare_data_loader(torch.utils.data.DataLoader(torch.randn(8, 2), batch_size=4))
+    start = 0
+    if (checkpoint := trainlib.get_checkpoint()) is not None:
+        with checkpoint.as_directory() as directory:
+            start = int(Path(directory, "epoch").read_text()) + 1
+    for epoch in range(start, config["epochs"]):
+        if epoch == config.get("fail_at"):
+            raise ValueError("the loss is NaN")
+        loss = sum(model(batch).pow(2).mean() for batch in data)
+        with tempfile.TemporaryDirectory() as directory:
+            Path(directory, "epoch").write_text(str(epoch))
+            trainlib.report(
+                {
+                    "epoch": epoch,
+                    "loss": float(loss.detach()),
+                    "pid": os.getpid(),
+                    "world": (context.get_world_rank(), context.get_world_size()),
+                    "kept": len(trainlib.get_all_reported_checkpoints()),
+                },
+                checkpoint=Checkpoint.from_directory(directory),
+            )
+
+
+def _fit(tmp_path: Path, **config: Any) -> trainlib.Result:
+    return TorchTrainer(
+        train_three_epochs,
+        train_loop_config={"epochs": 3, **config},
+        scaling_config=ScalingConfig(num_workers=0),
+        run_config=RunConfig(name="local", storage_path=str(tmp_path)),
+    ).fit()
+
+
+def test_local_mode_runs_in_this_process_and_commits_its_checkpoints(tmp_path: Path) -> None:
+    result = _fit(tmp_path)
+    assert [m["epoch"] for m in result.metrics_history] == [0, 1, 2]
+    assert {m["pid"] for m in result.metrics_history} == {os.getpid()}
+    assert result.metrics["world"] == (0, 1)
+    assert [m["kept"] for m in result.metrics_history] == [0, 1, 2]  # the earlier reports'
+    assert result.checkpoint is not None
+    with result.checkpoint.as_directory() as directory:
+        assert Path(directory, "epoch").read_text() == "2"
+    with pytest.raises(RuntimeError, match="outside a training function"):
+        trainlib.get_context()  # the session ended with the run
+
+
+def test_local_mode_resumes_a_run_by_name_and_reports_a_failure_as_a_rank_would(
+    tmp_path: Path,
+) -> None:
+    _fit(tmp_path, epochs=2)
+    with pytest.raises(WorkerGroupError, match=r"rank 0 on host .*: ValueError: the loss is NaN"):
+        _fit(tmp_path, epochs=3, fail_at=2)
+    resumed = _fit(tmp_path, epochs=3)
+    assert [m["epoch"] for m in resumed.metrics_history] == [2]  # from epoch 1's checkpoint
+    assert resumed.metrics["kept"] == 2
+
+
+def test_local_mode_refuses_datasets_naming_the_alternative(tmp_path: Path) -> None:
+    trainer = TorchTrainer(
+        train_three_epochs,
+        scaling_config=ScalingConfig(num_workers=0),
+        run_config=RunConfig(storage_path=str(tmp_path)),
+        datasets={"train": {"x": da.zeros(4, chunks=2)}},
+    )
+    with pytest.raises(ConfigError, match=r"local mode\) runs without a Dask cluster"):
+        trainer.fit()
+
+
+def test_local_mode_cannot_be_searched() -> None:
+    local = TorchTrainer(train_three_epochs, scaling_config=ScalingConfig(num_workers=0))
+    with pytest.raises(ConfigError, match=r"local mode runs one run in this process"):
+        tune.Tuner(local)

@@ -1,0 +1,132 @@
+"""Local mode (``ScalingConfig(num_workers=0)``, as Ray Train's): the training function runs
+once, in the calling thread of the driver's process, with no Dask cluster and no process group.
+``report``, ``get_context`` and checkpoints work as in a rank: a world of one, rank 0, its
+reports committed by the run's own collector as they are made. For debugging (a breakpoint in
+the training function stops where it is)."""
+
+from __future__ import annotations
+
+import socket
+import time
+import traceback
+from typing import TYPE_CHECKING, Any, Protocol
+
+import cloudpickle
+
+from trainlib._internal.common.callbacks import GroupInfo, RankPlacement
+from trainlib._internal.common.messages import Command, RankSpec
+from trainlib._internal.driver.plan import AttemptStart, rank_launch
+from trainlib._internal.driver.ranks import WorkerSlot
+from trainlib._internal.driver.watchdog import ProgressWatchdog
+from trainlib._internal.rank.session import Session
+from trainlib._internal.rank.state import RANK
+from trainlib.errors import ConfigError, RankFailure
+
+if TYPE_CHECKING:
+    from trainlib._internal.common.checkpoint import Checkpoint
+    from trainlib._internal.common.storage import RunStorage
+    from trainlib._internal.driver.checkpoint_manager import CheckpointManager
+    from trainlib._internal.driver.plan import RunPlan
+    from trainlib._internal.driver.reports import ReportCollector
+    from trainlib.errors import WorkerGroupError
+
+
+class Run(Protocol):
+    """What local mode uses of the controller's ``Run``."""
+
+    plan: RunPlan
+    name: str
+    storage: RunStorage
+    manager: CheckpointManager
+    collector: ReportCollector
+    setup_payload: bytes | None
+
+    def announce(self, slots: list[WorkerSlot], resume_from: Checkpoint | None) -> None: ...
+
+    def record_failure(self, failures: dict[int, RankFailure]) -> WorkerGroupError: ...
+
+
+LOCAL = "local"  # the "worker" address of the one rank
+
+
+def run_locally(run: Run) -> None:
+    """Run the plan's training function here, once; its failure is recorded on ``run`` and
+    raised as a ``WorkerGroupError``."""
+    plan = run.plan
+    if plan.datasets:
+        raise ConfigError(
+            "ScalingConfig(num_workers=0) (local mode) runs without a Dask cluster, so "
+            "TorchTrainer(datasets=...) cannot be read: use num_workers=1 or more, or load the "
+            "data inside the training function."
+        )
+    if RANK.session is not None:
+        raise ConfigError(
+            "ScalingConfig(num_workers=0) inside a training function: a rank already runs "
+            "here; use num_workers=1 or more for a run started from a rank."
+        )
+    run.storage.remove_uncommitted()
+    latest = run.manager.latest_intact()
+    start_index = latest.index + 1 if latest else 0
+    resume_from = latest.checkpoint if latest else plan.resume_from
+    host = socket.gethostname()
+    slot = WorkerSlot(LOCAL, host, world_rank=0, local_rank=0, local_world_size=1, node_rank=0)
+    start = AttemptStart(
+        plan, run.name, run.storage, start_index, resume_from, [slot], run.setup_payload
+    )
+    spec: RankSpec = cloudpickle.loads(rank_launch(start, slot, host, 0).spec_payload)
+    run.announce([slot], resume_from)
+    watchdog = ProgressWatchdog(None, [slot])
+    run.collector.start_attempt(1, start_index, watchdog)
+    session = Session(spec, lambda message: _handle(run, message))
+    run.collector.reply_with(lambda rank, command: _deliver(session, command))
+    info = GroupInfo(1, (RankPlacement(0, 0, 0, host, LOCAL, None),), None)
+    for callback in plan.run_config.callbacks:
+        callback.on_group_start(info)
+    RANK.start(session)
+    try:
+        if spec.setup_payload is not None:
+            cloudpickle.loads(spec.setup_payload)()
+        cloudpickle.loads(spec.train_func_payload)()
+        session.uploads.wait()
+    except _DriverError as driver_side:  # a callback stopped the run, as it would any run
+        raise driver_side.error from None
+    except Exception as exc:
+        session.uploads.abandon()
+        failure = RankFailure(
+            0,
+            host,
+            "exception",
+            f"{type(exc).__name__}: {exc}",
+            traceback="".join(traceback.format_exception(exc)),
+            time=time.time(),
+        )
+        raise run.record_failure({0: failure}) from exc
+    finally:
+        RANK.reset()
+        for callback in plan.run_config.callbacks:
+            callback.on_group_end(info)
+    run.collector.check_all_complete()
+
+
+class _DriverError(BaseException):
+    """What the run's collector or a callback raised while handling a report, carried out
+    through the training function (a BaseException, so its ``except Exception`` lets it by)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _handle(run: Run, message: tuple[str, Any]) -> None:
+    """A message of the training function, handled as the driver handles a rank's (the
+    session sends one at a time); its logs are this process's own already."""
+    kind, payload = message
+    if kind in ("report", "started"):
+        try:
+            run.collector.handle(kind, payload)
+        except Exception as exc:
+            raise _DriverError(exc) from exc
+
+
+def _deliver(session: Session, command: Command) -> None:
+    session.deliver("command", command)
