@@ -5,6 +5,7 @@ Port a Ray Train loop by changing imports: ``ray.train`` -> ``trainlib``,
 """
 
 from trainlib import collective  # noqa: F401  (trainlib.collective, as ray.train.collective)
+from trainlib._internal.common.preemption import PreemptionInfo
 from trainlib.callbacks import Callback, GroupInfo, RankPlacement, Report, RunInfo
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import (
@@ -33,6 +34,7 @@ from trainlib.reporting import (
     ReportedCheckpoint,
     get_all_reported_checkpoints,
     get_checkpoint,
+    get_preemption_info,
     report,
 )
 from trainlib.result import Result
@@ -51,6 +53,7 @@ __all__ = [
     "FailureConfig",
     "GroupInfo",
     "NotEnoughWorkersError",
+    "PreemptionInfo",
     "RankFailure",
     "RankPlacement",
     "Report",
@@ -68,5 +71,6 @@ __all__ = [
     "get_checkpoint",
     "get_context",
     "get_dataset_shard",
+    "get_preemption_info",
     "report",
 ]

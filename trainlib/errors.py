@@ -109,7 +109,7 @@ class TrainingFailedError(TrainlibError):
     """The training run failed and used up ``FailureConfig.max_failures``."""
 
 
-FailureKind = Literal["exception", "exit", "worker_lost", "hang", "stopped"]
+FailureKind = Literal["exception", "exit", "worker_lost", "preempted", "hang", "stopped"]
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,8 @@ class RankFailure:
         world_rank: The rank's global index.
         host: The host the rank ran on.
         kind: ``exception`` (the train function raised), ``exit`` (the process died),
-            ``worker_lost`` (its Dask worker left), ``hang`` (no progress within
+            ``worker_lost`` (its Dask worker left), ``preempted`` (its Dask worker retired
+            gracefully: see ``FailureConfig.max_preemption_failures``), ``hang`` (no progress within
             ``FailureConfig.hang_timeout_s``) or ``stopped`` (stopped by trainlib after
             another rank failed).
         summary: One line: exception type and message, exit code or signal.

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from trainlib._internal.common.messages import REPORTED_CHECKPOINTS, CheckpointsQuery, ReportMessage
+from trainlib._internal.common.preemption import PreemptionInfo
 from trainlib._internal.rank import uploads
 from trainlib._internal.rank.session import Session
 from trainlib._internal.rank.state import current_session
@@ -119,6 +120,17 @@ def report(
             name,
         ),
     )
+
+
+def get_preemption_info() -> PreemptionInfo | None:
+    """Which ranks are about to lose their Dask worker, or None (Ray Train's).
+
+    Not None once the driver has seen a worker of this run retire gracefully (see
+    ``FailureConfig.max_preemption_failures``): save a checkpoint now if there is time. When
+    the worker is gone the run restarts from its latest checkpoint. Dask gives no deadline,
+    and a worker without data leaves at once, so the notice may come too late to act on.
+    """
+    return current_session("get_preemption_info()").preemption
 
 
 def get_checkpoint() -> Checkpoint | None:

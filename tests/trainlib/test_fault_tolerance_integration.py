@@ -338,6 +338,89 @@ def test_elastic_group_grows_when_workers_join_without_a_failure(tmp_path: Path)
     ]
 
 
+def report_steps_until_resumed(config: dict[str, Any]) -> None:
+    """Checkpoints a step every 50 ms; after a resume, two more steps and it is done."""
+    checkpoint = trainlib.get_checkpoint()
+    step = 0
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            step = torch.load(os.path.join(directory, "state.pt"), weights_only=True)["step"] + 1
+    last = step + 2 if checkpoint is not None else 1200
+    while True:
+        with tempfile.TemporaryDirectory() as directory:
+            if trainlib.get_context().get_world_rank() == 0:
+                torch.save({"step": step}, os.path.join(directory, "state.pt"))
+            trainlib.report({"step": step}, checkpoint=Checkpoint.from_directory(directory))
+        if step >= last:
+            return
+        step += 1
+        time.sleep(0.05)  # a training step's time
+
+
+class _RetireRankOne(trainlib.Callback):
+    """After the first report, retires rank 1's Dask worker gracefully, as a preemption (or
+    dask worker --lifetime, or an adaptive cluster scaling down) does."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.workers: list[str] = []
+        self.retirement: threading.Thread | None = None
+
+    def on_group_start(self, group: trainlib.GroupInfo) -> None:
+        self.workers = [placement.worker for placement in group.ranks]
+
+    def on_report(self, report: trainlib.Report) -> None:
+        if report.index == 0 and self.retirement is None:
+            worker = self.workers[1]
+            self.retirement = threading.Thread(
+                target=self.client.retire_workers, args=([worker],), daemon=True
+            )
+            self.retirement.start()
+
+
+def _preempted_fit(client: Client, tmp_path: Path, budget: int) -> trainlib.Result:
+    retire = _RetireRankOne(client)
+    try:
+        return TorchTrainer(
+            report_steps_until_resumed,
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(
+                storage_path=str(tmp_path),
+                failure_config=FailureConfig(max_failures=0, max_preemption_failures=budget),
+                callbacks=[retire],
+            ),
+            client=client,
+        ).fit()
+    finally:
+        if retire.retirement is not None:
+            retire.retirement.join()
+
+
+def _three_workers() -> LocalCluster:
+    return LocalCluster(n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0")
+
+
+def test_a_gracefully_retired_worker_is_a_preemption_within_its_own_budget(
+    tmp_path: Path,
+) -> None:
+    with _three_workers() as cluster, Client(cluster) as client:
+        result = _preempted_fit(client, tmp_path, budget=1)
+    [preemption] = result.failures
+    assert preemption.kind == "preempted" and preemption.world_rank == 1
+    assert "retired gracefully (preempted)" in preemption.summary
+    steps = list(result.metrics_dataframe["step"])
+    assert steps[-1] == steps[-3] + 2 and steps[-3] > 0  # resumed from a checkpoint
+
+
+def test_a_preemption_past_its_budget_fails_the_run_naming_it(tmp_path: Path) -> None:
+    with (
+        _three_workers() as cluster,
+        Client(cluster) as client,
+        pytest.raises(WorkerGroupError, match=r"rank 1 .*retired gracefully \(preempted\)"),
+    ):
+        _preempted_fit(client, tmp_path, budget=0)
+
+
 def test_elastic_minimum_not_met_names_the_setting(dask_client: Client, tmp_path: Path) -> None:
     trainer = TorchTrainer(
         elastic_epochs,

@@ -23,6 +23,7 @@ DOCUMENTED_TRAINLIB = {
     "FailureConfig",
     "GroupInfo",
     "NotEnoughWorkersError",
+    "PreemptionInfo",
     "RankFailure",
     "RankPlacement",
     "Report",
@@ -40,6 +41,7 @@ DOCUMENTED_TRAINLIB = {
     "get_checkpoint",
     "get_context",
     "get_dataset_shard",
+    "get_preemption_info",
     "report",
 }
 DOCUMENTED_COLLECTIVE = {"barrier", "broadcast_from_rank_zero"}

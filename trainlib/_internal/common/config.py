@@ -131,16 +131,23 @@ class FailureConfig:
             Collectives then time out after ``2 * hang_timeout_s`` at most. ``None`` derives it
             from the run: after the first report, 5 times the longest interval between two
             reports so far, at least 60 s (before it, only ``TorchConfig.timeout_s`` applies).
+        max_preemption_failures: Restarts after a preemption, counted apart from
+            ``max_failures``; ``-1`` means unlimited. On Dask a preemption is a worker hosting a
+            rank that retires gracefully (``client.retire_workers``, a worker's
+            ``close_gracefully``, ``dask worker --lifetime``, an adaptive cluster scaling down).
+            Once these are used up, a preemption counts as an ordinary failure.
     """
 
     max_failures: int = 0
     hang_timeout_s: float | None = None
+    max_preemption_failures: int = 0
 
     def __post_init__(self) -> None:
-        if self.max_failures < -1:
-            raise ConfigError(
-                f"FailureConfig(max_failures={self.max_failures}) must be -1 (unlimited) or >= 0."
-            )
+        for name in ("max_failures", "max_preemption_failures"):
+            if getattr(self, name) < -1:
+                raise ConfigError(
+                    f"FailureConfig({name}={getattr(self, name)}) must be -1 (unlimited) or >= 0."
+                )
         if self.hang_timeout_s is not None and self.hang_timeout_s <= 0:
             raise ConfigError(
                 f"FailureConfig(hang_timeout_s={self.hang_timeout_s}) must be positive or None."

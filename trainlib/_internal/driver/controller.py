@@ -68,7 +68,8 @@ class Run:
         self.storage = RunStorage.create(config.storage, self.name, config.storage_filesystem)
         self.manager = CheckpointManager.from_storage(config.checkpoint_config, self.storage)
         self.collector = ReportCollector(self.storage, self.manager, config.callbacks)
-        self.failures: list[RankFailure] = []
+        self.failures: list[RankFailure] = []  # every failed attempt's root cause
+        self.preemptions = 0  # of those, the preemptions max_preemption_failures covered
         self.unresponsive: set[str] = set()
         self.started = False
         setup = plan.scaling.worker_setup
@@ -137,17 +138,32 @@ class Run:
                 self.collector.check_all_complete()
                 return
             error = self.record_failure(attempt_failures)
-            if (
-                failure_config.max_failures != -1
-                and len(self.failures) > failure_config.max_failures
-            ):
+            if self._absorbs_preemption(error.root_cause):
+                logger.warning(
+                    "Run %s restarting after preemption %d: %s",
+                    self.name,
+                    self.preemptions,
+                    error.root_cause.one_line(),
+                )
+                continue
+            counted = len(self.failures) - self.preemptions
+            if failure_config.max_failures != -1 and counted > failure_config.max_failures:
                 raise error
             logger.warning(
                 "Run %s restarting after failure %d: %s",
                 self.name,
-                len(self.failures),
+                counted,
                 error.root_cause.one_line(),
             )
+
+    def _absorbs_preemption(self, root_cause: RankFailure) -> bool:
+        """Whether a failed attempt was a preemption that ``max_preemption_failures`` still
+        covers (then it is counted there, not against ``max_failures``)."""
+        budget = self.plan.run_config.failure_config.max_preemption_failures
+        if root_cause.kind != "preempted" or (budget != -1 and self.preemptions >= budget):
+            return False
+        self.preemptions += 1
+        return True
 
     def _growth(self, client: Client, group_size: int) -> GrowthWatch:
         """When this attempt's elastic group should grow (never for a search's trial, whose

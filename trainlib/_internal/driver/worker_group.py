@@ -11,15 +11,17 @@ from typing import Any
 from distributed import Client, Event, Future, Queue
 
 from trainlib._internal.common.messages import Command, RankLaunch
+from trainlib._internal.common.preemption import PREEMPTION, PreemptionInfo
 from trainlib._internal.common.waiting import Completions, Mailbox, result_within
 from trainlib._internal.driver.plan import find_free_port
 from trainlib._internal.driver.ranks import WorkerSlot
-from trainlib._internal.driver.workers import live_workers
+from trainlib._internal.driver.workers import retired_gracefully, worker_statuses
 from trainlib._internal.worker import command_relay
 from trainlib._internal.worker.supervisor import RankOutcome, supervise_rank
 from trainlib.errors import RankFailure
 
 STOP_TIMEOUT_S = 10.0
+RETIRING = "closing_gracefully"  # a worker's status while it retires
 _POLL_S = 0.5  # a rank's task ending or a message wakes the driver sooner
 _LIVENESS_CHECK_S = 1.0
 _STOP_POLL_S = 0.2
@@ -47,6 +49,7 @@ class WorkerGroup:
         self._stop = stop
         self._outcomes: dict[int, RankOutcome] = {}
         self._unresponsive: set[str] = set()
+        self._retiring: set[str] = set()  # the group's workers seen retiring gracefully
         self._completions = Completions(futures)
         self._mail = Mailbox(queue, self._completions.wake)
 
@@ -175,10 +178,30 @@ class WorkerGroup:
                 self._record(slot, "exception", summary)
 
     def _check_workers_alive(self) -> None:
-        alive = live_workers(self._client)
+        """Record the ranks whose worker left; tell every rank when one of their workers
+        starts retiring (``get_preemption_info``)."""
+        statuses = worker_statuses(self._client)
+        retiring = {s.address for s in self._slots if statuses.get(s.address) == RETIRING}
+        if retiring - self._retiring:
+            self._retiring |= retiring
+            self._notify_preemption()
         for slot in self._slots:
-            if slot.address not in alive and slot.world_rank not in self._outcomes:
-                self._record(slot, "worker_lost", f"Dask worker {slot.address} left the cluster")
+            if slot.address not in statuses and slot.world_rank not in self._outcomes:
+                if slot.address in self._retiring or retired_gracefully(self._client, slot.address):
+                    summary = f"Dask worker {slot.address} retired gracefully (preempted)"
+                    self._record(slot, "preempted", summary)
+                else:
+                    summary = f"Dask worker {slot.address} left the cluster"
+                    self._record(slot, "worker_lost", summary)
+
+    def _notify_preemption(self) -> None:
+        ranks: dict[str, list[int]] = {}
+        for slot in self._slots:
+            if slot.address in self._retiring:
+                ranks.setdefault(slot.address, []).append(slot.world_rank)
+        self.send(
+            Command(PREEMPTION, PreemptionInfo(deadline_ms=None, preempted_node_to_ranks=ranks))
+        )
 
     def _record(self, slot: WorkerSlot, kind: Any, summary: str) -> None:
         failure = RankFailure(slot.world_rank, slot.host, kind, summary, time=time.time())
@@ -218,7 +241,7 @@ class WorkerGroup:
         return {
             r
             for r, o in self._outcomes.items()
-            if o.failure is not None and o.failure.kind == "worker_lost"
+            if o.failure is not None and o.failure.kind in ("worker_lost", "preempted")
         }
 
     @property

@@ -218,6 +218,24 @@ def live_workers(client: Client) -> set[str]:
     return set(_workers(client))
 
 
+def worker_statuses(client: Client) -> dict[str, str]:
+    """The scheduler's workers now and their status (``running``, ``closing_gracefully``: a
+    worker that is retiring, ...)."""
+    return {address: str(info.get("status", "")) for address, info in _workers(client).items()}
+
+
+def retired_gracefully(client: Client, address: str) -> bool:
+    """Whether the worker at ``address`` left by retiring (the scheduler logged its removal as
+    expected: ``retire_workers``, ``close_gracefully``, ``--lifetime``), not by dying."""
+    events = client.get_events(address)
+    return any(
+        isinstance(message, dict)
+        and message.get("action") in ("retired", "remove-worker")
+        and message.get("expected", message.get("action") == "retired")
+        for _, message in events
+    )
+
+
 def _eligible_workers(
     workers: dict[str, Any], resources: Mapping[str, float] | None
 ) -> list[tuple[str, str]]:

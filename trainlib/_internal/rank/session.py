@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainlib._internal.common.messages import REPORTED_CHECKPOINTS, Command, RankSpec
+from trainlib._internal.common.preemption import PREEMPTION, PreemptionInfo
 from trainlib._internal.rank.uploads import Uploads
 
 
@@ -23,6 +24,7 @@ class Session:
         self.commands: queue.Queue[Command] = queue.Queue()  # a live group's, in order
         self.next_index = spec.start_index
         self.uploads = Uploads(lambda message: self.send("report", message))
+        self.preemption: PreemptionInfo | None = None  # the driver's latest notice
 
     def send(self, kind: str, payload: Any) -> None:
         """Send one message to the supervisor (thread-safe)."""
@@ -41,6 +43,8 @@ class Session:
             self._inboxes[name].put(tuple(rest))
         elif kind == "command" and payload.kind == REPORTED_CHECKPOINTS:
             self._inboxes[REPORTED_CHECKPOINTS].put(payload.payload)
+        elif kind == "command" and payload.kind == PREEMPTION:
+            self.preemption = payload.payload
         elif kind == "command":
             self.commands.put(payload)
 
