@@ -93,7 +93,11 @@ def launch_environment(
     started with others)."""
     env = {k: v for k, v in process_env.items() if is_private(k)}
     env.update(launch.torch_environment)
-    if scheduler_address and "DASK_SCHEDULER_ADDRESS" not in process_env:
+    if (
+        scheduler_address is not None
+        and not scheduler_address.startswith("inproc://")  # another process cannot connect
+        and "DASK_SCHEDULER_ADDRESS" not in process_env
+    ):
         env["DASK_SCHEDULER_ADDRESS"] = scheduler_address
     share = str(thread_share(usable_cores(), launch.local_world_size))
     for variable in ("OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):

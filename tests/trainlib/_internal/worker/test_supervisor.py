@@ -100,3 +100,11 @@ def test_supervisor_names_nccls_watchdog_in_a_gpu_ranks_abort() -> None:
         "rank process was killed by signal SIGABRT",
         False,
     )
+
+
+def test_supervisor_gives_a_rank_its_clusters_scheduler_if_another_process_can_reach_it() -> None:
+    tcp = launch_environment(_launch(), {}, "tcp://10.0.0.5:8786")
+    assert tcp["DASK_SCHEDULER_ADDRESS"] == "tcp://10.0.0.5:8786"
+    assert "DASK_SCHEDULER_ADDRESS" not in launch_environment(_launch(), {}, "inproc://h/1/2")
+    own = {"DASK_SCHEDULER_ADDRESS": "tcp://other:8786"}  # the user's choice is kept
+    assert "DASK_SCHEDULER_ADDRESS" not in launch_environment(_launch(), own, "tcp://s:1")
