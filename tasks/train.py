@@ -138,7 +138,7 @@ def is_infrastructure_failure(task: object, task_run: object, state: State) -> b
     try:
         state.result()
     except WorkerGroupError as error:
-        return error.root_cause.kind in ("worker_lost", "exit", "hang")
+        return error.root_cause.kind in ("worker_lost", "preempted", "exit", "hang")
     except Exception:
         return False
     return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -16,13 +17,14 @@ import s3fs
 from distributed import Client
 from moto.server import ThreadedMotoServer
 
-from tests.helpers import free_port, local_cluster, skip_or_fail
+from tests.helpers import SESSION_VARIABLE, free_port, local_cluster, skip_or_fail
 from tests.postgres_rig import Postgres, postgres_server
 from tests.postgres_rig import unavailable_reason as postgres_unavailable
 from tests.prefect_stack import prefect_stack
 from tests.slurm_rig import SlurmCluster, slurm_cluster, unavailable_reason
 
 S3_BUCKET = "trainlib-test"
+os.environ[SESSION_VARIABLE] = uuid.uuid4().hex  # marks this session's rank processes
 # Fixtures that start a server, a cluster or rank processes: a test using one is an
 # integration test (``make test-fast`` leaves those out, as it does *_integration.py files).
 STARTS_SERVERS = {

@@ -29,19 +29,35 @@ def skip_or_fail(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
+# Set once per test session (tests/conftest.py) and inherited by everything it starts: Dask
+# workers, fork servers, ranks, drivers run as scripts. Other jobs on this machine (another
+# checkout's tests, a user's runs) have other values or none, so they are never counted.
+SESSION_VARIABLE = "TRAINLIB_TEST_SESSION"
+
+
 def rank_processes() -> list[psutil.Process]:
-    """Rank processes launched and still alive on this machine (a worker's idle rank process,
-    still waiting for its launch, is not counted: see ``trainlib._internal.worker.rank_pool``)."""
+    """Rank processes of this test session launched and still alive (a worker's idle rank
+    process, still waiting for its launch, is not counted: see
+    ``trainlib._internal.worker.rank_pool``)."""
     return [p for p in trainlib_processes() if _name(p) == "trainlib-rank"]
 
 
 def trainlib_processes() -> list[psutil.Process]:
-    """Every rank process alive on this machine now: at work, or idle in a worker's pool."""
+    """Every rank process of this test session alive now: at work, or idle in a worker's
+    pool."""
     found = []
     for process in psutil.process_iter(["cmdline"]):
-        if "trainlib._internal.rank.rank_main" in " ".join(process.info["cmdline"] or []):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if "trainlib._internal.rank.rank_main" in cmdline and _of_this_session(process):
             found.append(process)
     return found
+
+
+def _of_this_session(process: psutil.Process) -> bool:
+    try:
+        return bool(process.environ().get(SESSION_VARIABLE) == os.environ[SESSION_VARIABLE])
+    except (psutil.Error, KeyError):  # gone, a zombie, another user's, or no session here
+        return False
 
 
 def _name(process: psutil.Process) -> str:

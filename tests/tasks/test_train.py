@@ -36,7 +36,13 @@ def _failed(kind: str) -> object:
 
 @pytest.mark.parametrize(
     ("kind", "retried"),
-    [("worker_lost", True), ("exit", True), ("hang", True), ("exception", False)],
+    [
+        ("worker_lost", True),
+        ("preempted", True),
+        ("exit", True),
+        ("hang", True),
+        ("exception", False),
+    ],
 )
 def test_train_retries_only_after_infrastructure_failures(kind: str, retried: bool) -> None:
     assert is_infrastructure_failure(None, None, _failed(kind)) is retried  # type: ignore[arg-type]

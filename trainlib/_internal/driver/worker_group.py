@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from distributed import Client, Event, Future, Queue
@@ -132,6 +133,7 @@ class WorkerGroup:
                 self._check_workers_alive()
         if self._failures():
             self._stop_all()
+            self._mark_preemptions()
         self._mail.flush()  # what a rank said before its task ended (e.g. its last report)
         self._drain(handle)
         return self._failures()
@@ -187,12 +189,27 @@ class WorkerGroup:
             self._notify_preemption()
         for slot in self._slots:
             if slot.address not in statuses and slot.world_rank not in self._outcomes:
-                if slot.address in self._retiring or retired_gracefully(self._client, slot.address):
-                    summary = f"Dask worker {slot.address} retired gracefully (preempted)"
-                    self._record(slot, "preempted", summary)
-                else:
-                    summary = f"Dask worker {slot.address} left the cluster"
-                    self._record(slot, "worker_lost", summary)
+                self._record(slot, "worker_lost", f"Dask worker {slot.address} left the cluster")
+
+    def _mark_preemptions(self) -> None:
+        """Call the end of every rank whose worker retired gracefully a preemption, however it
+        was seen first: the worker gone, the rank killed, or its supervisor stopped. The
+        scheduler's log of the worker says so even when the retirement was too quick for a
+        liveness check to see the worker retiring."""
+        retired: dict[str, bool] = {}
+        for slot in self._slots:
+            outcome = self._outcomes.get(slot.world_rank)
+            failure = outcome.failure if outcome is not None else None
+            if failure is None or failure.kind not in ("exit", "stopped", "worker_lost"):
+                continue
+            if slot.address not in retired:
+                retired[slot.address] = slot.address in self._retiring or retired_gracefully(
+                    self._client, slot.address
+                )
+            if retired[slot.address]:
+                summary = f"Dask worker {slot.address} retired gracefully (preempted)"
+                preempted = replace(failure, kind="preempted", summary=summary)
+                self._outcomes[slot.world_rank] = RankOutcome(slot.world_rank, preempted)
 
     def _notify_preemption(self) -> None:
         ranks: dict[str, list[int]] = {}

@@ -225,15 +225,18 @@ def worker_statuses(client: Client) -> dict[str, str]:
 
 
 def retired_gracefully(client: Client, address: str) -> bool:
-    """Whether the worker at ``address`` left by retiring (the scheduler logged its removal as
-    expected: ``retire_workers``, ``close_gracefully``, ``--lifetime``), not by dying."""
-    events = client.get_events(address)
-    return any(
-        isinstance(message, dict)
-        and message.get("action") in ("retired", "remove-worker")
-        and message.get("expected", message.get("action") == "retired")
-        for _, message in events
-    )
+    """Whether the worker at ``address`` began to retire (``retire_workers``,
+    ``close_gracefully``, ``--lifetime``), by the scheduler's log of it: its status changed to
+    ``closing_gracefully``, or its removal was expected. A worker that died has neither."""
+    for _, message in client.get_events(address):
+        if not isinstance(message, dict):
+            continue
+        action = message.get("action")
+        if action == "worker-status-change" and message.get("status") == "closing_gracefully":
+            return True
+        if action == "retired" or (action == "remove-worker" and message.get("expected")):
+            return True
+    return False
 
 
 def _eligible_workers(

@@ -16,6 +16,7 @@ import pytest
 
 from trainlib import RankFailure
 from trainlib._internal.common.messages import Command, ReportMessage
+from trainlib._internal.common.preemption import PREEMPTION
 from trainlib._internal.driver import worker_group
 from trainlib._internal.driver.ranks import assign_ranks
 from trainlib._internal.driver.worker_group import WorkerGroup
@@ -97,17 +98,31 @@ class StopEvent:
 
 
 class Client:
-    """What the group asks of its client: live workers, cancelling, ``run`` on workers."""
+    """What the group asks of its client: live workers and their status, the scheduler's log
+    of a worker, cancelling, ``run`` on workers."""
 
     def __init__(self) -> None:
         self.live = {slot.address for slot in SLOTS}
+        self.retiring: set[str] = set()
+        self.events: dict[str, list[tuple[float, dict[str, Any]]]] = {}
         self.runs: list[tuple[Any, tuple[Any, ...], list[str]]] = []
         self.scheduler = self
         self.address = "tcp://scheduler"
         self.identity = None
 
     def sync(self, function: Any, **kwargs: Any) -> dict[str, Any]:
-        return {"workers": {address: {"host": "host"} for address in self.live}}
+        return {
+            "workers": {
+                address: {
+                    "host": "host",
+                    "status": "closing_gracefully" if address in self.retiring else "running",
+                }
+                for address in self.live
+            }
+        }
+
+    def get_events(self, topic: str) -> list[tuple[float, dict[str, Any]]]:
+        return self.events.get(topic, [])
 
     def cancel(self, futures: Any) -> None:
         pass
@@ -189,6 +204,30 @@ def test_worker_group_worker_that_left_loses_its_rank(ranks: Setup) -> None:
     assert "tcp://w1 left the cluster" in failures[1].summary
     assert failures[0].kind == "stopped"
     assert ranks.group.unresponsive_workers == {"tcp://w1"}
+
+
+def test_worker_group_worker_that_retired_gracefully_is_a_preemption(ranks: Setup) -> None:
+    # too quick for a liveness check to see it retiring: the scheduler's log of it says so
+    ranks.client.events["tcp://w1"] = [
+        (1.0, {"action": "worker-status-change", "status": "closing_gracefully"}),
+        (2.0, {"action": "remove-worker", "expected": True}),
+    ]
+    ranks.client.live = {"tcp://w0"}
+    failures = ranks.group.run(ranks.handle)
+    assert failures[1].kind == "preempted"
+    assert "tcp://w1 retired gracefully (preempted)" in failures[1].summary
+    assert failures[0].kind == "stopped"  # rank 0's worker did not retire
+
+
+def test_worker_group_tells_every_rank_when_a_worker_starts_retiring(ranks: Setup) -> None:
+    ranks.client.retiring = {"tcp://w1"}
+    ranks.tasks[0].end(RankOutcome(0, failure(0, kind="stopped")))
+    ranks.tasks[1].end(RankOutcome(1, failure(1, kind="exit")))  # killed as its worker closed
+    failures = ranks.group.run(ranks.handle)
+    [(_, (_, notice), workers)] = [r for r in ranks.client.runs if r[1][1].kind == PREEMPTION]
+    assert workers == ["tcp://w0", "tcp://w1"]
+    assert notice.payload.preempted_node_to_ranks == {"tcp://w1": [1]}
+    assert failures[1].kind == "preempted"
 
 
 def test_worker_group_task_that_failed_in_dask_is_a_failed_rank(ranks: Setup) -> None:
