@@ -61,10 +61,13 @@ class Recorder(Callback):
 class ScriptedGroup:
     """An attempt's worker group whose ranks say what the script makes them say."""
 
-    def __init__(self, script: Script, storage: RunStorage, unresponsive: set[str]) -> None:
+    def __init__(
+        self, script: Script, storage: RunStorage, unresponsive: set[str], size: int
+    ) -> None:
         self._script = script
         self._storage = storage
         self.unresponsive_workers = unresponsive
+        self.size = size
 
     def run(self, handle: Handle, *args: Any, **kwargs: Any) -> dict[int, RankFailure]:
         return self._script(handle, self._storage)
@@ -89,7 +92,7 @@ class Attempts:
         specs: list[RankSpec] = [cloudpickle.loads(launch.spec_payload) for launch in launches]
         self.specs.append(specs)
         unresponsive = self._unresponsive.pop(0) if self._unresponsive else set()
-        yield ScriptedGroup(self._scripts.pop(0), specs[0].storage, unresponsive)
+        yield ScriptedGroup(self._scripts.pop(0), specs[0].storage, unresponsive, len(slots))
 
 
 class Client:
