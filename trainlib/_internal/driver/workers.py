@@ -185,13 +185,8 @@ def _gpu_shortage(
         f"host {s.host} has {s.num_devices} CUDA device(s) for its {s.num_workers} Dask workers"
         for s in short
     )
-    return NotEnoughWorkersError(
-        requested=scaling.worker_range[0],
-        num_workers=str(scaling.num_workers),
-        available=available,
-        address=_scheduler(client).address,
-        timeout_s=timeout_s,
-        gpu_shortage=reason or "no worker sees a CUDA device",
+    return _gpu_error(
+        client, scaling, available, timeout_s, gpu_shortage=reason or "no worker sees a CUDA device"
     )
 
 
@@ -203,13 +198,20 @@ def _gpus_in_use(
     timeout_s: float,
 ) -> NotEnoughWorkersError:
     holders = "; ".join(f"GPU {key} is used by run {run}" for key, run in sorted(refused.items()))
+    return _gpu_error(client, scaling, available, timeout_s, gpus_in_use=holders)
+
+
+def _gpu_error(
+    client: Client, scaling: ScalingConfig, available: int, timeout_s: float, **reason: str
+) -> NotEnoughWorkersError:
+    """Too few GPUs for ``scaling``, for ``reason`` (``gpu_shortage=`` or ``gpus_in_use=``)."""
     return NotEnoughWorkersError(
         requested=scaling.worker_range[0],
         num_workers=str(scaling.num_workers),
         available=available,
         address=_scheduler(client).address,
         timeout_s=timeout_s,
-        gpus_in_use=holders,
+        **reason,
     )
 
 
