@@ -38,11 +38,19 @@ from trainlib.reporting import (
     report,
 )
 from trainlib.result import Result
+from trainlib.validation import (
+    CheckpointConsistencyMode,
+    ReportedCheckpointStatus,
+    ValidationConfig,
+    ValidationFn,
+    ValidationTaskConfig,
+)
 
 __all__ = [
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
+    "CheckpointConsistencyMode",
     "CheckpointError",
     "CheckpointUploadMode",
     "ClusterError",
@@ -58,6 +66,7 @@ __all__ = [
     "RankPlacement",
     "Report",
     "ReportedCheckpoint",
+    "ReportedCheckpointStatus",
     "Result",
     "RunConfig",
     "RunInfo",
@@ -66,6 +75,9 @@ __all__ = [
     "TrainContext",
     "TrainingFailedError",
     "TrainlibError",
+    "ValidationConfig",
+    "ValidationFn",
+    "ValidationTaskConfig",
     "WorkerGroupError",
     "get_all_reported_checkpoints",
     "get_checkpoint",

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
     from trainlib.checkpoint import Checkpoint
     from trainlib.data import DataConfig
+    from trainlib.validation import ValidationConfig
 
 
 class DataParallelTrainer(TorchTrainer):
@@ -47,6 +48,7 @@ class DataParallelTrainer(TorchTrainer):
         metadata: dict[str, Any] | None = None,
         dask_config: DaskConfig | None = None,
         client: Client | None = None,
+        validation_config: ValidationConfig | None = None,
     ) -> None:
         if backend_config is not None and not isinstance(backend_config, TorchConfig):
             raise ConfigError(
@@ -70,4 +72,5 @@ class DataParallelTrainer(TorchTrainer):
             resume_from_checkpoint=resume_from_checkpoint,
             datasets=datasets,
             dataset_config=dataset_config,
+            validation_config=validation_config,
         )

@@ -18,6 +18,11 @@ from trainlib._internal.rank.session import Session
 from trainlib._internal.rank.state import current_session
 from trainlib.checkpoint import Checkpoint
 from trainlib.errors import CheckpointError
+from trainlib.validation import (
+    CheckpointConsistencyMode,
+    ReportedCheckpointStatus,
+    ValidationTaskConfig,
+)
 
 _DEFAULT_DIR_NAME = re.compile(r"checkpoint_\d{6,}$")
 
@@ -40,11 +45,13 @@ class ReportedCheckpoint:
 
     Attributes:
         checkpoint: The committed checkpoint.
-        metrics: Rank 0's metrics of the report that saved it.
+        metrics: Rank 0's metrics of the report that saved it, with its validation's.
+        status: Whether it is validated, waiting for validation, or only committed.
     """
 
     checkpoint: Checkpoint
     metrics: dict[str, Any]
+    status: ReportedCheckpointStatus = ReportedCheckpointStatus.COMMITTED
 
 
 def report(
@@ -54,6 +61,7 @@ def report(
     checkpoint_dir_name: str | None = None,
     checkpoint_upload_mode: CheckpointUploadMode | Literal["sync", "async"] = "sync",
     delete_local_checkpoint_after_upload: bool | None = None,
+    validation: bool | ValidationTaskConfig = False,
 ) -> None:
     """Report metrics, and optionally a checkpoint, from every rank.
 
@@ -72,11 +80,16 @@ def report(
             next report with a checkpoint waits for it.
         delete_local_checkpoint_after_upload: Delete the local checkpoint directory once its
             files are handed over. ``None``: True with ``"async"``, False with ``"sync"``.
+        validation: Validate this report's checkpoint with the trainer's
+            ``ValidationConfig`` once it is committed, while training goes on: True with its
+            default arguments, a ``ValidationTaskConfig`` with some of them overridden. One
+            rank asking is enough (Ray's guide asks on rank 0).
 
     Raises:
         RuntimeError: Called outside a training function.
         TypeError: ``metrics`` is not a mapping with string keys.
-        ValueError: An unknown upload mode, or a directory name that is not one plain name.
+        ValueError: An unknown upload mode, a directory name that is not one plain name, or
+            ``validation`` without a checkpoint to validate.
         CheckpointError: The storage refused the upload, or an earlier async upload failed.
     """
     session = current_session("report()")
@@ -84,6 +97,7 @@ def report(
         raise TypeError(f"report() needs a dict of metrics keyed by str, got {metrics!r}.")
     mode = _mode(checkpoint_upload_mode)
     name = _dir_name(checkpoint_dir_name)
+    validate = _validation(validation, checkpoint)
     delete = mode is CheckpointUploadMode.ASYNC
     if delete_local_checkpoint_after_upload is not None:
         delete = delete_local_checkpoint_after_upload
@@ -106,7 +120,7 @@ def report(
         files = storage.upload(checkpoint, index, name)
         if delete:
             uploads.delete_local(checkpoint)
-        session.uploads.send(ReportMessage(rank, index, own_metrics, files, name))
+        session.uploads.send(ReportMessage(rank, index, own_metrics, files, name, validate))
         return
     staged = uploads.stage(checkpoint, move=delete)
     session.uploads.start(
@@ -118,6 +132,7 @@ def report(
             own_metrics,
             session.uploads.upload_in_helper(storage, local, index, name),
             name,
+            validate,
         ),
     )
 
@@ -141,7 +156,11 @@ def get_checkpoint() -> Checkpoint | None:
     return current_session("get_checkpoint()").spec.latest_checkpoint
 
 
-def get_all_reported_checkpoints(*, timeout_s: float | None = None) -> list[ReportedCheckpoint]:
+def get_all_reported_checkpoints(
+    consistency_mode: CheckpointConsistencyMode | str = CheckpointConsistencyMode.VALIDATED,
+    *,
+    timeout_s: float | None = None,
+) -> list[ReportedCheckpoint]:
     """The run's committed checkpoints with their metrics, oldest first, on any rank.
 
     Waits until this rank's own uploads have finished and the driver has processed every
@@ -149,6 +168,8 @@ def get_all_reported_checkpoints(*, timeout_s: float | None = None) -> list[Repo
     Checkpoints deleted by ``CheckpointConfig(num_to_keep=...)`` are not.
 
     Args:
+        consistency_mode: ``VALIDATED`` (default) also waits for the validations those
+            reports asked for, so their metrics are in; ``COMMITTED`` does not.
         timeout_s: Give up after this many seconds (``None``: wait as long as it takes).
 
     Raises:
@@ -157,20 +178,52 @@ def get_all_reported_checkpoints(*, timeout_s: float | None = None) -> list[Repo
         CheckpointError: An async upload of this rank failed.
     """
     session = current_session("get_all_reported_checkpoints()")
-    session.uploads.send(CheckpointsQuery(session.spec.world_rank, session.next_index))
+    try:
+        validated = (
+            CheckpointConsistencyMode(consistency_mode) is CheckpointConsistencyMode.VALIDATED
+        )
+    except ValueError:
+        raise ValueError(
+            f"get_all_reported_checkpoints(consistency_mode={consistency_mode!r}) must be "
+            "CheckpointConsistencyMode.COMMITTED or .VALIDATED."
+        ) from None
+    query = CheckpointsQuery(session.spec.world_rank, session.next_index, validated)
+    session.uploads.send(query)
     session.uploads.wait()
     try:
-        answer: list[tuple[Checkpoint, dict[str, Any]]] = _answers(session).get(timeout=timeout_s)
+        answer: list[tuple[Checkpoint, dict[str, Any], ReportedCheckpointStatus]] = _answers(
+            session
+        ).get(timeout=timeout_s)
     except queue.Empty:
         raise TimeoutError(
             f"get_all_reported_checkpoints(timeout_s={timeout_s}) had no answer in time: the "
-            "driver processes a report once every rank has made it."
+            "driver processes a report once every rank has made it"
+            + (" and, in VALIDATED mode, its validation has ended." if validated else ".")
         ) from None
-    return [ReportedCheckpoint(checkpoint, metrics) for checkpoint, metrics in answer]
+    return [ReportedCheckpoint(*reported) for reported in answer]
 
 
 def _answers(session: Session) -> queue.Queue[Any]:
     return session.inbox(REPORTED_CHECKPOINTS)
+
+
+def _validation(
+    validation: bool | ValidationTaskConfig, checkpoint: Checkpoint | None
+) -> dict[str, Any] | None:
+    """The validation's keyword-argument overrides a report asks for (None: no validation)."""
+    if validation is False:
+        return None
+    if validation is not True and not isinstance(validation, ValidationTaskConfig):
+        raise TypeError(
+            f"report(validation={validation!r}) must be True, False or a "
+            "trainlib.ValidationTaskConfig."
+        )
+    if checkpoint is None:
+        raise ValueError(
+            "report(validation=...) validates the report's checkpoint, and this report has "
+            "none: pass checkpoint= as well, or validation=False."
+        )
+    return dict(validation.fn_kwargs) if isinstance(validation, ValidationTaskConfig) else {}
 
 
 def _mode(value: CheckpointUploadMode | str) -> CheckpointUploadMode:

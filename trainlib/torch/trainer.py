@@ -16,6 +16,7 @@ from trainlib.config import DaskConfig, RunConfig, ScalingConfig, TorchConfig
 from trainlib.data.config import DataConfig
 from trainlib.errors import ConfigError
 from trainlib.result import Result
+from trainlib.validation import ValidationConfig
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -44,6 +45,8 @@ class TorchTrainer:
             a ``dask.dataframe.DataFrame`` or a dict of Dask arrays with one entry per row
             (see ``trainlib.data``).
         dataset_config: Which datasets are split across the ranks (all by default).
+        validation_config: The function that validates the checkpoints reported with
+            ``report(..., validation=...)``, as a Dask task while training goes on.
 
     Example:
         >>> trainer = TorchTrainer(train_func, scaling_config=ScalingConfig(num_workers=2))
@@ -64,7 +67,14 @@ class TorchTrainer:
         resume_from_checkpoint: Checkpoint | None = None,
         datasets: Mapping[str, Any] | None = None,
         dataset_config: DataConfig | None = None,
+        validation_config: ValidationConfig | None = None,
     ) -> None:
+        if validation_config is not None and not isinstance(validation_config, ValidationConfig):
+            raise ConfigError(
+                f"validation_config={validation_config!r} must be a "
+                "trainlib.ValidationConfig(fn=...)."
+            )
+        self._validation = validation_config
         self._train_loop_per_worker = train_loop_per_worker
         self._train_loop_config = train_loop_config
         self._train_func = _bind_config(train_loop_per_worker, train_loop_config)
@@ -104,6 +114,7 @@ class TorchTrainer:
             resume_from=self._resume_from,
             datasets=self._datasets,
             data_config=self._data_config,
+            validation=self._validation,
         )
 
 

@@ -30,11 +30,14 @@ class Marker:
     index: int
     metrics: dict[str, Any]
     files: dict[str, FileEntry]
+    validated: bool = False  # the metrics include a validation's (``ValidationConfig``)
 
     def encode(self) -> bytes:
         """The marker's file contents."""
         files = {rel: {"size": e.size, "sha256": e.sha256} for rel, e in self.files.items()}
         value = {"index": self.index, "metrics": self.metrics, "files": files}
+        if self.validated:
+            value["validated"] = True
         return json.dumps(value, indent=1, sort_keys=True, default=_jsonable).encode()
 
     @staticmethod
@@ -47,7 +50,7 @@ class Marker:
         if not isinstance(value, dict) or not {"index", "metrics", "files"} <= value.keys():
             return None
         files = {rel: FileEntry(**entry) for rel, entry in value["files"].items()}
-        return Marker(value["index"], value["metrics"], files)
+        return Marker(value["index"], value["metrics"], files, value.get("validated") is True)
 
 
 def describe_file(path: str) -> FileEntry:

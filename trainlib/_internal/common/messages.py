@@ -76,23 +76,27 @@ class RankLaunch:
 @dataclass(frozen=True)
 class ReportMessage:
     """One rank's ``report()`` call: rank 0 sends its metrics, every rank its uploaded files
-    (and the ``checkpoint_dir_name`` they went under, if one was given)."""
+    (and the ``checkpoint_dir_name`` they went under, if one was given). ``validation``: the
+    validation function's keyword arguments this report asked for (None: no validation)."""
 
     world_rank: int
     index: int
     metrics: dict[str, Any] | None
     files: dict[str, FileEntry] | None
     dir_name: str | None = None
+    validation: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class CheckpointsQuery:
     """A rank asks for the run's committed checkpoints once the driver has processed every
     report before ``index`` (``get_all_reported_checkpoints``). It travels as a ``report``
-    message: supervisors relay those (and only those, logs and ``started``) to the driver."""
+    message: supervisors relay those (and only those, logs and ``started``) to the driver.
+    ``validated``: also once the validations those reports asked for have ended."""
 
     world_rank: int
     index: int
+    validated: bool = True
 
 
 REPORTED_CHECKPOINTS = "reported_checkpoints"  # the driver's answer: a Command of this kind

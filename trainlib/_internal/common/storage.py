@@ -24,7 +24,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import fsspec
@@ -45,12 +45,14 @@ _CHECKPOINT_DIR = re.compile(r"checkpoint_(\d{6,})$")
 
 @dataclass(frozen=True)
 class CommittedCheckpoint:
-    """A committed checkpoint with the report index, metrics and files it was committed with."""
+    """A committed checkpoint with the report index, metrics and files it was committed with
+    (``validated``: its metrics include its validation's)."""
 
     index: int
     checkpoint: Checkpoint
     metrics: dict[str, Any]
     files: dict[str, FileEntry]
+    validated: bool = False
 
 
 class RunStorage:
@@ -182,6 +184,22 @@ class RunStorage:
             )
         return CommittedCheckpoint(index, Checkpoint(directory, self.filesystem), metrics, files)
 
+    def record_validation(
+        self, committed: CommittedCheckpoint, metrics: dict[str, Any]
+    ) -> CommittedCheckpoint:
+        """Rewrite a committed checkpoint's marker with its validated ``metrics``. The new
+        marker is written beside the old one and moved over it, so a cut-off write never
+        leaves the checkpoint without a whole marker."""
+        marker = Marker(committed.index, metrics, committed.files, validated=True)
+        path = f"{committed.checkpoint.path}/{COMMIT_MARKER}"
+        staged = f"{path}.new"
+        contents = marker.encode()
+        self._call(
+            "record the validation", staged, lambda: self.filesystem.pipe_file(staged, contents)
+        )
+        self._call("record the validation", path, lambda: self.filesystem.mv(staged, path))
+        return replace(committed, metrics=metrics, validated=True)
+
     def list_committed(self) -> list[CommittedCheckpoint]:
         """Committed checkpoints, oldest first; directories without a valid marker are skipped."""
         self.filesystem.invalidate_cache(self.run_dir)
@@ -191,7 +209,9 @@ class RunStorage:
             if marker is not None:
                 checkpoint = Checkpoint(directory, self.filesystem)
                 found.append(
-                    CommittedCheckpoint(marker.index, checkpoint, marker.metrics, marker.files)
+                    CommittedCheckpoint(
+                        marker.index, checkpoint, marker.metrics, marker.files, marker.validated
+                    )
                 )
         return sorted(found, key=lambda c: c.index)
 

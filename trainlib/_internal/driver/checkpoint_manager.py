@@ -1,4 +1,5 @@
-"""Which committed checkpoints to keep (``CheckpointConfig``), and deleting the rest."""
+"""Which committed checkpoints to keep (``CheckpointConfig``), and deleting the rest; which
+are validated, or waiting for a validation (never deleted meanwhile)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,20 @@ from typing import Any
 from trainlib._internal.common.checkpoint import Checkpoint
 from trainlib._internal.common.config import CheckpointConfig
 from trainlib._internal.common.storage import CommittedCheckpoint, RunStorage
+from trainlib.validation import ReportedCheckpointStatus
 
 logger = logging.getLogger(__name__)
 
 
 class CheckpointManager:
-    """Keeps the best ``num_to_keep`` checkpoints plus the latest; deletes the others."""
+    """Keeps the best ``num_to_keep`` checkpoints plus the latest and those waiting for a
+    validation; deletes the others."""
 
     def __init__(self, config: CheckpointConfig, storage: RunStorage) -> None:
         self._config = config
         self._storage = storage
         self._kept: list[CommittedCheckpoint] = []
+        self._validating: set[int] = set()  # report indices whose validation has not ended
 
     @classmethod
     def from_storage(cls, config: CheckpointConfig, storage: RunStorage) -> CheckpointManager:
@@ -38,6 +42,19 @@ class CheckpointManager:
     def committed(self) -> list[CommittedCheckpoint]:
         """Kept checkpoints in the order they were reported."""
         return sorted(self._kept, key=lambda c: c.index)
+
+    @property
+    def validating(self) -> frozenset[int]:
+        """The report indices of the checkpoints waiting for their validation."""
+        return frozenset(self._validating)
+
+    def status(self, committed: CommittedCheckpoint) -> ReportedCheckpointStatus:
+        """Whether ``committed`` is validated, waiting for its validation, or neither."""
+        if committed.index in self._validating:
+            return ReportedCheckpointStatus.PENDING_VALIDATION
+        if committed.validated:
+            return ReportedCheckpointStatus.VALIDATED
+        return ReportedCheckpointStatus.COMMITTED
 
     @property
     def kept(self) -> list[tuple[Checkpoint, dict[str, Any]]]:
@@ -62,15 +79,36 @@ class CheckpointManager:
             self._kept.remove(latest)
         return None
 
-    def register(self, committed: CommittedCheckpoint) -> None:
-        """Add a newly committed checkpoint and delete the ones that fall out."""
+    def register(self, committed: CommittedCheckpoint, validating: bool = False) -> None:
+        """Add a newly committed checkpoint (``validating``: a validation of it is to come)
+        and delete the ones that fall out."""
         self._kept.append(committed)
+        if validating:
+            self._validating.add(committed.index)
+        self._prune()
+
+    def validated(self, index: int, metrics: dict[str, Any] | None) -> CommittedCheckpoint | None:
+        """The validation of checkpoint ``index`` ended: its ``metrics`` are merged into the
+        checkpoint's and recorded in its marker (None: it failed; the metrics stay). Returns
+        the checkpoint as it now is, or None if it is gone."""
+        self._validating.discard(index)
+        found = next((c for c in self._kept if c.index == index), None)
+        if found is not None and metrics is not None:
+            updated = self._storage.record_validation(found, {**found.metrics, **metrics})
+            self._kept[self._kept.index(found)] = found = updated
+        self._prune()
+        return found if any(c is found for c in self._kept) else None
+
+    def _prune(self) -> None:
+        """Delete the checkpoints that are neither the best ``num_to_keep``, the latest, nor
+        waiting for their validation."""
         limit = self._config.num_to_keep
         if limit is None or len(self._kept) <= limit:
             return
         latest = self.latest
         best = sorted(self._kept, key=self._rank)[:limit]
-        keep = {id(c) for c in best} | {id(latest)}
+        waiting = {id(c) for c in self._kept if c.index in self._validating}
+        keep = {id(c) for c in best} | {id(latest)} | waiting
         for dropped in [c for c in self._kept if id(c) not in keep]:
             logger.debug("Deleting checkpoint %s (not in the best %d)", dropped.checkpoint, limit)
             self._storage.delete(dropped.checkpoint)

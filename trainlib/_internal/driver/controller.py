@@ -67,7 +67,9 @@ class Run:
         )
         self.storage = RunStorage.create(config.storage, self.name, config.storage_filesystem)
         self.manager = CheckpointManager.from_storage(config.checkpoint_config, self.storage)
-        self.collector = ReportCollector(self.storage, self.manager, config.callbacks)
+        self.collector = ReportCollector(
+            self.storage, self.manager, config.callbacks, plan.validation
+        )
         self.failures: list[RankFailure] = []  # every failed attempt's root cause
         self.preemptions = 0  # of those, the preemptions max_preemption_failures covered
         self.unresponsive: set[str] = set()
@@ -113,10 +115,20 @@ class Run:
             logger.warning("Run %s: incomplete checkpoints left (%s)", self.name, exc)
 
     def _attempts(self, client: Client) -> None:
-        """Attempts until one succeeds or ``max_failures`` is used up."""
+        """Attempts until one succeeds or ``max_failures`` is used up; then the validations
+        still running."""
         from trainlib._internal.worker.rank_pool import RankPoolPlugin
 
         client.register_plugin(RankPoolPlugin())
+        validations = self.collector.validations
+        validations.use(client)
+        try:
+            self._until_trained(client)
+            validations.wait(self.poll)  # fit() returns with every checkpoint validated
+        finally:
+            validations.cancel()  # those not ended when the run stops otherwise
+
+    def _until_trained(self, client: Client) -> None:
         failure_config = self.plan.run_config.failure_config
         while True:
             with self.attempt(client) as (group, watchdog):
@@ -244,6 +256,7 @@ class Run:
         """Raise to stop the run: ``KeyboardInterrupt`` after Ctrl-C; ``RunCancelled`` once the
         plan's ``cancel`` is set (the search running it as a trial stopped)."""
         InterruptWatch.check()
+        self.collector.validations.poll()
         if self.plan.cancel is not None and self.plan.cancel.is_set():
             raise RunCancelled(f"Run {self.name} was stopped: the search that started it stopped")
 

@@ -19,6 +19,7 @@ from trainlib._internal.common.data_config import CachePlan, DataConfig
 from trainlib._internal.common.messages import FeedPlan, RankLaunch, RankSpec
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.ranks import device_index
+from trainlib.validation import ValidationConfig
 
 if TYPE_CHECKING:
     from trainlib._internal.common.datasets import DatasetSource
@@ -71,6 +72,7 @@ class RunPlan:
     default_name_prefix: str = "TorchTrainer"
     lease: WorkerLease | None = None  # a Tuner trial: select ranks only among its workers
     cancel: threading.Event | None = None  # a Tuner trial: set when its search stops
+    validation: ValidationConfig | None = None  # validates the checkpoints reports ask for
 
 
 @dataclass(frozen=True)

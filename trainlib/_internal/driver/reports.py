@@ -18,8 +18,10 @@ from trainlib._internal.common.messages import (
 )
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
+from trainlib._internal.driver.validations import Validations
 from trainlib._internal.driver.watchdog import ProgressWatchdog
 from trainlib.errors import TrainingFailedError
+from trainlib.validation import ValidationConfig
 
 logger = logging.getLogger(__name__)
 
@@ -30,11 +32,16 @@ class ReportCollector:
     """Turns per-rank ``ReportMessage``s into complete reports, in order."""
 
     def __init__(
-        self, storage: RunStorage, manager: CheckpointManager, callbacks: Sequence[Callback]
+        self,
+        storage: RunStorage,
+        manager: CheckpointManager,
+        callbacks: Sequence[Callback],
+        validation: ValidationConfig | None = None,
     ) -> None:
         self._storage = storage
         self._manager = manager
         self._callbacks = callbacks
+        self.validations = Validations(validation, self._validated)
         self._history: list[tuple[int, dict[str, Any]]] = []
         self._pending: dict[int, list[ReportMessage]] = defaultdict(list)
         self._world_size = 0
@@ -94,14 +101,30 @@ class ReportCollector:
             self._answer_queries()
 
     def _answer_queries(self) -> None:
-        """Answer the queries whose reports are all processed: the committed checkpoints."""
-        ready = [q for q in self._queries if q.index - 1 <= self._processed]
+        """Answer the queries whose reports are all processed (and, when they ask, whose
+        validations have ended): the committed checkpoints."""
+        validating = self._manager.validating
+        ready = [
+            q
+            for q in self._queries
+            if q.index - 1 <= self._processed
+            and not (q.validated and any(i < q.index for i in validating))
+        ]
         if not ready or self._reply is None:
             return
         self._queries = [q for q in self._queries if q not in ready]
-        answer = [(c.checkpoint, c.metrics) for c in self._manager.committed]
+        answer = [
+            (c.checkpoint, c.metrics, self._manager.status(c)) for c in self._manager.committed
+        ]
         for query in ready:
             self._reply(query.world_rank, Command(REPORTED_CHECKPOINTS, answer))
+
+    def _validated(self, index: int, metrics: dict[str, Any] | None) -> None:
+        """A validation ended: its checkpoint and report take its metrics."""
+        committed = self._manager.validated(index, metrics)
+        if committed is not None and metrics is not None:
+            self._history = [(i, {**m, **metrics} if i == index else m) for i, m in self._history]
+        self._answer_queries()
 
     def check_all_complete(self) -> None:
         """Raise if some ranks called ``report()`` more often than others."""
@@ -123,12 +146,16 @@ class ReportCollector:
                 f"({', '.join(names)}); pass the same checkpoint_dir_name on every rank."
             )
         checkpoint = None
+        self._history.append((index, metrics))
         if any(r.files is not None for r in reports):
             name = next(r.dir_name for r in reports if r.files is not None)
             committed = self._storage.commit(index, files, metrics, name, differing)
-            self._manager.register(committed)
+            ranked = sorted(reports, key=lambda r: r.world_rank)
+            asked = [r.validation for r in ranked if r.validation is not None]
+            self._manager.register(committed, validating=bool(asked))
             checkpoint = committed.checkpoint
-        self._history.append((index, metrics))
+            if asked:  # the lowest rank's arguments, if several ranks ask
+                self.validations.request(committed, asked[0])
         for callback in self._callbacks:
             callback.on_report(Report(index, metrics, checkpoint))
 

@@ -22,6 +22,7 @@ from trainlib._internal.driver.ranks import assign_ranks
 from trainlib._internal.driver.reports import ReportCollector
 from trainlib._internal.driver.watchdog import ProgressWatchdog
 from trainlib.callbacks import Report
+from trainlib.validation import ReportedCheckpointStatus
 
 
 class _Reports(Callback):
@@ -221,8 +222,9 @@ def test_reports_answer_a_checkpoints_query_once_its_reports_are_processed(
     _report(collector, 1, 0, None, _upload(storage, tmp_path, 0, "b"))
     [(rank, command)] = answers
     assert rank == 0 and command.kind == REPORTED_CHECKPOINTS
-    [(checkpoint, metrics)] = command.payload
+    [(checkpoint, metrics, status)] = command.payload
     assert checkpoint.path == storage.checkpoint_dir(0) and metrics == {"loss": 1.0}
+    assert status is ReportedCheckpointStatus.COMMITTED
 
 
 def _upload_content(

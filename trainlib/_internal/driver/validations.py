@@ -1,0 +1,144 @@
+"""Validates committed checkpoints (``report(validation=...)``) while the run trains: the
+trainer's ``ValidationConfig.fn`` runs as a Dask task on the run's cluster, one at a time, in
+report order, as Ray Train runs one validation task at a time. In local mode (no cluster) it
+runs in the driver's thread, at the report."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from trainlib._internal.worker.validation_task import validate_checkpoint
+from trainlib.errors import TrainingFailedError
+from trainlib.validation import ValidationConfig
+
+if TYPE_CHECKING:
+    from distributed import Client, Future
+
+    from trainlib._internal.common.storage import CommittedCheckpoint
+
+logger = logging.getLogger(__name__)
+
+Done = Callable[[int, "dict[str, Any] | None"], None]  # (report index, metrics or None: failed)
+_WAIT_S = 0.5  # how often a wait for the last validations looks for Ctrl-C
+
+
+class Validations:
+    """The validations a run's reports asked for: queued, running (one), and ended."""
+
+    def __init__(self, config: ValidationConfig | None, done: Done) -> None:
+        self._config = config
+        self._done = done
+        self._queue: deque[tuple[CommittedCheckpoint, dict[str, Any]]] = deque()
+        self._running: tuple[CommittedCheckpoint, Future[dict[str, Any]]] | None = None
+        self._client: Client | None = None
+
+    def use(self, client: Client | None) -> None:
+        """Run the validations on ``client``'s cluster (None: here, at once)."""
+        self._client = client
+
+    def request(self, committed: CommittedCheckpoint, overrides: dict[str, Any]) -> None:
+        """Validate ``committed`` with the config's arguments updated by ``overrides``.
+
+        Raises:
+            TrainingFailedError: The trainer was given no ``ValidationConfig``.
+        """
+        if self._config is None:
+            raise TrainingFailedError(
+                f"report(validation=...) asked to validate {committed.checkpoint}, but the "
+                "trainer has no validation function: pass validation_config="
+                "trainlib.ValidationConfig(fn=...) to the trainer."
+            )
+        kwargs = self._config.kwargs_for(None) | overrides
+        if self._client is None:
+            self._finish(committed, *_run_here(self._config, committed, kwargs))
+            return
+        self._queue.append((committed, kwargs))
+        self.poll()
+
+    def poll(self) -> None:
+        """Record the running validation if it ended; start the next one if none runs."""
+        if self._running is not None and self._running[1].done():
+            committed, future = self._running
+            self._running = None
+            self._finish(committed, *_outcome(future))
+        if self._running is None and self._queue and self._client is not None:
+            committed, kwargs = self._queue.popleft()
+            assert self._config is not None  # request() refuses validations without one
+            future = self._client.submit(
+                validate_checkpoint,
+                self._config.fn,
+                committed.checkpoint,
+                kwargs,
+                key=f"trainlib-validate-{committed.index}-{uuid.uuid4().hex[:8]}",
+                pure=False,
+                **self._config.submit_kwargs,
+            )
+            self._running = (committed, future)
+            logger.info("Validating checkpoint %s", committed.checkpoint)
+
+    def wait(self, poll: Callable[[], None]) -> None:
+        """Until every validation asked for has ended; ``poll`` may raise to stop (Ctrl-C)."""
+        from distributed import wait
+
+        while self._running is not None or self._queue:
+            if self._running is not None:
+                wait(self._running[1], timeout=_WAIT_S, return_when="FIRST_COMPLETED")
+            poll()
+            self.poll()
+
+    def cancel(self) -> None:
+        """Drop the validations not ended (the run stopped); their checkpoints stay as
+        committed."""
+        dropped = [c for c, _ in self._queue]
+        self._queue.clear()
+        if self._running is not None:
+            committed, future = self._running
+            self._running = None
+            future.cancel()
+            dropped.insert(0, committed)
+        for committed in dropped:
+            logger.warning(
+                "Validation of checkpoint %s dropped: the run stopped", committed.checkpoint
+            )
+            self._done(committed.index, None)
+
+    def _finish(
+        self, committed: CommittedCheckpoint, metrics: dict[str, Any] | None, error: str
+    ) -> None:
+        if metrics is None:
+            logger.error(
+                "Validation of checkpoint %s failed; it keeps its reported metrics:\n%s",
+                committed.checkpoint,
+                error,
+            )
+        else:
+            logger.info("Validated checkpoint %s: %s", committed.checkpoint, metrics)
+        self._done(committed.index, metrics)
+
+
+def _outcome(future: Future[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
+    """A finished validation task's metrics, or None and why it failed."""
+    import traceback
+
+    if future.status == "finished":
+        return future.result(), ""
+    if future.status == "cancelled":
+        return None, "its Dask task was cancelled"
+    error = future.exception()
+    return None, "".join(traceback.format_exception(error)).rstrip()
+
+
+def _run_here(
+    config: ValidationConfig, committed: CommittedCheckpoint, kwargs: dict[str, Any]
+) -> tuple[dict[str, Any] | None, str]:
+    """Local mode: the validation in this thread."""
+    import traceback
+
+    try:
+        return validate_checkpoint(config.fn, committed.checkpoint, kwargs), ""
+    except Exception as exc:
+        return None, "".join(traceback.format_exception(exc)).rstrip()
