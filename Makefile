@@ -113,7 +113,7 @@ gpu-benchmark: $(STAMP)
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy trainlib cifar tasks flows cli
+	$(VENV)/bin/mypy trainlib cifar mlops tasks flows cli
 	$(VENV)/bin/lint-imports
 
 $(STAMP): pyproject.toml

@@ -27,7 +27,7 @@ _EXPLAINED_BY_THEIR_MESSAGE = (
     PermissionError,
     FileNotFoundError,
 )
-_OWN_LOGGERS = ("trainlib", "cifar", "tasks", "train-cifar", "predict-cifar", "mlflow")
+_OWN_LOGGERS = ("trainlib", "cifar", "mlops", "tasks", "train-cifar", "predict-cifar", "mlflow")
 
 
 class _WithoutTraceback(logging.Formatter):

@@ -56,7 +56,7 @@ def use_while_preparing_mlflow(server: LocalPrefectServer | None, tracking_uri: 
     """Wait for Prefect's server while MLflow work the flow would do later, competing for the
     cores, is done: a new sqlite store is created (the flow then finds it made), and the model
     requirements are checked (MLflow's first model save in a process does it)."""
-    from tasks.registry import check_requirements
+    from mlops.registry import check_requirements
     from tasks.tracking import create_sqlite_store, resolve_tracking_uri
 
     def create() -> None:

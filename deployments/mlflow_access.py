@@ -26,7 +26,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.server import get_app_client
 from mlflow.tracking import MlflowClient
 
-from tasks.registry import DEFAULT_MODEL_NAME, SYNTHETIC_SUFFIX
+from mlops.registry import DEFAULT_MODEL_NAME, SYNTHETIC_SUFFIX
 from tasks.train import EXPERIMENT as TRAIN_EXPERIMENT
 from tasks.tune import EXPERIMENT as TUNE_EXPERIMENT
 

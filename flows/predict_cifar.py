@@ -6,8 +6,8 @@ from typing import Any
 
 from prefect import flow
 
+from mlops.registry import CHAMPION
 from tasks.predict import predict_task
-from tasks.registry import CHAMPION
 from tasks.time_limit import time_limit
 from tasks.tracking import resolve_tracking_uri
 

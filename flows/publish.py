@@ -10,12 +10,13 @@ from prefect.transactions import transaction
 
 from cifar.dataset import Dataset
 from cifar.errors import PublishError
+from mlops.model_card import data_facts
+from mlops.registry import model_name_for
 from tasks.download import Archive
 from tasks.evaluate import champion_score_task, evaluate_task
-from tasks.model_card import data_facts
 from tasks.monitoring import run_summary, summarize_task
 from tasks.promotion import PromotionRule, promote_task
-from tasks.registry import model_name_for, register_task
+from tasks.registry import register_task
 from tasks.results import TrainedRun
 
 

@@ -25,17 +25,11 @@ from torch import nn
 
 from cifar.dataset import Dataset, read_split
 from cifar.format import Batch
-from tasks.lineage import DIGEST_TAG, SYNTHETIC_TAG, log_test_input
+from mlops.lineage import DIGEST_TAG, SYNTHETIC_TAG, log_test_input
+from mlops.model_loading import check_readable, load_version, scores_in_fresh_process
+from mlops.registry import CHAMPION, logged_model_id, version_at_alias
+from mlops.release_gates import Gate, GateCannotRunError, fresh_load
 from tasks.predict import score
-from tasks.registry import (
-    CHAMPION,
-    check_readable,
-    load_version,
-    logged_model_id,
-    scores_in_fresh_process,
-    version_at_alias,
-)
-from tasks.release_gates import Gate, GateCannotRunError, fresh_load
 from tasks.retrying import TRANSIENT_RETRIES
 
 logger = logging.getLogger(__name__)

@@ -35,7 +35,7 @@ def pipeline_info_logs() -> Iterator[None]:
     """Let the pipeline's INFO lines (trainlib's states, rank 0's epochs) through while a task
     runs: Prefect sends them to the task's logs (PREFECT_LOGGING_EXTRA_LOGGERS names them),
     but leaves their loggers at the root's WARNING."""
-    loggers = [logging.getLogger(name) for name in ("trainlib", "cifar", "tasks")]
+    loggers = [logging.getLogger(name) for name in ("trainlib", "cifar", "mlops", "tasks")]
     before = [logger.level for logger in loggers]
     for logger in loggers:
         if logger.level == logging.NOTSET or logger.level > logging.INFO:

@@ -14,7 +14,7 @@ from prefect import task
 from torch import nn
 
 from cifar.format import CLASS_NAMES, DataFormatError, parse_batch
-from tasks.registry import load_model
+from mlops.model_loading import load_model
 from tasks.retrying import TRANSIENT_RETRIES
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")

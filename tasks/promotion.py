@@ -3,7 +3,7 @@
 The new version and the champion are compared image by image on the same test split (the
 current run's, named by its digest; ``tasks.evaluate.champion_score`` scores the champion on it
 once and stores its per-image results). The new version is promoted only if it is better by
-a paired test (``tasks.paired_test``: McNemar's exact test, significant at ``alpha``) and by
+a paired test (``mlops.paired_test``: McNemar's exact test, significant at ``alpha``) and by
 more than ``margin``. A version trained on synthetic data never replaces one trained on real
 data.
 """
@@ -20,17 +20,17 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.transactions import Transaction, get_transaction
 
-from tasks.evaluate import ChampionScore, Evaluation
-from tasks.model_card import DataFacts, model_card
-from tasks.paired_test import compare
-from tasks.registry import ALIASES, CHALLENGER, CHAMPION, version_at_alias
-from tasks.release_gates import (
+from mlops.model_card import DataFacts, model_card
+from mlops.paired_test import compare
+from mlops.registry import ALIASES, CHALLENGER, CHAMPION, version_at_alias
+from mlops.release_gates import (
     DEFAULT_MAX_CLASS_DROP,
     DEFAULT_MIN_TEST_ACCURACY,
     Gate,
     accuracy_floor,
     class_drop,
 )
+from tasks.evaluate import ChampionScore, Evaluation
 from tasks.retrying import TRANSIENT_RETRIES
 
 logger = logging.getLogger(__name__)
@@ -85,7 +85,7 @@ def promote(
     challenger (``decide``).
 
     Each gate's outcome and the reason are recorded on the version, and its description becomes
-    its model card (``tasks.model_card``; ``data``: what it learnt from), before an alias
+    its model card (``mlops.model_card``; ``data``: what it learnt from), before an alias
     moves: the alias is the last change, so a failure leaves every alias where it was.
     """
     client = MlflowClient(tracking_uri)

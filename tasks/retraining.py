@@ -16,8 +16,8 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 
-from tasks.lineage import DIGEST_TAG
-from tasks.registry import CHAMPION, version_at_alias
+from mlops.lineage import DIGEST_TAG
+from mlops.registry import CHAMPION, version_at_alias
 from tasks.retrying import TRANSIENT_RETRIES
 from tasks.tracking import git_sha
 

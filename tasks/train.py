@@ -16,7 +16,7 @@ from cifar.checkpoint import ModelSpec
 from cifar.dataset import Dataset, ingest_config, split_arrays
 from cifar.layout import StorageLayout
 from cifar.train_loop import TrainConfig, cifar_train_func, loop_config
-from tasks.lineage import log_dataset_inputs
+from mlops.lineage import log_dataset_inputs
 from tasks.monitoring import PrefectProgressCallback, pipeline_info_logs
 from tasks.results import TrainedRun
 from tasks.system_metrics import HostMetricsCallback, system_metrics

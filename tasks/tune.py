@@ -18,7 +18,7 @@ import trainlib
 from cifar.dataset import Dataset
 from cifar.layout import StorageLayout
 from cifar.train_loop import TrainConfig
-from tasks.lineage import log_dataset_inputs
+from mlops.lineage import log_dataset_inputs
 from tasks.monitoring import pipeline_info_logs
 from tasks.results import TrainedRun
 from tasks.search_space import search_space

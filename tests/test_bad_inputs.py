@@ -36,7 +36,7 @@ from cifar.models import build_model
 from cli import commands as cli
 from cli import running
 from cli.options import LOG_FILE_VARIABLE
-from tasks.registry import CHAMPION, register_model
+from mlops.registry import CHAMPION, register_model
 from tests.conftest import HttpDir
 from tests.helpers import WAIT_S, free_port
 from trainlib._internal.common.commit_marker import COMMIT_MARKER

@@ -9,7 +9,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("cli", "flows", "tasks", "cifar", "trainlib", "deployments")
+PRODUCT = ("cli", "flows", "tasks", "mlops", "cifar", "trainlib", "deployments")
 DEPENDENCIES = {"prefect", "dask", "distributed", "mlflow", "fsspec"}
 ADAPTERS = {"trainlib/_internal/common/dask_internals.py"}  # each says why, and is tested
 

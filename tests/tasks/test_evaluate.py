@@ -15,9 +15,9 @@ from mlflow.tracking import MlflowClient
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from cifar.models import build_model
+from mlops.registry import register_model
+from mlops.release_gates import GateCannotRunError
 from tasks.evaluate import confusion_figure, evaluate_version, fresh_load_gate, load_correct
-from tasks.registry import register_model
-from tasks.release_gates import GateCannotRunError
 from tasks.tracking import start_run
 from tests.helpers import free_port
 

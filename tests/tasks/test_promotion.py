@@ -13,6 +13,8 @@ from cifar.checkpoint import ModelSpec, save_training_state
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from cifar.models import build_model
+from mlops.model_card import data_facts
+from mlops.registry import register_checkpoint, register_model
 from tasks.evaluate import (
     ChampionScore,
     Evaluation,
@@ -22,9 +24,7 @@ from tasks.evaluate import (
     per_class_accuracy,
     save_correct,
 )
-from tasks.model_card import data_facts
 from tasks.promotion import PromotionRule, aliases_of, promote, restore_aliases
-from tasks.registry import register_checkpoint, register_model
 from tasks.tracking import start_run
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import logging
 import posixpath
 from collections.abc import Callable, Mapping
@@ -18,15 +17,15 @@ from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.plan import RunPlan
-from trainlib.config import DaskConfig, RunConfig, ScalingConfig
+from trainlib.config import DaskConfig, RunConfig
 from trainlib.errors import ConfigError
 from trainlib.result import Result
 from trainlib.torch.trainer import TorchTrainer
 from trainlib.tune.callback import Callback, Trial
 from trainlib.tune.config import TuneConfig
-from trainlib.tune.resources import TrainableWithResources
 from trainlib.tune.result_grid import ResultGrid
 from trainlib.tune.search_space import flatten
+from trainlib.tune.trainable import as_trainer, check_trainer_space
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
     from trainlib.tune._study import Study
     from trainlib.tune._trials import TrialSetup
 
-STUDY_FILE = "study.db"
 TUNER_FILE = "tuner.pkl"  # what Tuner.restore reads: param space, TuneConfig, RunConfig
 logger = logging.getLogger(__name__)
 
@@ -87,7 +85,7 @@ class Tuner:
         client: Client | None = None,
     ) -> None:
         self._is_function = not isinstance(trainable, TorchTrainer)
-        self._trainer = _as_trainer(trainable, param_space or {}, run_config, dask_config, client)
+        self._trainer = as_trainer(trainable, param_space or {}, run_config, dask_config, client)
         if self._num_workers() == 0:
             raise ConfigError(
                 "Tuner(TorchTrainer(scaling_config=ScalingConfig(num_workers=0))): local mode runs "
@@ -97,7 +95,7 @@ class Tuner:
         self._param_space = dict(param_space or {})
         self._space = flatten(param_space or {})
         if isinstance(trainable, TorchTrainer):
-            _check_trainer_space(param_space or {})
+            check_trainer_space(param_space or {})
         self._tune_config = tune_config or TuneConfig()
         self._run_config = run_config or self._trainer._run_config
 
@@ -197,10 +195,10 @@ class Tuner:
         experiment.filesystem.pipe_file(posixpath.join(experiment.run_dir, TUNER_FILE), payload)
 
     def _open_study(self, name: str, experiment: RunStorage) -> Study:
-        from trainlib.tune._study import Study, StudySettings
+        from trainlib.tune._study import Study, StudySettings, sqlite_url
 
         config = self._tune_config
-        storage_url = config.study_storage or _sqlite_url(experiment)
+        storage_url = config.study_storage or sqlite_url(experiment.filesystem, experiment.run_dir)
         settings = StudySettings(
             name=name,
             storage_url=storage_url,
@@ -300,74 +298,3 @@ def _read_saved(path: str) -> dict[str, Any]:
         )
     saved: dict[str, Any] = cloudpickle.loads(filesystem.cat_file(saved_file))
     return saved
-
-
-def _sqlite_url(experiment: RunStorage) -> str:
-    protocol = experiment.filesystem.protocol
-    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
-    if "file" not in protocols and "local" not in protocols:
-        raise ConfigError(
-            f"The Optuna study cannot be a sqlite file on {experiment.run_dir} ({protocols[0]}); "
-            "give TuneConfig(study_storage='postgresql://...') or a local storage_path."
-        )
-    return f"sqlite:///{experiment.run_dir}/{STUDY_FILE}"
-
-
-def _check_trainer_space(param_space: Mapping[str, Any]) -> None:
-    unknown = sorted(set(param_space) - {"train_loop_config"})
-    if unknown:
-        raise ConfigError(
-            f"param_space keys {unknown} cannot be tuned for a TorchTrainer; put the "
-            "hyperparameters under param_space['train_loop_config']."
-        )
-
-
-def _as_trainer(
-    trainable: Any,
-    param_space: Mapping[str, Any],
-    run_config: RunConfig | None,
-    dask_config: DaskConfig | None,
-    client: Client | None,
-) -> TorchTrainer:
-    if isinstance(trainable, TorchTrainer):
-        if dask_config is not None or client is not None:
-            trainable = _with_cluster(trainable, dask_config, client)
-        return trainable
-    if isinstance(trainable, type) and hasattr(trainable, "as_torch_trainer"):
-        trainer: TorchTrainer = trainable.as_torch_trainer(
-            param_space, run_config, dask_config, client
-        )
-        return trainer
-    if isinstance(trainable, type):
-        raise ConfigError(
-            f"Tuner(trainable={trainable.__name__}): a trainable class needs an "
-            "as_torch_trainer classmethod (as trainlib.sgd.PyTorchTrainable); write the trial "
-            "as a function of config that calls trainlib.report instead."
-        )
-    if not callable(trainable):
-        raise ConfigError(
-            f"Tuner(trainable={trainable!r}) must be a TorchTrainer or a function of config."
-        )
-    scaling = (
-        trainable.scaling
-        if isinstance(trainable, TrainableWithResources)
-        else ScalingConfig(num_workers=1)
-    )
-    trainer = TorchTrainer(
-        trainable,
-        train_loop_config={},
-        scaling_config=scaling,
-        run_config=run_config,
-        dask_config=dask_config,
-        client=client,
-    )
-    return trainer
-
-
-def _with_cluster(
-    trainer: TorchTrainer, dask_config: DaskConfig | None, client: Client | None
-) -> TorchTrainer:
-    trainer = copy.copy(trainer)
-    trainer._dask = dask_config or trainer._dask
-    trainer._client = client or trainer._client
-    return trainer

@@ -1,4 +1,5 @@
-"""The commit marker of a checkpoint: the file whose presence makes a checkpoint exist.
+"""The commit marker of a checkpoint: the file whose presence makes a checkpoint exist, and
+the committed checkpoint it describes.
 
 It lists every file of the checkpoint with its size and sha256, and the report's index and
 metrics, as JSON; a marker that cannot be read back whole is no marker (a cut-off write).
@@ -11,6 +12,8 @@ import json
 import os
 from dataclasses import dataclass
 from typing import Any
+
+from trainlib._internal.common.checkpoint import Checkpoint
 
 COMMIT_MARKER = ".trainlib-commit.json"
 
@@ -51,6 +54,18 @@ class Marker:
             return None
         files = {rel: FileEntry(**entry) for rel, entry in value["files"].items()}
         return Marker(value["index"], value["metrics"], files, value.get("validated") is True)
+
+
+@dataclass(frozen=True)
+class CommittedCheckpoint:
+    """A committed checkpoint with the report index, metrics and files it was committed with
+    (``validated``: its metrics include its validation's)."""
+
+    index: int
+    checkpoint: Checkpoint
+    metrics: dict[str, Any]
+    files: dict[str, FileEntry]
+    validated: bool = False
 
 
 def describe_file(path: str) -> FileEntry:

@@ -24,14 +24,20 @@ import logging
 import os
 import re
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import fsspec
 from fsspec import AbstractFileSystem
 
 from trainlib._internal.common.checkpoint import Checkpoint
-from trainlib._internal.common.commit_marker import COMMIT_MARKER, FileEntry, Marker, describe_file
+from trainlib._internal.common.commit_marker import (
+    COMMIT_MARKER,
+    CommittedCheckpoint,
+    FileEntry,
+    Marker,
+    describe_file,
+)
 from trainlib._internal.common.retries import call_storage
 from trainlib.errors import CheckpointError
 
@@ -41,18 +47,6 @@ T = TypeVar("T")
 
 UPLOADING_MARKER = ".trainlib-uploading"  # in a named checkpoint directory until its commit
 _CHECKPOINT_DIR = re.compile(r"checkpoint_(\d{6,})$")
-
-
-@dataclass(frozen=True)
-class CommittedCheckpoint:
-    """A committed checkpoint with the report index, metrics and files it was committed with
-    (``validated``: its metrics include its validation's)."""
-
-    index: int
-    checkpoint: Checkpoint
-    metrics: dict[str, Any]
-    files: dict[str, FileEntry]
-    validated: bool = False
 
 
 class RunStorage:

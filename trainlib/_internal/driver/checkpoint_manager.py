@@ -8,8 +8,9 @@ import math
 from typing import Any
 
 from trainlib._internal.common.checkpoint import Checkpoint
+from trainlib._internal.common.commit_marker import CommittedCheckpoint
 from trainlib._internal.common.config import CheckpointConfig
-from trainlib._internal.common.storage import CommittedCheckpoint, RunStorage
+from trainlib._internal.common.storage import RunStorage
 from trainlib.validation import ReportedCheckpointStatus
 
 logger = logging.getLogger(__name__)

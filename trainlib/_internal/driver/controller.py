@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import cloudpickle
 
-from trainlib._internal.common.callbacks import GroupInfo, RankPlacement, Report, RunInfo
+from trainlib._internal.common.callbacks import GroupInfo, Report, RunInfo
 from trainlib._internal.common.checkpoint import Checkpoint
 from trainlib._internal.common.result import Result
 from trainlib._internal.common.storage import RunStorage
@@ -180,19 +180,12 @@ class Run:
     def _growth(self, client: Client, group_size: int) -> GrowthWatch:
         """When this attempt's elastic group should grow (never for a search's trial, whose
         workers the search hands out)."""
-        from trainlib._internal.driver.resize import GrowthWatch
+        from trainlib._internal.driver.resize import watch_growth
 
-        formed_after = self.manager.latest
-        mark = formed_after.index if formed_after else -1
         scaling = self.plan.scaling
         if self.plan.lease is not None:
             scaling = replace(scaling, num_workers=group_size)  # a full group: never grows
-
-        def checkpointed() -> bool:
-            latest = self.manager.latest
-            return latest is not None and latest.index > mark
-
-        return GrowthWatch(client, scaling, group_size, checkpointed)
+        return watch_growth(client, scaling, group_size, self.manager)
 
     @contextmanager
     def attempt(self, client: Client) -> Iterator[tuple[WorkerGroup, ProgressWatchdog]]:
@@ -234,7 +227,8 @@ class Run:
         build = functools.partial(rank_launch, start)
         resources = dict(self.plan.scaling.resources_per_worker or {}) or None
         group: WorkerGroup | None = None
-        info = self._group_info(client, slots)
+        ranks = tuple(s.placement() for s in sorted(slots, key=lambda slot: slot.world_rank))
+        info = GroupInfo(len(self.failures) + 1, ranks, client)
         callbacks = self.plan.run_config.callbacks
         try:
             with WorkerGroup.start(client, slots, build, resources) as group:
@@ -289,14 +283,6 @@ class Run:
             len(slots),
             resume_from or "scratch",
         )
-
-    def _group_info(self, client: Client, slots: list[WorkerSlot]) -> GroupInfo:
-        """What the callbacks are told of the group about to start on ``slots``."""
-        ranks = tuple(
-            RankPlacement(s.world_rank, s.local_rank, s.node_rank, s.host, s.address, s.device)
-            for s in sorted(slots, key=lambda slot: slot.world_rank)
-        )
-        return GroupInfo(len(self.failures) + 1, ranks, client)
 
     def result(self, error: BaseException | None) -> Result:
         """The run's Result so far (``error`` is what ended it, if anything)."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import cloudpickle
 
-from trainlib._internal.common.callbacks import GroupInfo, RankPlacement
+from trainlib._internal.common.callbacks import GroupInfo
 from trainlib._internal.common.messages import Command, RankSpec
 from trainlib._internal.driver.plan import AttemptStart, rank_launch
 from trainlib._internal.driver.ranks import WorkerSlot
@@ -79,7 +79,7 @@ def run_locally(run: Run) -> None:
     run.collector.start_attempt(1, start_index, watchdog)
     session = Session(spec, lambda message: _handle(run, message))
     run.collector.reply_with(lambda rank, command: _deliver(session, command))
-    info = GroupInfo(1, (RankPlacement(0, 0, 0, host, LOCAL, None),), None)
+    info = GroupInfo(1, (slot.placement(),), None)
     for callback in plan.run_config.callbacks:
         callback.on_group_start(info)
     RANK.start(session)

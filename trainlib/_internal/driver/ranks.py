@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from trainlib._internal.common.callbacks import RankPlacement
 from trainlib._internal.common.devices import visible_together
 
 
@@ -20,6 +21,12 @@ class WorkerSlot:
     device: str | None = None  # with use_gpu: the worker's CUDA_VISIBLE_DEVICES entry
     # with use_gpu: what the rank sees, its own device among those of the host's other ranks
     visible_devices: tuple[str, ...] = ()
+
+    def placement(self) -> RankPlacement:
+        """Where this rank runs, as the callbacks are told."""
+        return RankPlacement(
+            self.world_rank, self.local_rank, self.node_rank, self.host, self.address, self.device
+        )
 
 
 def assign_ranks(

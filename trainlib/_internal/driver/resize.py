@@ -10,6 +10,7 @@ from distributed import Client
 
 from trainlib._internal.common.config import ScalingConfig
 from trainlib._internal.driver import workers
+from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 
 
 class GrowthWatch:
@@ -49,3 +50,18 @@ class GrowthWatch:
         self.available = len(eligible)
         self.fired = self.available > self._group_size
         return self.fired
+
+
+def watch_growth(
+    client: Client, scaling: ScalingConfig, group_size: int, manager: CheckpointManager
+) -> GrowthWatch:
+    """The watch of a group of ``group_size`` ranks just formed: a checkpoint committed after
+    the latest one ``manager`` holds now makes it worth re-forming."""
+    formed_after = manager.latest
+    mark = formed_after.index if formed_after else -1
+
+    def checkpointed() -> bool:
+        latest = manager.latest
+        return latest is not None and latest.index > mark
+
+    return GrowthWatch(client, scaling, group_size, checkpointed)

@@ -18,7 +18,7 @@ from trainlib.validation import ValidationConfig
 if TYPE_CHECKING:
     from distributed import Client, Future
 
-    from trainlib._internal.common.storage import CommittedCheckpoint
+    from trainlib._internal.common.commit_marker import CommittedCheckpoint
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainlib import Checkpoint, CheckpointConfig
-from trainlib._internal.common.storage import CommittedCheckpoint, RunStorage
+from trainlib._internal.common.commit_marker import CommittedCheckpoint
+from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 
 

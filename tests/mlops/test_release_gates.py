@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tasks.release_gates import accuracy_floor, class_drop, fresh_load
+from mlops.release_gates import accuracy_floor, class_drop, fresh_load
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:

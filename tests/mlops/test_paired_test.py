@@ -10,8 +10,8 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
+from mlops.paired_test import compare
 from tasks.evaluate import ChampionScore
-from tasks.paired_test import compare
 from tasks.promotion import PromotionRule, decide
 
 

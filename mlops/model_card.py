@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cifar.dataset import Dataset
-from tasks.release_gates import Gate
+from mlops.release_gates import Gate
 
 
 @dataclass(frozen=True)

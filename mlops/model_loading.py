@@ -1,0 +1,99 @@
+"""Loading registered models back: by alias or version in this process, or scored by a new
+Python process (what a service that loads the model sees)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from torch import nn
+
+from cifar.errors import ModelNotFoundError
+from mlops.registry import CHAMPION, using_store, version_at_alias
+
+FRESH_PROCESS_TIMEOUT_S = 300.0
+
+
+_SCORE_IN_FRESH_PROCESS = """
+import sys
+import numpy as np
+import mlflow.pyfunc
+model = mlflow.pyfunc.load_model(sys.argv[1])
+np.save(sys.argv[3], np.asarray(model.predict(np.load(sys.argv[2]))))
+"""
+
+
+def scores_in_fresh_process(
+    model_name: str, version: str, tracking_uri: str, images: np.ndarray
+) -> np.ndarray:
+    """The class scores a new Python process gets for ``images`` from ``version`` loaded from
+    the registry (``mlflow.pyfunc.load_model("models:/NAME/VERSION")``): what a service that
+    loads the model sees, with nothing of this process's state.
+
+    Raises:
+        RuntimeError: The process could not load or run the model (its error's last lines).
+    """
+    with tempfile.TemporaryDirectory() as directory:
+        inputs, outputs = os.path.join(directory, "in.npy"), os.path.join(directory, "out.npy")
+        np.save(inputs, images)
+        uri = f"models:/{model_name}/{version}"
+        done = subprocess.run(
+            [sys.executable, "-c", _SCORE_IN_FRESH_PROCESS, uri, inputs, outputs],
+            cwd=directory,
+            env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri},
+            capture_output=True,
+            text=True,
+            timeout=FRESH_PROCESS_TIMEOUT_S,
+            check=False,
+        )
+        if done.returncode != 0:
+            last = " | ".join(done.stderr.strip().splitlines()[-3:])
+            raise RuntimeError(f"a new process could not load and run it: {last}")
+        return np.load(outputs, allow_pickle=False)
+
+
+def check_readable(model_name: str, version: str, tracking_uri: str) -> None:
+    """Read ``version``'s model description (its MLmodel file) from the registry, as a new
+    process would first; raises what the registry or the network raise."""
+    import mlflow.artifacts
+
+    with using_store(tracking_uri), tempfile.TemporaryDirectory() as directory:
+        mlflow.artifacts.download_artifacts(
+            artifact_uri=f"models:/{model_name}/{version}/MLmodel", dst_path=directory
+        )
+
+
+def load_version(model_name: str, version: str, tracking_uri: str) -> nn.Module:
+    """The registered model ``model_name`` at ``version`` (``models:/NAME/VERSION``)."""
+    return _load(f"models:/{model_name}/{version}", tracking_uri)
+
+
+def _load(model_uri: str, tracking_uri: str) -> nn.Module:
+    import mlflow.pytorch
+
+    with using_store(tracking_uri), tempfile.TemporaryDirectory() as directory:
+        model: nn.Module = mlflow.pytorch.load_model(model_uri, dst_path=directory)
+    return model
+
+
+def load_model(model_name: str, alias: str, tracking_uri: str) -> tuple[nn.Module, str]:
+    """The registered model at ``alias`` (``models:/NAME@ALIAS``) and its version.
+
+    Raises:
+        ModelNotFoundError: No version of ``model_name`` has the alias.
+    """
+    for _ in range(3):  # the alias may move while the model loads: then load it again
+        version = version_at_alias(model_name, alias, tracking_uri)
+        if version is None:
+            raise ModelNotFoundError(
+                f"Model {model_name!r} has no version with alias @{alias} in {tracking_uri}; "
+                f"train one first (flow train-cifar), or pick an existing model and alias "
+                f"(e.g. @{CHAMPION})."
+            )
+        model = _load(f"models:/{model_name}@{alias}", tracking_uri)
+        if version_at_alias(model_name, alias, tracking_uri) == version:
+            return model, version
+    raise RuntimeError(f"@{alias} of {model_name!r} moved three times while loading; try again")

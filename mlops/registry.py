@@ -1,0 +1,247 @@
+"""The MLflow model registry: register a trained classifier, find its versions and aliases,
+take a version out of use. Loading models back: ``mlops.model_loading``.
+
+Every call takes the tracking URI (the registry lives in the same store): nothing here depends
+on a process-wide MLflow setting, so a task run alone, or in another process, uses the right
+store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import logging
+import os
+import threading
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
+from torch import nn
+
+from cifar.checkpoint import load_classifier
+from cifar.dataset import Dataset
+from mlops.lineage import DIGEST_TAG, SYNTHETIC_TAG
+
+logger = logging.getLogger(__name__)
+
+CHAMPION = "champion"
+CHALLENGER = "challenger"
+ALIASES = (CHAMPION, CHALLENGER)
+DEFAULT_MODEL_NAME = "cifar10-classifier"
+SYNTHETIC_SUFFIX = "-synthetic"
+MODEL_ARTIFACT = "model"
+REQUEST_TAG = "prefect_flow_run_id"  # the flow run that registered a version
+WITHDRAWN_TAG = "withdrawn"  # a version a rollback took out of use but could not delete
+# What the model needs, pinned to what trained it (a local build's "+cpu" suffix dropped).
+_REQUIREMENTS = [
+    f"torch=={torch.__version__.split('+')[0]}",
+    f"torchvision=={importlib.metadata.version('torchvision').split('+')[0]}",
+    f"numpy=={np.__version__}",
+]
+_STORE_LOCK = threading.Lock()
+
+
+def register_model(
+    model: nn.Module,
+    run_id: str,
+    model_name: str,
+    tracking_uri: str,
+    request_id: str | None = None,
+) -> str:
+    """Log ``model`` as an MLflow model of the run (``mlflow.pytorch.log_model``: a LoggedModel
+    with its signature, input example and pinned requirements) and register it; return the new
+    version.
+
+    The model takes uint8 images (N, 3, 32, 32) and returns (N, 10) class scores. With
+    ``request_id`` (the flow run's id), registering is idempotent: the version is created with
+    that id as a tag, and a retry after a failure (the registry answered, the reply was lost)
+    finds the version its first attempt made instead of making another.
+    """
+    import mlflow
+    import mlflow.pytorch
+    from mlflow.models import infer_signature
+
+    client = MlflowClient(tracking_uri)
+    if request_id is not None and (made := _registered_for(client, model_name, request_id)):
+        logger.info("%s version %s was registered by this request already", model_name, made)
+        return made
+    example = np.zeros((2, 3, 32, 32), dtype=np.uint8)
+    with torch.no_grad():
+        scores = model.eval()(torch.from_numpy(example)).numpy()
+    # The LoggedModel is made here, in the run's experiment: log_model alone would make it in
+    # the process's active experiment (MLflow's Default when none is set), where the training
+    # account may not write and where nobody looks for it.
+    run = client.get_run(run_id)
+    made_model = client.create_logged_model(
+        run.info.experiment_id,
+        name=MODEL_ARTIFACT,
+        source_run_id=run_id,
+        params={key: str(value) for key, value in run.data.params.items()},
+    )
+    with using_store(tracking_uri), _quiet_pickle_warning():
+        logged = mlflow.pytorch.log_model(
+            model,
+            name=MODEL_ARTIFACT,
+            run_id=run_id,
+            model_id=made_model.model_id,
+            signature=infer_signature(example, scores),
+            input_example=example,
+            serialization_format="pickle",  # "pt2" loads as a GraphModule without .eval()
+            pip_requirements=_REQUIREMENTS,
+        )
+        # register_model, not log_model's registered_model_name: the version needs its tags
+        # from the start (the idempotency above finds it by them).
+        tags = {REQUEST_TAG: request_id} if request_id is not None else None
+        version = str(mlflow.register_model(logged.model_uri, model_name, tags=tags).version)
+    if request_id is not None:
+        version = _keep_first(client, model_name, request_id, version)
+    logger.info("Registered %s version %s (model %s)", model_name, version, logged.model_id)
+    return version
+
+
+@contextlib.contextmanager
+def using_store(tracking_uri: str) -> Iterator[None]:
+    """MLflow's model functions (``log_model``, ``register_model``, ``load_model`` of a
+    ``models:/`` URI) use the process's tracking URI: point it at ``tracking_uri`` for the
+    block, then put it back (unset if it was), so callers keep passing the URI explicitly."""
+    import mlflow
+
+    with _STORE_LOCK:
+        before = os.environ.get("MLFLOW_TRACKING_URI")  # what mlflow.set_tracking_uri sets
+        mlflow.set_tracking_uri(tracking_uri)
+        try:
+            yield
+        finally:
+            mlflow.set_tracking_uri(before)  # type: ignore[arg-type]  # None unsets it
+
+
+def _usable_versions(client: MlflowClient, model_name: str, request_id: str) -> list[int]:
+    """The versions ``request_id`` registered that are in use (not withdrawn by a rollback)."""
+    found = client.search_model_versions(
+        f"name='{model_name}' and tags.{REQUEST_TAG}='{request_id}'"
+    )
+    return sorted(int(v.version) for v in found if WITHDRAWN_TAG not in v.tags)
+
+
+def _registered_for(client: MlflowClient, model_name: str, request_id: str) -> str | None:
+    """The first version ``request_id`` registered and still in use, or None."""
+    usable = _usable_versions(client, model_name, request_id)
+    return str(usable[0]) if usable else None
+
+
+def _keep_first(client: MlflowClient, model_name: str, request_id: str, created: str) -> str:
+    """The first version ``request_id`` registered; the others it made are removed
+    (``remove_version``). (MLflow's client sends a create again when its reply is lost: the
+    registry then made two.)"""
+    usable = _usable_versions(client, model_name, request_id)
+    for extra in usable[1:]:
+        remove_version(
+            model_name,
+            str(extra),
+            client.tracking_uri,
+            f"a duplicate of version {usable[0]}, made by a retried request",
+        )
+    return str(usable[0]) if usable else created
+
+
+def check_requirements() -> None:
+    """Check the models' pip requirements against the installed packages, as MLflow does on a
+    process's first model save: a scan of every installed distribution (1.2 s here), done once
+    per process. A caller with idle time does it ahead; it warns as the save would."""
+    from mlflow.utils.requirements_utils import warn_dependency_requirement_mismatches
+
+    warn_dependency_requirement_mismatches(_REQUIREMENTS)
+
+
+def logged_model_id(model_name: str, version: str, tracking_uri: str) -> str | None:
+    """The id of the LoggedModel ``version`` was registered from (None: a version registered
+    from a run's artifacts, before this project used MLflow 3's model API). MLflow's SQL
+    registry does not keep the version's ``model_id``; its ``source`` says it: models:/<id>."""
+    found = MlflowClient(tracking_uri).get_model_version(model_name, version)
+    if found.model_id:
+        return str(found.model_id)
+    source = str(found.source or "")
+    return source.removeprefix("models:/") if source.startswith("models:/m-") else None
+
+
+def version_at_alias(model_name: str, alias: str, tracking_uri: str) -> str | None:
+    """The version holding ``alias``, or None (also when the model does not exist)."""
+    try:
+        version = MlflowClient(tracking_uri).get_model_version_by_alias(model_name, alias)
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST" or "not found" in str(exc).lower():
+            return None
+        raise
+    return str(version.version)
+
+
+def remove_version(model_name: str, version: str, tracking_uri: str, reason: str) -> None:
+    """Take ``version`` out of use: delete it from the registry (its MLflow run and artifacts
+    stay), or, where this account may not delete versions (the stack's training account, on an
+    MLflow server with authentication), tag it ``withdrawn`` with ``reason``: it holds no alias
+    and is never loaded by one."""
+    client = MlflowClient(tracking_uri)
+    try:
+        client.delete_model_version(model_name, version)
+    except MlflowException as exc:
+        if exc.error_code != "PERMISSION_DENIED":
+            raise
+        client.set_model_version_tag(model_name, version, WITHDRAWN_TAG, reason)
+        logger.warning(
+            "%s version %s withdrawn (tag %r; this account may not delete versions): %s",
+            model_name,
+            version,
+            WITHDRAWN_TAG,
+            reason,
+        )
+        return
+    logger.warning("Removed %s version %s from the registry: %s", model_name, version, reason)
+
+
+def model_name_for(requested: str | None, synthetic: bool) -> str:
+    """The registered model a run publishes to: ``requested`` if given, else
+    ``DEFAULT_MODEL_NAME``, with ``-synthetic`` appended for a run on synthetic data, so a
+    model of synthetic images never competes with (or serves in place of) real ones."""
+    if requested:
+        return requested
+    return f"{DEFAULT_MODEL_NAME}{SYNTHETIC_SUFFIX}" if synthetic else DEFAULT_MODEL_NAME
+
+
+@contextlib.contextmanager
+def _quiet_pickle_warning() -> Iterator[None]:
+    """MLflow warns on every pickle save that pickles can run code when loaded. The models are
+    our own, loaded from our own registry; the training checkpoints themselves are plain
+    tensors (``weights_only=True``). The warning would only teach users to ignore warnings."""
+
+    def drop(record: logging.LogRecord) -> bool:
+        return "Pickle or CloudPickle" not in record.getMessage()
+
+    mlflow_logger = logging.getLogger("mlflow.pytorch")
+    mlflow_logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        mlflow_logger.removeFilter(drop)
+
+
+def register_checkpoint(
+    checkpoint_uri: str,
+    run_id: str,
+    model_name: str,
+    tracking_uri: str,
+    dataset: Dataset,
+    request_id: str | None = None,
+) -> str:
+    """Register the classifier of a training checkpoint as a new version of ``model_name``
+    (idempotent per ``request_id``: see ``register_model``), tagged with the digest of the data
+    it was trained on and whether that data is synthetic."""
+    classifier = load_classifier(checkpoint_uri)
+    version = register_model(classifier, run_id, model_name, tracking_uri, request_id)
+    client = MlflowClient(tracking_uri)
+    client.set_model_version_tag(model_name, version, DIGEST_TAG, dataset.manifest.digest())
+    synthetic = str(dataset.manifest.synthetic).lower()
+    client.set_model_version_tag(model_name, version, SYNTHETIC_TAG, synthetic)
+    return version

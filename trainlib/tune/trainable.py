@@ -1,0 +1,76 @@
+"""What a Tuner runs: its trainable (a TorchTrainer, a function of config, or a class with
+``as_torch_trainer``) as one TorchTrainer whose ``train_loop_config`` each trial sets."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from trainlib.config import DaskConfig, RunConfig, ScalingConfig
+from trainlib.errors import ConfigError
+from trainlib.torch.trainer import TorchTrainer
+from trainlib.tune.resources import TrainableWithResources
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+
+def check_trainer_space(param_space: Mapping[str, Any]) -> None:
+    unknown = sorted(set(param_space) - {"train_loop_config"})
+    if unknown:
+        raise ConfigError(
+            f"param_space keys {unknown} cannot be tuned for a TorchTrainer; put the "
+            "hyperparameters under param_space['train_loop_config']."
+        )
+
+
+def as_trainer(
+    trainable: Any,
+    param_space: Mapping[str, Any],
+    run_config: RunConfig | None,
+    dask_config: DaskConfig | None,
+    client: Client | None,
+) -> TorchTrainer:
+    if isinstance(trainable, TorchTrainer):
+        if dask_config is not None or client is not None:
+            trainable = with_cluster(trainable, dask_config, client)
+        return trainable
+    if isinstance(trainable, type) and hasattr(trainable, "as_torch_trainer"):
+        trainer: TorchTrainer = trainable.as_torch_trainer(
+            param_space, run_config, dask_config, client
+        )
+        return trainer
+    if isinstance(trainable, type):
+        raise ConfigError(
+            f"Tuner(trainable={trainable.__name__}): a trainable class needs an "
+            "as_torch_trainer classmethod (as trainlib.sgd.PyTorchTrainable); write the trial "
+            "as a function of config that calls trainlib.report instead."
+        )
+    if not callable(trainable):
+        raise ConfigError(
+            f"Tuner(trainable={trainable!r}) must be a TorchTrainer or a function of config."
+        )
+    scaling = (
+        trainable.scaling
+        if isinstance(trainable, TrainableWithResources)
+        else ScalingConfig(num_workers=1)
+    )
+    trainer = TorchTrainer(
+        trainable,
+        train_loop_config={},
+        scaling_config=scaling,
+        run_config=run_config,
+        dask_config=dask_config,
+        client=client,
+    )
+    return trainer
+
+
+def with_cluster(
+    trainer: TorchTrainer, dask_config: DaskConfig | None, client: Client | None
+) -> TorchTrainer:
+    trainer = copy.copy(trainer)
+    trainer._dask = dask_config or trainer._dask
+    trainer._client = client or trainer._client
+    return trainer
