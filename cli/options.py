@@ -1,5 +1,5 @@
-"""The commands' options: the types that explain a wrong value, deprecated spellings, and the
-options all three commands share.
+"""The commands' options: the types that explain a wrong value, and the options the commands
+share. Each option's name is the flow parameter it sets (``--run-name`` sets ``run_name``).
 
 Nothing here imports Prefect, torch or the flows: ``--help``, ``--version`` and a mistyped
 option answer at once.

@@ -199,8 +199,8 @@ def prepare_dataset(
     seed: int = 0,
 ) -> Dataset:
     """The preprocess step, cached by Prefect under the storage path (``tasks.caching``): a
-    run on the same archive md5, seed, validation fraction and shard size reuses the dataset
-    if every file matches its manifest."""
+    run on the same archive md5, seed, validation fraction, shard size, ranks and batch size
+    (the size check) reuses the dataset if every file matches its manifest."""
     uri = layout.dataset(dataset_name(archive.md5, val_fraction, seed, rows_per_file))
     intact = intact_dataset(uri) is not None
     step = cached(preprocess_task, layout, policy("dask"), intact=intact)
