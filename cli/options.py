@@ -150,7 +150,7 @@ def add_data_options(made: argparse.ArgumentParser) -> None:
         default=None,
         help="a local folder or an s3:// URL (default: $CIFAR_STORAGE_PATH, else ./cifar-data)",
     )
-    add("--shard-size", type=positive_int, default=2500, help="images per dataset file")
+    add("--rows-per-file", type=positive_int, default=2500, help="images per dataset file")
 
 
 def add_cluster_options(made: argparse.ArgumentParser, num_workers: int, ranks: str) -> None:

@@ -37,7 +37,7 @@ def prepared(
     cluster_workers: int,
     ranks: int,
     batch_size: int,
-    shard_size: int,
+    rows_per_file: int,
 ) -> Iterator[Prepared]:
     """Download and verify the archive, start (or connect to) the Dask cluster with
     ``cluster_workers`` workers before any work is done, and preprocess the archive on it for
@@ -56,7 +56,7 @@ def prepared(
             dask=attached,
             num_workers=ranks,
             batch_size=batch_size,
-            rows_per_file=shard_size,
+            rows_per_file=rows_per_file,
         )
         tracking.result()
         yield Prepared(layout, tracking_uri, archive, dataset, attached)

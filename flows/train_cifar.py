@@ -54,7 +54,7 @@ def train_cifar(
     max_class_drop: float = DEFAULT_MAX_CLASS_DROP,
     check_fresh_load: bool = True,
     predict_input: str | None = None,
-    shard_size: int = 2500,
+    rows_per_file: int = 2500,
     run_name: str | None = None,
     system_metrics: bool = True,
     force: bool = False,
@@ -74,7 +74,7 @@ def train_cifar(
     ``compile`` wraps the model in ``torch.compile`` on every rank. ``seed`` seeds the model's
     initial weights and the order of the training images (recorded with the run's params); the
     split of the archive into train and validation images does not depend on it.
-    ``shard_size`` is the number of images per dataset file (a partition when training).
+    ``rows_per_file`` is the number of images per dataset file (a partition when training).
     ``run_name`` names the training run (checkpoints and the MLflow run); running the flow again
     with the same ``run_name`` and ``storage_path`` resumes it. Default: one per flow run.
     ``registered_model_name`` defaults to ``cifar10-classifier``, or
@@ -121,7 +121,7 @@ def train_cifar(
             cluster_workers=num_workers,
             ranks=num_workers,
             batch_size=batch_size,
-            shard_size=shard_size,
+            rows_per_file=rows_per_file,
         ) as ready:
             name = model_name_for(registered_model_name, ready.dataset.manifest.synthetic)
             params = training_params(config, num_workers)

@@ -46,7 +46,7 @@ def tune_cifar(
     min_test_accuracy: float = DEFAULT_MIN_TEST_ACCURACY,
     max_class_drop: float = DEFAULT_MAX_CLASS_DROP,
     check_fresh_load: bool = True,
-    shard_size: int = 2500,
+    rows_per_file: int = 2500,
     run_name: str | None = None,
     study_storage: str | None = None,
     system_metrics: bool = True,
@@ -87,7 +87,7 @@ def tune_cifar(
             cluster_workers=num_workers * max_concurrent_trials,
             ranks=num_workers,
             batch_size=largest_batch_size(space, base),
-            shard_size=shard_size,
+            rows_per_file=rows_per_file,
         ) as ready:
             request = TuneRequest(
                 base=base,

@@ -134,7 +134,7 @@ def preprocess_archive(
         DatasetTooSmallError: Too few images for ``num_workers`` ranks and ``batch_size``.
     """
     if rows_per_file < 1:
-        raise ValueError(f"shard_size={rows_per_file} must be at least 1 image per file.")
+        raise ValueError(f"rows_per_file={rows_per_file} must be at least 1 image per file.")
     uri = layout.dataset(dataset_name(archive.md5, val_fraction, seed, rows_per_file))
     if (existing := intact_dataset(uri)) is not None:
         logger.info("Dataset %s exists and is intact; skipping preprocessing", uri)

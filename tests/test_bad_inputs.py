@@ -190,7 +190,7 @@ def _train_args(workspace: Workspace, *extra: str) -> list[str]:
         "1",
         "--batch-size",
         "64",
-        "--shard-size",
+        "--rows-per-file",
         "250",
         *extra,
     ]

@@ -109,7 +109,7 @@ def _train(
     env: dict[str, str] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
-    parameters = {**archive, "epochs": 1, "batch_size": 64, "shard_size": 500, **extra}
+    parameters = {**archive, "epochs": 1, "batch_size": 64, "rows_per_file": 500, **extra}
     return run_deployment(stack, deployment, {"registered_model_name": MODEL, **parameters}, env)
 
 
@@ -210,7 +210,7 @@ def test_the_stack_keeps_its_state_across_down_and_up_and_searches_with_postgres
         "num_samples": 2,
         "max_concurrent_trials": 2,
         "epochs": 1,
-        "shard_size": 500,
+        "rows_per_file": 500,
         "search_space": {"lr": ["loguniform", 0.01, 0.1], "batch_size": ["choice", [64]]},
         "registered_model_name": f"{MODEL}-tuned",
     }

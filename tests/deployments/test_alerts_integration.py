@@ -169,7 +169,7 @@ def _heartbeat_recorded(flow_run_id: Any) -> bool:
 def test_alerts_a_run_whose_worker_died_is_crashed_alerted_and_the_next_nightly_runs(
     alerts: dict[str, str], webhook: Webhook, archive: dict[str, str], tmp_path: Path
 ) -> None:
-    store = {"storage_path": str(tmp_path / "store"), "batch_size": 64, "shard_size": 250}
+    store = {"storage_path": str(tmp_path / "store"), "batch_size": 64, "rows_per_file": 250}
     store["mlflow_tracking_uri"] = f"sqlite:///{tmp_path}/mlflow.db"
     with _session_worker_stopped(alerts):
         doomed_worker = start_worker(alerts, "doomed", tmp_path / "doomed.log")

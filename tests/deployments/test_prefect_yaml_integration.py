@@ -60,7 +60,7 @@ def _one_epoch(data_url: str, md5: str, root: Path) -> dict[str, Any]:
         "data_md5": md5,
         "epochs": 1,
         "batch_size": 64,
-        "shard_size": 250,
+        "rows_per_file": 250,
         "storage_path": str(root / "store"),
         "mlflow_tracking_uri": f"sqlite:///{root}/mlflow.db",
     }

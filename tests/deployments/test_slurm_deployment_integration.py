@@ -47,7 +47,7 @@ def test_deployment_run_by_a_worker_trains_in_slurm_jobs(
                 "data_md5": md5,
                 "epochs": 1,
                 "batch_size": 64,
-                "shard_size": 250,
+                "rows_per_file": 250,
                 "storage_path": str(tmp_path / "store"),
                 "mlflow_tracking_uri": f"sqlite:///{tmp_path}/mlflow.db",
                 "registered_model_name": "slurm-deployed",

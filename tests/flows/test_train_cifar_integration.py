@@ -60,7 +60,7 @@ class Workspace:
             "lr": 0.05,
             "seed": 7,
             "num_workers": 2,
-            "shard_size": 250,
+            "rows_per_file": 250,
             "mlflow_tracking_uri": self.tracking_uri,
             "registered_model_name": MODEL,
         }

@@ -39,7 +39,7 @@ def _command(url: str, md5: str, root: Path) -> list[str]:
         str(EPOCHS),
         "--batch-size",
         "64",
-        "--shard-size",
+        "--rows-per-file",
         "250",
         "--run-name",
         RUN,

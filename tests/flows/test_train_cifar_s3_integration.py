@@ -74,7 +74,7 @@ def s3_run(
         storage_path=f"s3://{S3_BUCKET}/store",
         epochs=2,
         batch_size=64,
-        shard_size=250,
+        rows_per_file=250,
         mlflow_tracking_uri=mlflow_server,
         registered_model_name="s3-classifier",
         # a cluster class, as with dask_jobqueue.SLURMCluster (started and closed by the flow)

@@ -60,7 +60,7 @@ def test_train_cifar_cli_runs_every_step_in_slurm_jobs(
             "64",
             "--num-workers",
             "2",
-            "--shard-size",
+            "--rows-per-file",
             "250",
             "--mlflow-tracking-uri",
             f"sqlite:///{tmp_path}/mlflow.db",

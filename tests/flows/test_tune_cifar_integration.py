@@ -54,7 +54,7 @@ def searched(
             max_concurrent_trials=1,
             epochs=2,
             num_workers=1,
-            shard_size=250,
+            rows_per_file=250,
             mlflow_tracking_uri=tracking_uri,
             registered_model_name=MODEL,
             study_storage=f"sqlite:///{root}/optuna.db",  # as a postgresql:// URL would be
@@ -146,7 +146,7 @@ def test_tune_flow_over_its_time_limit_fails_naming_it_and_registers_nothing(
         num_samples=1,
         epochs=100_000,
         num_workers=1,
-        shard_size=250,
+        rows_per_file=250,
         dask_address=dask_client.scheduler.address,
         mlflow_tracking_uri=tracking_uri,
         registered_model_name="tune-over-its-time",
