@@ -5,18 +5,11 @@ Port a Ray Train loop by changing imports: ``ray.train`` -> ``trainlib``,
 """
 
 from trainlib import collective  # noqa: F401  (trainlib.collective, as ray.train.collective)
-from trainlib._internal.common.preemption import PreemptionInfo
 from trainlib.callbacks import Callback, GroupInfo, RankPlacement, Report, RunInfo
 from trainlib.checkpoint import Checkpoint
-from trainlib.config import (
-    CheckpointConfig,
-    DaskConfig,
-    FailureConfig,
-    RunConfig,
-    ScalingConfig,
-    TorchConfig,
-)
+from trainlib.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TorchConfig
 from trainlib.context import TrainContext, get_context
+from trainlib.dask_config import DaskConfig
 from trainlib.data import DataConfig, get_dataset_shard
 from trainlib.errors import (
     CheckpointError,
@@ -29,6 +22,7 @@ from trainlib.errors import (
     TrainlibError,
     WorkerGroupError,
 )
+from trainlib.preemption import PreemptionInfo
 from trainlib.reporting import (
     CheckpointUploadMode,
     ReportedCheckpoint,

@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainlib.config import DaskConfig, RunConfig, ScalingConfig, TorchConfig
+from trainlib.config import RunConfig, ScalingConfig, TorchConfig
+from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError
 from trainlib.torch.trainer import TorchTrainer
 

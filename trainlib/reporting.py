@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from trainlib._internal.common.messages import REPORTED_CHECKPOINTS, CheckpointsQuery, ReportMessage
-from trainlib._internal.common.preemption import PreemptionInfo
 from trainlib._internal.rank import uploads
 from trainlib._internal.rank.session import Session
 from trainlib._internal.rank.state import current_session
 from trainlib.checkpoint import Checkpoint
 from trainlib.errors import CheckpointError
+from trainlib.preemption import PreemptionInfo
 from trainlib.validation import (
     CheckpointConsistencyMode,
     ReportedCheckpointStatus,

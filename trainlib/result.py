@@ -1,6 +1,124 @@
-"""Result: what ``TorchTrainer.fit()`` returns (defined with the engine that builds it,
-``trainlib/_internal/common/result.py``)."""
+"""Result: what ``TorchTrainer.fit()`` returns."""
 
-from trainlib._internal.common.result import Result
+from __future__ import annotations
 
-__all__ = ["Result"]
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import fsspec
+from fsspec import AbstractFileSystem
+
+from trainlib.checkpoint import Checkpoint
+from trainlib.errors import CheckpointError, RankFailure
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class Result:
+    """The outcome of a training run.
+
+    Attributes:
+        metrics: The last metrics reported by rank 0 (``{}`` if none were).
+        checkpoint: The latest committed checkpoint, or None.
+        best_checkpoints: The kept checkpoints with their metrics, best first.
+        path: The run directory on ``filesystem``.
+        filesystem: The fsspec filesystem of the run directory.
+        error: The error that ended the run, or None. ``fit()`` raises it; callbacks see it here.
+        metrics_history: Every report of rank 0, oldest first (``metrics_dataframe`` as dicts).
+        failures: The root cause of each failed attempt, oldest first.
+        config: The configuration the run was given: a Tuner trial's sampled config (as in
+            Ray's ``Result.config``); ``{}`` for a run started by ``fit()``.
+    """
+
+    metrics: dict[str, Any]
+    checkpoint: Checkpoint | None
+    best_checkpoints: list[tuple[Checkpoint, dict[str, Any]]]
+    path: str
+    filesystem: AbstractFileSystem
+    error: BaseException | None = None
+    metrics_history: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[RankFailure] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_restarts(self) -> int:
+        """How often the worker group was restarted after a failure."""
+        return len(self.failures) if self.error is None else max(0, len(self.failures) - 1)
+
+    @property
+    def metrics_dataframe(self) -> pd.DataFrame:
+        """One row per report of rank 0, one column per metric."""
+        import pandas as pd  # imported on use: rank processes never need pandas
+
+        return pd.DataFrame(self.metrics_history)
+
+    @classmethod
+    def from_path(
+        cls, path: str | os.PathLike[str], storage_filesystem: AbstractFileSystem | None = None
+    ) -> Result:
+        """The Result of a finished run, read back from its run directory (as Ray's).
+
+        What storage keeps is what it has: ``metrics`` are the latest checkpoint's,
+        ``best_checkpoints`` every committed checkpoint (newest first: the run's
+        ``CheckpointConfig`` is not stored), ``metrics_history`` the checkpoints' metrics,
+        oldest first. ``error`` is None.
+
+        Args:
+            path: The run directory, ``{storage_path}/{name}`` (a path or fsspec URL).
+            storage_filesystem: The fsspec filesystem of ``path``; inferred if omitted.
+
+        Raises:
+            CheckpointError: ``path`` is not a directory.
+        """
+        from trainlib._internal.common.storage import RunStorage
+
+        if storage_filesystem is None:
+            storage_filesystem, root = fsspec.core.url_to_fs(os.path.expanduser(os.fspath(path)))
+        else:
+            root = storage_filesystem._strip_protocol(os.fspath(path))
+        storage = RunStorage(storage_filesystem, str(root))
+        if not storage_filesystem.isdir(storage.run_dir):
+            raise CheckpointError(
+                f"Result.from_path({os.fspath(path)!r}): no run directory there; pass the "
+                "folder of one run, {storage_path}/{name}."
+            )
+        committed = storage.list_committed()
+        latest = committed[-1] if committed else None
+        return cls(
+            metrics=dict(latest.metrics) if latest else {},
+            checkpoint=latest.checkpoint if latest else None,
+            best_checkpoints=[(c.checkpoint, c.metrics) for c in reversed(committed)],
+            path=storage.run_dir,
+            filesystem=storage_filesystem,
+            metrics_history=[c.metrics for c in committed],
+        )
+
+    def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
+        """The kept checkpoint with the best ``metric`` (as Ray's ``Result.get_best_checkpoint``).
+
+        Checkpoints whose metrics lack ``metric`` are left out.
+
+        Args:
+            metric: The metric to order by.
+            mode: ``"max"`` or ``"min"``.
+
+        Raises:
+            RuntimeError: The run has no checkpoint, or none has ``metric``.
+            ValueError: ``mode`` is neither ``"max"`` nor ``"min"``.
+        """
+        if not self.best_checkpoints:
+            raise RuntimeError(f"Run {self.path} has no checkpoint.")
+        if mode not in ("max", "min"):
+            raise ValueError(f"get_best_checkpoint(mode={mode!r}) must be 'max' or 'min'.")
+        scored = [(c, m) for c, m in self.best_checkpoints if metric in m]
+        if not scored:
+            names = sorted({name for _, m in self.best_checkpoints for name in m})
+            raise RuntimeError(
+                f"No checkpoint of run {self.path} has metric {metric!r}; its checkpoints have "
+                f"{names}."
+            )
+        choose = max if mode == "max" else min
+        return choose(scored, key=lambda entry: entry[1][metric])[0]

@@ -10,8 +10,8 @@ import pytest
 import trainlib
 from trainlib import PreemptionInfo, RunConfig, ScalingConfig
 from trainlib._internal.common.messages import Command
-from trainlib._internal.common.preemption import PREEMPTION
 from trainlib._internal.rank.state import RANK
+from trainlib.preemption import PREEMPTION
 from trainlib.torch import TorchTrainer
 
 NOTICE = PreemptionInfo(

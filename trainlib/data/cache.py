@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from trainlib._internal.common.data_config import CachePlan
+from trainlib.data_config import CachePlan
 
 if TYPE_CHECKING:
     import torch

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
-from trainlib._internal.common.data_config import CachePlan
 from trainlib._internal.rank.session import Session
 from trainlib._internal.rank.state import current_session
 from trainlib.data import _batching, _conversion
 from trainlib.data.cache import CachedShard, ShardCollector
+from trainlib.data_config import CachePlan
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -7,7 +7,8 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainlib.config import DaskConfig, RunConfig
+from trainlib.config import RunConfig
+from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError
 from trainlib.sgd import _runner
 from trainlib.sgd._setup import runner_setup, scaling

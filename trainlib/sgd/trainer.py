@@ -15,7 +15,8 @@ import cloudpickle
 from trainlib._internal.common.messages import Command
 from trainlib._internal.driver.plan import RunPlan
 from trainlib.callbacks import Report
-from trainlib.config import DaskConfig, RunConfig, TorchConfig
+from trainlib.config import RunConfig, TorchConfig
+from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError, WorkerGroupError
 from trainlib.sgd import _runner, _setup
 from trainlib.sgd._live_group import LiveGroup

@@ -12,8 +12,9 @@ import cloudpickle
 from trainlib._internal.driver.controller import run_training
 from trainlib._internal.driver.plan import RunPlan
 from trainlib.checkpoint import Checkpoint
-from trainlib.config import DaskConfig, RunConfig, ScalingConfig, TorchConfig
-from trainlib.data.config import DataConfig
+from trainlib.config import RunConfig, ScalingConfig, TorchConfig
+from trainlib.dask_config import DaskConfig
+from trainlib.data_config import DataConfig
 from trainlib.errors import ConfigError
 from trainlib.result import Result
 from trainlib.validation import ValidationConfig

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import TrialState
 
-from trainlib._internal.common.callbacks import Callback, Report
-from trainlib._internal.common.config import ScalingConfig
-from trainlib._internal.common.result import Result
 from trainlib._internal.driver import workers
 from trainlib._internal.driver.controller import run_training
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.plan import RunPlan
+from trainlib.callbacks import Callback, Report
+from trainlib.config import ScalingConfig
 from trainlib.errors import NotEnoughWorkersError
+from trainlib.result import Result
 from trainlib.tune._leases import WorkerBook, WorkerLease
 from trainlib.tune._study import Study, metric_value
 from trainlib.tune.callback import Callback as SearchCallback

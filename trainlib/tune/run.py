@@ -6,7 +6,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from trainlib.config import DEFAULT_STORAGE_PATH, DaskConfig, RunConfig
+from trainlib.config import DEFAULT_STORAGE_PATH, RunConfig
+from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError
 from trainlib.torch.trainer import TorchTrainer
 from trainlib.tune.config import TuneConfig

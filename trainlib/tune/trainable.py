@@ -7,7 +7,8 @@ import copy
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainlib.config import DaskConfig, RunConfig, ScalingConfig
+from trainlib.config import RunConfig, ScalingConfig
+from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError
 from trainlib.torch.trainer import TorchTrainer
 from trainlib.tune.resources import TrainableWithResources

@@ -17,7 +17,8 @@ from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.plan import RunPlan
-from trainlib.config import DaskConfig, RunConfig
+from trainlib.config import RunConfig
+from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError
 from trainlib.result import Result
 from trainlib.torch.trainer import TorchTrainer

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from trainlib._internal.common.checkpoint import Checkpoint
+from trainlib.checkpoint import Checkpoint
 
 COMMIT_MARKER = ".trainlib-commit.json"
 

@@ -17,7 +17,7 @@ from dask.delayed import Delayed, delayed
 from dask.highlevelgraph import HighLevelGraph
 
 from trainlib._internal.common import dask_internals
-from trainlib._internal.common.data_config import DataConfig
+from trainlib.data_config import DataConfig
 from trainlib.errors import ConfigError, DatasetError
 
 Block = dict[str, np.ndarray]

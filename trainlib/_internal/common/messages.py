@@ -6,13 +6,13 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from trainlib._internal.common.checkpoint import Checkpoint
 from trainlib._internal.common.commit_marker import FileEntry
 from trainlib._internal.common.storage import RunStorage
+from trainlib.checkpoint import Checkpoint
 
 if TYPE_CHECKING:  # a rank process never imports Dask
-    from trainlib._internal.common.data_config import CachePlan
     from trainlib._internal.common.datasets import DatasetSource
+    from trainlib.data_config import CachePlan
 
 
 @dataclass(frozen=True)

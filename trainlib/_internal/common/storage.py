@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 import fsspec
 from fsspec import AbstractFileSystem
 
-from trainlib._internal.common.checkpoint import Checkpoint
 from trainlib._internal.common.commit_marker import (
     COMMIT_MARKER,
     CommittedCheckpoint,
@@ -39,6 +38,7 @@ from trainlib._internal.common.commit_marker import (
     describe_file,
 )
 from trainlib._internal.common.retries import call_storage
+from trainlib.checkpoint import Checkpoint
 from trainlib.errors import CheckpointError
 
 logger = logging.getLogger(__name__)

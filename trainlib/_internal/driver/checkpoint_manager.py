@@ -7,10 +7,10 @@ import logging
 import math
 from typing import Any
 
-from trainlib._internal.common.checkpoint import Checkpoint
 from trainlib._internal.common.commit_marker import CommittedCheckpoint
-from trainlib._internal.common.config import CheckpointConfig
 from trainlib._internal.common.storage import RunStorage
+from trainlib.checkpoint import Checkpoint
+from trainlib.config import CheckpointConfig
 from trainlib.validation import ReportedCheckpointStatus
 
 logger = logging.getLogger(__name__)

@@ -18,10 +18,10 @@ import dask
 from distributed import Client, LocalCluster
 from distributed.utils import import_term
 
-from trainlib._internal.common.config import ScalingConfig
 from trainlib._internal.driver.state import DRIVER, StartedCluster
 from trainlib._internal.driver.workers import select_workers
 from trainlib._internal.worker.rank_pool import RankPoolPlugin
+from trainlib.config import ScalingConfig
 from trainlib.errors import ConfigError
 
 if TYPE_CHECKING:

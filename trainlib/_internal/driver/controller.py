@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING
 
 import cloudpickle
 
-from trainlib._internal.common.callbacks import GroupInfo, Report, RunInfo
-from trainlib._internal.common.checkpoint import Checkpoint
-from trainlib._internal.common.result import Result
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.plan import AttemptStart, RunPlan, rank_launch
 from trainlib._internal.driver.reports import ReportCollector
 from trainlib._internal.driver.watchdog import ProgressWatchdog
+from trainlib.callbacks import GroupInfo, Report, RunInfo
+from trainlib.checkpoint import Checkpoint
 from trainlib.errors import RankFailure, WorkerGroupError
+from trainlib.result import Result
 
 if TYPE_CHECKING:
     from distributed import Client

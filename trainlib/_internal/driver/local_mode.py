@@ -13,21 +13,21 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import cloudpickle
 
-from trainlib._internal.common.callbacks import GroupInfo
 from trainlib._internal.common.messages import Command, RankSpec
 from trainlib._internal.driver.plan import AttemptStart, rank_launch
 from trainlib._internal.driver.ranks import WorkerSlot
 from trainlib._internal.driver.watchdog import ProgressWatchdog
 from trainlib._internal.rank.session import Session
 from trainlib._internal.rank.state import RANK
+from trainlib.callbacks import GroupInfo
 from trainlib.errors import ConfigError, RankFailure
 
 if TYPE_CHECKING:
-    from trainlib._internal.common.checkpoint import Checkpoint
     from trainlib._internal.common.storage import RunStorage
     from trainlib._internal.driver.checkpoint_manager import CheckpointManager
     from trainlib._internal.driver.plan import RunPlan
     from trainlib._internal.driver.reports import ReportCollector
+    from trainlib.checkpoint import Checkpoint
     from trainlib.errors import WorkerGroupError
 
 

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import cloudpickle
 
-from trainlib._internal.common.checkpoint import Checkpoint
-from trainlib._internal.common.config import RunConfig, ScalingConfig, TorchConfig
-from trainlib._internal.common.data_config import CachePlan, DataConfig
 from trainlib._internal.common.messages import FeedPlan, RankLaunch, RankSpec
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.ranks import device_index
+from trainlib.checkpoint import Checkpoint
+from trainlib.config import RunConfig, ScalingConfig, TorchConfig
+from trainlib.data_config import CachePlan, DataConfig
 from trainlib.validation import ValidationConfig
 
 if TYPE_CHECKING:

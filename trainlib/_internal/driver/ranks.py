@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from trainlib._internal.common.callbacks import RankPlacement
 from trainlib._internal.common.devices import visible_together
+from trainlib.callbacks import RankPlacement
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from trainlib._internal.common.callbacks import Callback, Report
 from trainlib._internal.common.commit_marker import FileEntry
 from trainlib._internal.common.messages import (
     REPORTED_CHECKPOINTS,
@@ -20,6 +19,7 @@ from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib._internal.driver.validations import Validations
 from trainlib._internal.driver.watchdog import ProgressWatchdog
+from trainlib.callbacks import Callback, Report
 from trainlib.errors import TrainingFailedError
 from trainlib.validation import ValidationConfig
 

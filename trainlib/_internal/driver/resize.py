@@ -8,9 +8,9 @@ from collections.abc import Callable
 
 from distributed import Client
 
-from trainlib._internal.common.config import ScalingConfig
 from trainlib._internal.driver import workers
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
+from trainlib.config import ScalingConfig
 
 
 class GrowthWatch:

@@ -12,7 +12,6 @@ from typing import Any
 from distributed import Client, Event, Future, Queue
 
 from trainlib._internal.common.messages import Command, RankLaunch
-from trainlib._internal.common.preemption import PREEMPTION, PreemptionInfo
 from trainlib._internal.common.waiting import Completions, Mailbox, result_within
 from trainlib._internal.driver.plan import find_free_port
 from trainlib._internal.driver.ranks import WorkerSlot
@@ -20,6 +19,7 @@ from trainlib._internal.driver.workers import retired_gracefully, worker_statuse
 from trainlib._internal.worker import command_relay
 from trainlib._internal.worker.supervisor import RankOutcome, supervise_rank
 from trainlib.errors import RankFailure
+from trainlib.preemption import PREEMPTION, PreemptionInfo
 
 STOP_TIMEOUT_S = 10.0
 RETIRING = "closing_gracefully"  # a worker's status while it retires

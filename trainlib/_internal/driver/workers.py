@@ -12,11 +12,11 @@ from typing import Any
 from distributed import Client
 
 from trainlib._internal.common import devices
-from trainlib._internal.common.config import ScalingConfig
 from trainlib._internal.driver.batch_jobs import waiting_jobs
 from trainlib._internal.driver.gpu_claims import GpuClaims
 from trainlib._internal.driver.ranks import WorkerSlot, assign_ranks
 from trainlib._internal.driver.state import DRIVER
+from trainlib.config import ScalingConfig
 from trainlib.errors import NotEnoughWorkersError
 
 _WORKER_POLL_S = 0.2

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from trainlib._internal.common.messages import REPORTED_CHECKPOINTS, Command, RankSpec
-from trainlib._internal.common.preemption import PREEMPTION, PreemptionInfo
 from trainlib._internal.rank.uploads import Uploads
+from trainlib.preemption import PREEMPTION, PreemptionInfo
 
 
 class Session:

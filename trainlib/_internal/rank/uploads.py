@@ -27,10 +27,10 @@ from typing import Any
 
 import psutil
 
-from trainlib._internal.common.checkpoint import Checkpoint
 from trainlib._internal.common.commit_marker import FileEntry
 from trainlib._internal.common.messages import CheckpointsQuery, ReportMessage
 from trainlib._internal.common.storage import RunStorage
+from trainlib.checkpoint import Checkpoint
 from trainlib.errors import CheckpointError
 
 Message = ReportMessage | CheckpointsQuery

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainlib._internal.common.checkpoint import Checkpoint
+from trainlib.checkpoint import Checkpoint
 from trainlib.validation import ValidationFn
 
 

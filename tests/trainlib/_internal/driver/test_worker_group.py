@@ -16,11 +16,11 @@ import pytest
 
 from trainlib import RankFailure
 from trainlib._internal.common.messages import Command, ReportMessage
-from trainlib._internal.common.preemption import PREEMPTION
 from trainlib._internal.driver import worker_group
 from trainlib._internal.driver.ranks import assign_ranks
 from trainlib._internal.driver.worker_group import WorkerGroup
 from trainlib._internal.worker.supervisor import RankOutcome
+from trainlib.preemption import PREEMPTION
 
 SLOTS = assign_ranks([("host", "tcp://w0"), ("host", "tcp://w1")])
 

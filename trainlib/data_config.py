@@ -1,5 +1,5 @@
 """DataConfig: how ``TorchTrainer(datasets=...)`` reaches the ranks (Ray Train's DataConfig),
-and the ``CachePlan`` each rank gets from it. Public as ``trainlib.data.DataConfig``."""
+and the ``CachePlan`` each rank gets from it. Also ``trainlib.data.DataConfig``."""
 
 from __future__ import annotations
 
