@@ -25,8 +25,8 @@ def main() -> None:
     args = parser.parse_args()
 
     from cifar.format import write_synthetic_archive
-    from cifar.layout import StorageLayout
     from tasks.download import Archive
+    from tasks.layout import StorageLayout
     from tasks.preprocess import preprocess_archive
     from trainlib import DaskConfig
 

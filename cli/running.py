@@ -82,7 +82,7 @@ def make_synthetic_archive(storage_path: str | None) -> tuple[str, str]:
     import fsspec
 
     from cifar.format import DEMO, write_synthetic_archive
-    from cifar.layout import StorageLayout
+    from tasks.layout import StorageLayout
 
     target = StorageLayout.at(storage_path).synthetic_archive
     with tempfile.TemporaryDirectory() as tmp:

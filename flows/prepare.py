@@ -8,8 +8,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cifar.dataset import Dataset
-from cifar.layout import StorageLayout
 from tasks.download import Archive, expected_md5, fetch_archive
+from tasks.layout import StorageLayout
 from tasks.preprocess import prepare_dataset
 from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
 from trainlib import DaskConfig

@@ -9,7 +9,7 @@ from typing import Any
 from prefect.transactions import transaction
 
 from cifar.dataset import Dataset
-from cifar.errors import PublishError
+from cifar.errors import PipelineError
 from mlops.model_card import data_facts
 from mlops.registry import model_name_for
 from tasks.download import Archive
@@ -18,6 +18,35 @@ from tasks.monitoring import run_summary, summarize_task
 from tasks.promotion import PromotionRule, promote_task
 from tasks.registry import register_task
 from tasks.results import TrainedRun
+
+
+class PublishError(PipelineError):
+    """Registering, evaluating or promoting a new model version failed; what was done is undone
+    (the version removed from the registry, the aliases where they were).
+
+    Attributes:
+        model_name: The registered model.
+        version: The version that was registered and removed again (None: none was).
+        cause: The failure, in one line.
+    """
+
+    def __init__(self, model_name: str, version: str | None, cause: str) -> None:
+        super().__init__(model_name, version, cause)  # all of them: it pickles
+        self.model_name, self.version, self.cause = model_name, version, cause
+
+    def __str__(self) -> str:
+        undone = (
+            f"version {self.version} was removed from the registry again"
+            if self.version is not None
+            else "no version was registered"
+        )
+        return (
+            f"Publishing the trained model as {self.model_name!r} failed: "
+            f"{self.cause.rstrip('.')}. "
+            f"Nothing was published: {undone} and no alias moved (@champion is unchanged). "
+            "The MLflow run and its checkpoints are kept; fix the cause and run the flow again "
+            "with the same run_name to publish it without training again."
+        )
 
 
 def publish(

@@ -11,7 +11,7 @@ import tempfile
 import numpy as np
 from torch import nn
 
-from cifar.errors import ModelNotFoundError
+from cifar.errors import PipelineError
 from mlops.registry import CHAMPION, using_store, version_at_alias
 
 FRESH_PROCESS_TIMEOUT_S = 300.0
@@ -24,6 +24,10 @@ import mlflow.pyfunc
 model = mlflow.pyfunc.load_model(sys.argv[1])
 np.save(sys.argv[3], np.asarray(model.predict(np.load(sys.argv[2]))))
 """
+
+
+class ModelNotFoundError(PipelineError, LookupError):
+    """The registry has no such model, version or alias."""
 
 
 def scores_in_fresh_process(

@@ -22,7 +22,7 @@ from prefect.cache_policies import INPUTS, NO_CACHE, TASK_SOURCE, CachePolicy
 from prefect.filesystems import RemoteFileSystem, WritableFileSystem
 from prefect.tasks import Task
 
-from cifar.layout import StorageLayout
+from tasks.layout import StorageLayout
 
 logger = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from urllib.parse import urlparse
 import fsspec
 from prefect import task
 
-from cifar.errors import ChecksumError, DownloadError
+from cifar.errors import PipelineError
 from cifar.format import OFFICIAL_MD5, OFFICIAL_URL
-from cifar.layout import StorageLayout
 from tasks.caching import cached, policy
+from tasks.layout import StorageLayout
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +32,36 @@ _CHUNK = 1 << 20
 MD5_SUFFIX = ".md5"  # beside the archive: its md5 when downloaded
 _CONNECT_TIMEOUT_S = 30
 _READ_TIMEOUT_S = 60
+
+
+class DownloadError(PipelineError):
+    """The archive could not be downloaded.
+
+    Attributes:
+        url: What was downloaded.
+        cause: The cause in plain words ("name resolution failed", "HTTP 404 Not Found").
+        transient: The network may recover (it was retried); otherwise retrying cannot help.
+        tries: How often the download was tried.
+    """
+
+    def __init__(self, url: str, cause: str, transient: bool, tries: int, advice: str) -> None:
+        super().__init__(url, cause, transient, tries, advice)  # all of them: it pickles
+        self.url, self.cause, self.transient, self.tries = url, cause, transient, tries
+        self.advice = advice
+
+    def __str__(self) -> str:
+        from urllib.parse import urlparse
+
+        host = urlparse(self.url).hostname or self.url
+        if self.transient:
+            what = f"Cannot reach {host} ({self.cause}) after {self.tries} tries."
+        else:
+            what = f"Cannot download {self.url}: {self.cause}."
+        return f"{what} {self.advice}".strip()
+
+
+class ChecksumError(PipelineError, ValueError):
+    """The downloaded archive does not have the expected md5."""
 
 
 @dataclass(frozen=True)

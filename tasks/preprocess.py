@@ -26,7 +26,7 @@ from cifar.dataset import (
     write_file,
     write_manifest,
 )
-from cifar.errors import DatasetTooSmallError, NotCifarArchiveError
+from cifar.errors import NotCifarArchiveError, PipelineError
 from cifar.format import (
     META,
     TEST_BATCH,
@@ -36,13 +36,17 @@ from cifar.format import (
     parse_batch,
     parse_meta,
 )
-from cifar.layout import StorageLayout
 from tasks.caching import cached, policy
 from tasks.download import Archive
+from tasks.layout import StorageLayout
 from tasks.retrying import TRANSIENT_RETRIES
 from trainlib import DaskConfig
 
 logger = logging.getLogger(__name__)
+
+
+class DatasetTooSmallError(PipelineError, ValueError):
+    """The dataset cannot give every rank a batch."""
 
 
 def load_batches(batches_dir: str) -> tuple[Batch, Batch, tuple[str, ...]]:

@@ -14,9 +14,9 @@ from prefect.client.schemas.objects import State
 import trainlib
 from cifar.checkpoint import ModelSpec
 from cifar.dataset import Dataset, ingest_config, split_arrays
-from cifar.layout import StorageLayout
 from cifar.train_loop import TrainConfig, cifar_train_func, loop_config
 from mlops.lineage import log_dataset_inputs
+from tasks.layout import StorageLayout
 from tasks.monitoring import PrefectProgressCallback, pipeline_info_logs
 from tasks.results import TrainedRun
 from tasks.system_metrics import HostMetricsCallback, system_metrics

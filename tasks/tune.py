@@ -16,9 +16,9 @@ from prefect.cache_policies import NO_CACHE
 
 import trainlib
 from cifar.dataset import Dataset
-from cifar.layout import StorageLayout
 from cifar.train_loop import TrainConfig
 from mlops.lineage import log_dataset_inputs
+from tasks.layout import StorageLayout
 from tasks.monitoring import pipeline_info_logs
 from tasks.results import TrainedRun
 from tasks.search_space import search_space

@@ -14,9 +14,8 @@ from mlflow.tracking import MlflowClient
 from prefect import flow
 
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
-from cifar.errors import PublishError
 from cifar.format import CLASS_NAMES
-from flows.publish import publish
+from flows.publish import PublishError, publish
 from tasks.download import Archive
 from tasks.promotion import PromotionRule
 from tasks.results import TrainedRun

@@ -14,9 +14,8 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from cifar.errors import ModelNotFoundError
 from cifar.models import build_model
-from mlops.model_loading import load_model
+from mlops.model_loading import ModelNotFoundError, load_model
 from mlops.registry import WITHDRAWN_TAG, model_name_for, register_model
 from tasks.evaluate import Evaluation
 from tasks.promotion import PromotionRule, promote

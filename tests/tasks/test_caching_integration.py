@@ -12,8 +12,8 @@ from prefect import flow
 from prefect.states import State
 
 from cifar.format import write_synthetic_archive
-from cifar.layout import StorageLayout
 from tasks.download import fetch_archive
+from tasks.layout import StorageLayout
 from tasks.preprocess import prepare_dataset
 from tests.prefect_records import task_run_states
 from trainlib import DaskConfig

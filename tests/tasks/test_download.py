@@ -8,10 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from cifar.errors import ChecksumError, DownloadError
 from cifar.format import OFFICIAL_MD5, OFFICIAL_URL, write_synthetic_archive
-from cifar.layout import StorageLayout
-from tasks.download import Retry, describe_failure, download_archive, expected_md5
+from tasks.download import (
+    ChecksumError,
+    DownloadError,
+    Retry,
+    describe_failure,
+    download_archive,
+    expected_md5,
+)
+from tasks.layout import StorageLayout
 from tests.conftest import HttpDir, ScriptedHttp
 
 FAST = Retry(tries=3, backoff_s=0.01)

@@ -9,11 +9,16 @@ import pytest
 from distributed import Client
 
 from cifar.dataset import Dataset, read_split
-from cifar.errors import DatasetTooSmallError
 from cifar.format import Batch, write_synthetic_archive
-from cifar.layout import StorageLayout
 from tasks.download import Archive
-from tasks.preprocess import channel_stats, check_trainable, preprocess_archive, split_validation
+from tasks.layout import StorageLayout
+from tasks.preprocess import (
+    DatasetTooSmallError,
+    channel_stats,
+    check_trainable,
+    preprocess_archive,
+    split_validation,
+)
 from trainlib import DaskConfig
 
 

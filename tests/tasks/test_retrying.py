@@ -11,7 +11,8 @@ import requests
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, TEMPORARILY_UNAVAILABLE
 
-from cifar.errors import ChecksumError, InvalidParameterError
+from cifar.errors import InvalidParameterError
+from tasks.download import ChecksumError
 from tasks.retrying import is_transient
 
 

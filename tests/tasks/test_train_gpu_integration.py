@@ -11,9 +11,9 @@ import torch
 
 from cifar.dataset import Dataset
 from cifar.format import write_synthetic_archive
-from cifar.layout import StorageLayout
 from cifar.train_loop import TrainConfig
 from tasks.download import Archive
+from tasks.layout import StorageLayout
 from tasks.preprocess import preprocess_archive
 from tasks.results import TrainedRun
 from tasks.train import TrainRequest, train

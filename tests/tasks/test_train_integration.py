@@ -9,9 +9,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from cifar.format import write_synthetic_archive
-from cifar.layout import StorageLayout
 from cifar.train_loop import TrainConfig
 from tasks.download import Archive
+from tasks.layout import StorageLayout
 from tasks.preprocess import preprocess_archive
 from tasks.train import TrainRequest, train
 from trainlib import DaskConfig

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cifar.layout import StorageLayout
+from tasks.layout import StorageLayout
 
 
 def test_layout_expands_home_and_makes_paths_absolute(monkeypatch: pytest.MonkeyPatch) -> None:
