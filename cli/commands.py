@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cifar.model_names import MODEL_NAMES
-from cli import options, running
+from cli import local_run, options
 
 
 def train_parser() -> argparse.ArgumentParser:
@@ -153,14 +153,14 @@ def predict_main(argv: list[str] | None = None) -> int:
     """Run predict-cifar (the flow, locally); returns the exit status as ``main`` does."""
     params = _parse(predict_parser(), argv)
     debug, log_file = params.pop("debug"), params.pop("log_file")
-    server = running.start_local_server()
+    server = local_run.start_local_server()
     from flows.predict_cifar import predict_cifar
 
     def run() -> dict[str, Any]:
-        running.use(server)
+        local_run.use(server)
         return predict_cifar(**params)
 
-    return running.run_command(
+    return local_run.run_command(
         "predict-cifar", run, log_file=log_file, debug=debug, exits=argv is None
     )
 
@@ -176,23 +176,23 @@ def _train(
     if command == "train-cifar":
         params["num_workers"] = _one_rank_per_gpu(train_parser(), argv) or params["num_workers"]
     synthetic, debug, log_file = (params.pop(key) for key in ("synthetic", "debug", "log_file"))
-    server = running.start_local_server()  # its start-up overlaps the flow's imports
+    server = local_run.start_local_server()  # its start-up overlaps the flow's imports
     flow = load_flow()
 
     def run() -> dict[str, Any]:
         if synthetic:
             _use_synthetic_archive(params, command)
-        running.use_while_preparing_mlflow(server, params["mlflow_tracking_uri"])
+        local_run.use_while_preparing_mlflow(server, params["mlflow_tracking_uri"])
         return flow(**params)
 
     exits = argv is None
-    return running.run_command(command, run, log_file=log_file, debug=debug, exits=exits)
+    return local_run.run_command(command, run, log_file=log_file, debug=debug, exits=exits)
 
 
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> dict[str, Any]:
     """The options as the flow's parameters, with the environment set for Prefect."""
     params = vars(parser.parse_args(argv))
-    running.set_environment()
+    local_run.set_environment()
     return params
 
 
@@ -213,7 +213,9 @@ def _one_rank_per_gpu(parser: argparse.ArgumentParser, argv: list[str] | None) -
 
 
 def _use_synthetic_archive(params: dict[str, Any], command: str) -> None:
-    params["data_url"], params["data_md5"] = running.make_synthetic_archive(params["storage_path"])
+    params["data_url"], params["data_md5"] = local_run.make_synthetic_archive(
+        params["storage_path"]
+    )
     logging.getLogger(command).warning(
         "SYNTHETIC DATA: training on a generated archive in the CIFAR-10 format (%s), not on "
         "CIFAR-10; accuracies say nothing about real images.",

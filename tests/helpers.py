@@ -97,7 +97,7 @@ def wait_for_path(path: Path, timeout_s: float = WAIT_S) -> None:
 
 def set_single_rank_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """This process's environment as a supervisor sets it for rank 0 of a group of one."""
-    from trainlib._internal.driver.plan import find_free_port, rank_environment
+    from trainlib._internal.driver.run_plan import find_free_port, rank_environment
 
     environment = rank_environment(
         world_rank=0,

@@ -34,7 +34,7 @@ from cifar.errors import InvalidParameterError
 from cifar.format import write_synthetic_archive
 from cifar.models import build_model
 from cli import commands as cli
-from cli import running
+from cli import local_run
 from cli.options import LOG_FILE_VARIABLE
 from mlops.registry import CHAMPION, register_model
 from tests.conftest import HttpDir
@@ -92,7 +92,7 @@ def workspace(
 ) -> Iterator[Workspace]:
     """A fresh folder as the working directory, the commands' environment restored after."""
     monkeypatch.chdir(tmp_path)
-    for key, value in running.ENVIRONMENT.items():
+    for key, value in local_run.ENVIRONMENT.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv(LOG_FILE_VARIABLE, str(tmp_path / "train-cifar.log"))
     children = _children()
@@ -198,7 +198,7 @@ def _train_args(workspace: Workspace, *extra: str) -> list[str]:
 
 def _assert_failed(outcome: Outcome, *phrases: str) -> str:
     """The command failed with one paragraph containing ``phrases``, and no traceback."""
-    assert outcome.status == running.EXIT_FAILED, outcome
+    assert outcome.status == local_run.EXIT_FAILED, outcome
     paragraph = outcome.stderr.strip().split("\n\n")[-1]
     for phrase in phrases:
         assert phrase in paragraph, paragraph
@@ -640,7 +640,7 @@ def _assert_ctrl_c_ends(python_args: list[str], env: dict[str, str] | None = Non
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert process.returncode == running.EXIT_INTERRUPTED, stderr
+    assert process.returncode == local_run.EXIT_INTERRUPTED, stderr
     assert elapsed <= 10.0
     assert "Interrupted (Ctrl-C)" in stderr and "Traceback" not in stderr
     assert [p.pid for p in started if _alive(p)] == []

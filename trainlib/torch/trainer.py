@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import cloudpickle
 
 from trainlib._internal.driver.controller import run_training
-from trainlib._internal.driver.plan import RunPlan
+from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import RunConfig, ScalingConfig, TorchConfig
 from trainlib.dask_config import DaskConfig

@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import TrialState
 
-from trainlib._internal.driver import workers
+from trainlib._internal.driver import worker_selection
 from trainlib._internal.driver.controller import run_training
 from trainlib._internal.driver.interrupt import InterruptWatch
-from trainlib._internal.driver.plan import RunPlan
+from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.callbacks import Callback, Report
 from trainlib.config import ScalingConfig
 from trainlib.errors import NotEnoughWorkersError
 from trainlib.result import Result
-from trainlib.tune._leases import WorkerBook, WorkerLease
 from trainlib.tune._study import Study, metric_value
 from trainlib.tune.callback import Callback as SearchCallback
 from trainlib.tune.callback import Trial
+from trainlib.tune.worker_leases import WorkerBook, WorkerLease
 
 if TYPE_CHECKING:
     import optuna
@@ -113,7 +113,7 @@ class TrialRunner:
         limit = self._setup.max_concurrent
         while remaining - started > 0 and (limit is None or len(self._threads) < limit):
             owner = uuid.uuid4().hex
-            live = workers.eligible_workers(
+            live = worker_selection.eligible_workers(
                 self._client, self._setup.resources, self._setup.use_gpu
             )
             if not self._book.reserve(owner, self._setup.num_workers, live):
@@ -206,14 +206,16 @@ class TrialRunner:
         return ended
 
     def _not_enough_workers(self) -> NotEnoughWorkersError:
-        live = workers.eligible_workers(self._client, self._setup.resources, self._setup.use_gpu)
+        live = worker_selection.eligible_workers(
+            self._client, self._setup.resources, self._setup.use_gpu
+        )
         if self._setup.use_gpu:
             scaling = ScalingConfig(
                 num_workers=self._setup.num_workers,
                 use_gpu=True,
                 resources_per_worker=self._setup.resources,
             )
-            shortage = workers.gpu_shortage(
+            shortage = worker_selection.gpu_shortage(
                 self._client, scaling, len(live), self._setup.worker_timeout_s
             )
             if shortage is not None:

@@ -16,7 +16,7 @@ from trainlib._internal.common.devices import usable_cores
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib._internal.driver.interrupt import InterruptWatch
-from trainlib._internal.driver.plan import RunPlan
+from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.config import RunConfig
 from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError

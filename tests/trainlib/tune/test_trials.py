@@ -28,8 +28,8 @@ from trainlib import (
     ScalingConfig,
     TorchConfig,
 )
-from trainlib._internal.driver import workers
-from trainlib._internal.driver.plan import RunPlan
+from trainlib._internal.driver import worker_selection
+from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.tune import _trials
 from trainlib.tune._study import Study, StudySettings
 from trainlib.tune._trials import TrialRunner, TrialSetup
@@ -103,7 +103,7 @@ def search(
     callbacks: tuple[Callback, ...] = (),
 ) -> tuple[list[Trial], Study]:
     addresses = [f"tcp://w{i}" for i in range(cluster_size)]
-    monkeypatch.setattr(workers, "eligible_workers", lambda *args: addresses)
+    monkeypatch.setattr(worker_selection, "eligible_workers", lambda *args: addresses)
     monkeypatch.setattr(_trials, "run_training", fake_run_training(engine))
     study = Study.open(
         StudySettings(

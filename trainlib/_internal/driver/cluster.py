@@ -19,13 +19,13 @@ from distributed import Client, LocalCluster
 from distributed.utils import import_term
 
 from trainlib._internal.driver.state import DRIVER, StartedCluster
-from trainlib._internal.driver.workers import select_workers
+from trainlib._internal.driver.worker_selection import select_workers
 from trainlib._internal.worker.rank_pool import RankPoolPlugin
 from trainlib.config import ScalingConfig
 from trainlib.errors import ConfigError
 
 if TYPE_CHECKING:
-    from trainlib._internal.driver.plan import ClusterOptions
+    from trainlib._internal.driver.run_plan import ClusterOptions
 
 logger = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ import cloudpickle
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib._internal.driver.interrupt import InterruptWatch
-from trainlib._internal.driver.plan import AttemptStart, RunPlan, rank_launch
 from trainlib._internal.driver.reports import ReportCollector
+from trainlib._internal.driver.run_plan import AttemptStart, RunPlan, rank_launch
 from trainlib._internal.driver.watchdog import ProgressWatchdog
 from trainlib.callbacks import GroupInfo, Report, RunInfo
 from trainlib.checkpoint import Checkpoint
@@ -201,14 +201,14 @@ class Run:
     def _group(
         self, client: Client, claims: GpuClaims
     ) -> Iterator[tuple[WorkerGroup, ProgressWatchdog]]:
-        from trainlib._internal.driver import workers
+        from trainlib._internal.driver import worker_selection
         from trainlib._internal.driver.worker_group import WorkerGroup
 
         self.storage.remove_uncommitted()
         latest = self.manager.latest_intact()
         start_index = latest.index + 1 if latest else 0
         resume_from = latest.checkpoint if latest else self.plan.resume_from
-        slots = workers.select_workers(
+        slots = worker_selection.select_workers(
             client,
             self.plan.scaling,
             self.plan.dask_config.worker_timeout_s,

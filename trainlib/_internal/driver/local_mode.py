@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import cloudpickle
 
 from trainlib._internal.common.messages import Command, RankSpec
-from trainlib._internal.driver.plan import AttemptStart, rank_launch
 from trainlib._internal.driver.ranks import WorkerSlot
+from trainlib._internal.driver.run_plan import AttemptStart, rank_launch
 from trainlib._internal.driver.watchdog import ProgressWatchdog
 from trainlib._internal.rank.session import Session
 from trainlib._internal.rank.state import RANK
@@ -25,8 +25,8 @@ from trainlib.errors import ConfigError, RankFailure
 if TYPE_CHECKING:
     from trainlib._internal.common.storage import RunStorage
     from trainlib._internal.driver.checkpoint_manager import CheckpointManager
-    from trainlib._internal.driver.plan import RunPlan
     from trainlib._internal.driver.reports import ReportCollector
+    from trainlib._internal.driver.run_plan import RunPlan
     from trainlib.checkpoint import Checkpoint
     from trainlib.errors import WorkerGroupError
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from distributed import Client
 
-from trainlib._internal.driver import workers
+from trainlib._internal.driver import worker_selection
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib.config import ScalingConfig
 
@@ -44,7 +44,7 @@ class GrowthWatch:
         if not self._checkpointed():
             return False
         scaling = self._scaling
-        eligible = workers.eligible_workers(
+        eligible = worker_selection.eligible_workers(
             self._client, scaling.resources_per_worker, scaling.use_gpu
         )
         self.available = len(eligible)

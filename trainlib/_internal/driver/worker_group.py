@@ -13,9 +13,9 @@ from distributed import Client, Event, Future, Queue
 
 from trainlib._internal.common.messages import Command, RankLaunch
 from trainlib._internal.common.waiting import Completions, Mailbox, result_within
-from trainlib._internal.driver.plan import find_free_port
 from trainlib._internal.driver.ranks import WorkerSlot
-from trainlib._internal.driver.workers import retired_gracefully, worker_statuses
+from trainlib._internal.driver.run_plan import find_free_port
+from trainlib._internal.driver.worker_selection import retired_gracefully, worker_statuses
 from trainlib._internal.worker import command_relay
 from trainlib._internal.worker.supervisor import RankOutcome, supervise_rank
 from trainlib.errors import RankFailure

@@ -1,5 +1,6 @@
 """The torch.distributed process group of a rank: init and destroy, and telling a peer's failure
-from a root cause. (The backend, port and variables a rank is launched with: ``driver/plan.py``.)"""
+from a root cause. (The backend, port and variables a rank is launched with:
+``driver/run_plan.py``.)"""
 
 from __future__ import annotations
 

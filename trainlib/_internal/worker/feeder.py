@@ -1,7 +1,7 @@
 """Runs in a rank's supervisor: computes the rank's share of each pass on Dask, sends it on.
 
 A rank asks for the next block of a pass over a dataset; a thread per dataset answers with the
-rows the split plan (``split.py``) gives this rank, computed by Dask tasks (the window's
+rows the split plan (``rows_per_rank.py``) gives this rank, computed by Dask tasks (the window's
 partition ``i`` next to rank ``i``'s worker) and fetched by the supervisor. While the rank reads
 one window, the next ``_WINDOWS_AHEAD`` are already being computed; with the rank's own request
 for the next block, at most one block is in flight to it. A worker lost while computing costs a
@@ -27,7 +27,7 @@ from trainlib._internal.common import shared_blocks
 from trainlib._internal.common.datasets import Block, DatasetSource, num_rows, take_rows
 from trainlib._internal.common.messages import FeedPlan
 from trainlib._internal.common.waiting import Completions, result_within
-from trainlib._internal.worker.split import EqualSplit, Segment, pass_order, windows
+from trainlib._internal.worker.rows_per_rank import EqualSplit, Segment, pass_order, windows
 from trainlib.errors import DatasetError
 
 Send = Callable[[tuple[str, Any]], None]

@@ -16,7 +16,7 @@ from tests.helpers import local_cluster
 from trainlib import ConfigError, DaskConfig, NotEnoughWorkersError, ScalingConfig
 from trainlib._internal.common import devices
 from trainlib._internal.driver.cluster import connect
-from trainlib._internal.driver.workers import live_workers, select_workers
+from trainlib._internal.driver.worker_selection import live_workers, select_workers
 
 
 @pytest.fixture(scope="module")

@@ -32,10 +32,10 @@ from trainlib import (
 )
 from trainlib._internal.common.messages import RankSpec, ReportMessage
 from trainlib._internal.common.storage import RunStorage
-from trainlib._internal.driver import worker_group, workers
+from trainlib._internal.driver import worker_group, worker_selection
 from trainlib._internal.driver.controller import run_training
-from trainlib._internal.driver.plan import RunPlan
 from trainlib._internal.driver.ranks import WorkerSlot, assign_ranks
+from trainlib._internal.driver.run_plan import RunPlan
 
 SLOTS = assign_ranks([("host", "tcp://w0"), ("host", "tcp://w1")])
 Handle = Callable[[str, Any], None]
@@ -137,7 +137,7 @@ def selections(monkeypatch: pytest.MonkeyPatch) -> list[frozenset[str]]:
         calls.append(exclude)
         return SLOTS
 
-    monkeypatch.setattr(workers, "select_workers", select)
+    monkeypatch.setattr(worker_selection, "select_workers", select)
     return calls
 
 

@@ -17,10 +17,10 @@ from distributed import Client, LocalCluster, Worker
 from tests.helpers import free_port
 from trainlib import NotEnoughWorkersError, ScalingConfig
 from trainlib._internal.common import devices
-from trainlib._internal.driver import workers
+from trainlib._internal.driver import worker_selection
 from trainlib._internal.driver.gpu_claims import GpuClaims
 from trainlib._internal.driver.ranks import WorkerSlot
-from trainlib._internal.driver.workers import select_workers
+from trainlib._internal.driver.worker_selection import select_workers
 
 GPU = ScalingConfig(num_workers=2, use_gpu=True)
 
@@ -100,7 +100,7 @@ def test_a_worker_restarted_between_two_runs_does_not_give_the_second_a_gpu_in_u
     rig: Rig,
 ) -> None:
     first_worker, second_worker, third_worker, fourth_worker = sorted(
-        workers.live_workers(rig.client)
+        worker_selection.live_workers(rig.client)
     )
     with GpuClaims(rig.client, "run-a") as first:
         held = {third_worker, fourth_worker}
@@ -120,8 +120,8 @@ def test_a_worker_restarted_between_two_runs_does_not_give_the_second_a_gpu_in_u
 def test_a_worker_leaving_between_the_scheduler_read_and_the_device_probe_is_passed_over(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gone = sorted(workers.live_workers(rig.client))[0]
-    read = workers._workers
+    gone = sorted(worker_selection.live_workers(rig.client))[0]
+    read = worker_selection._workers
     lost: list[str] = []
 
     def read_then_lose_one(client: Client) -> dict[str, Any]:
@@ -131,7 +131,7 @@ def test_a_worker_leaving_between_the_scheduler_read_and_the_device_probe_is_pas
             rig.stop_worker(gone)
         return live
 
-    monkeypatch.setattr(workers, "_workers", read_then_lose_one)
+    monkeypatch.setattr(worker_selection, "_workers", read_then_lose_one)
     # the probe of the gone worker gives up after the connect timeout (30 s by default)
     with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):
         slots = select_workers(rig.client, GPU, timeout_s=5)
@@ -153,7 +153,7 @@ async def _start_worker(scheduler_address: str, port: int) -> Worker:
 
 
 def test_a_trial_waits_for_gpus_in_use_then_names_who_holds_them(rig: Rig) -> None:
-    every = set(workers.live_workers(rig.client))
+    every = set(worker_selection.live_workers(rig.client))
     with Client(rig.cluster) as other_client, GpuClaims(other_client, "run-a") as other:
         select_workers(other_client, ScalingConfig(num_workers=4, use_gpu=True), 5, claims=other)
         started = time.monotonic()
@@ -169,7 +169,7 @@ def test_a_search_short_of_gpu_workers_is_told_which_hosts_lack_devices(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")  # every worker offers the same one GPU
-    error = workers.gpu_shortage(rig.client, GPU, available=1, timeout_s=5)
+    error = worker_selection.gpu_shortage(rig.client, GPU, available=1, timeout_s=5)
     assert error is not None
     assert re.search(r"host \S+ has 1 CUDA device\(s\) for its 4 Dask workers", str(error))
-    assert workers.gpu_shortage(rig.client, ScalingConfig(num_workers=5), 1, 5) is None
+    assert worker_selection.gpu_shortage(rig.client, ScalingConfig(num_workers=5), 1, 5) is None

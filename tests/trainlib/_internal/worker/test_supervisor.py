@@ -6,7 +6,7 @@ import sys
 from dataclasses import replace
 
 from trainlib._internal.common.messages import RankLaunch
-from trainlib._internal.driver.plan import rank_environment as rank_torch_environment
+from trainlib._internal.driver.run_plan import rank_environment as rank_torch_environment
 from trainlib._internal.worker.rank_pool import process_environment
 from trainlib._internal.worker.supervisor import exit_failure, launch_environment, thread_share
 

@@ -2,7 +2,7 @@
 
 A Tuner runs its trials as concurrent runs on one Dask client. Each trial holds its workers
 exclusively while it runs: the Tuner reserves them in a ``WorkerBook`` before the trial
-starts, the trial's run selects its ranks only among them (``workers.select_workers(allowed=...)``),
+starts, the trial's run selects its ranks only among them (``select_workers(allowed=...)``),
 and the Tuner releases them when the trial has ended (its ranks stopped). If a held worker
 leaves the cluster, the run's next attempt takes a free one in its place. A worker whose
 rank did not stop when asked (its run gave up waiting) is withheld for good: its rank may

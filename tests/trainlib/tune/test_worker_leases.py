@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from trainlib.tune._leases import WorkerBook
+from trainlib.tune.worker_leases import WorkerBook
 
 LIVE = ["tcp://a", "tcp://b", "tcp://c"]
 

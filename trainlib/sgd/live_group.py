@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from trainlib._internal.common.messages import SHUTDOWN, Command
 from trainlib._internal.driver.controller import Run
 from trainlib._internal.driver.interrupt import InterruptWatch
-from trainlib._internal.driver.plan import RunPlan
+from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.callbacks import Callback, Report
 from trainlib.errors import RankFailure, TrainingFailedError
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainlib._internal.worker.split import EqualSplit, Segment, pass_order, windows
+from trainlib._internal.worker.rows_per_rank import EqualSplit, Segment, pass_order, windows
 
 
 def _shares(lengths: list[int], world_size: int, order: list[int]) -> list[list[tuple[int, int]]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from trainlib import TorchConfig
-from trainlib._internal.driver.plan import choose_backend, find_free_port, rank_environment
+from trainlib._internal.driver.run_plan import choose_backend, find_free_port, rank_environment
 
 
 @pytest.mark.parametrize(
