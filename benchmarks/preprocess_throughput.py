@@ -40,7 +40,7 @@ def main() -> None:
             dataset = preprocess_archive(
                 Archive(archive, md5, True),
                 StorageLayout.at(os.path.join(tmp, f"s{round_index}")),
-                dask=DaskConfig(address=args.dask_address),
+                dask_config=DaskConfig(address=args.dask_address),
                 num_workers=2,
                 batch_size=256,
             )

@@ -23,7 +23,7 @@ class Prepared:
     tracking_uri: str
     archive: Archive
     dataset: Dataset
-    dask: DaskConfig  # attached to the flow's cluster: training runs where the data is
+    dask_config: DaskConfig  # attached to the flow's cluster: training runs where the data is
 
 
 @contextmanager
@@ -33,7 +33,7 @@ def prepared(
     storage_path: str | None,
     mlflow_tracking_uri: str | None,
     experiment: str,
-    dask: DaskConfig,
+    dask_config: DaskConfig,
     cluster_workers: int,
     ranks: int,
     batch_size: int,
@@ -48,12 +48,12 @@ def prepared(
     tracking = prepare_experiment_task.submit(tracking_uri, experiment)  # while data is prepared
     archive = fetch_archive(data_url, layout, expected_md5(data_url, data_md5))
     # The rank processes start (import torch) while the data is prepared.
-    with dask.connect(num_workers=cluster_workers, wait=True, warm_ranks=True) as client:
-        attached = dask.attached_to(client)
+    with dask_config.connect(num_workers=cluster_workers, wait=True, warm_ranks=True) as client:
+        attached = dask_config.attached_to(client)
         dataset = prepare_dataset(
             archive,
             layout,
-            dask=attached,
+            dask_config=attached,
             num_workers=ranks,
             batch_size=batch_size,
             rows_per_file=rows_per_file,

@@ -13,7 +13,7 @@ from flows.prepare import prepared
 from flows.publish import publish
 from mlops.registry import CHAMPION, model_name_for
 from mlops.release_gates import DEFAULT_MAX_CLASS_DROP, DEFAULT_MIN_TEST_ACCURACY
-from tasks.clusters import dask_config
+from tasks.clusters import allowed_dask_config
 from tasks.monitoring import tag_flow_run
 from tasks.predict import predict_task
 from tasks.promotion import DEFAULT_ALPHA, PromotionRule
@@ -108,7 +108,7 @@ def train_cifar(
             compile=compile,
         )
         tag_flow_run(run_tags(config, num_workers))
-        dask = dask_config(
+        dask_config = allowed_dask_config(
             dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s
         )
         with prepared(
@@ -117,7 +117,7 @@ def train_cifar(
             storage_path,
             mlflow_tracking_uri,
             EXPERIMENT,
-            dask,
+            dask_config,
             cluster_workers=num_workers,
             ranks=num_workers,
             batch_size=batch_size,
@@ -135,7 +135,7 @@ def train_cifar(
                 run_name=training_run_name(run_name, flow_run.get_id()),
                 num_workers=num_workers,
                 tracking_uri=ready.tracking_uri,
-                dask=ready.dask,
+                dask_config=ready.dask_config,
                 data_url=data_url,
                 system_metrics=system_metrics,
             )

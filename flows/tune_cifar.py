@@ -14,7 +14,7 @@ from cifar.train_loop import TrainConfig
 from flows.prepare import prepared
 from flows.publish import publish
 from mlops.release_gates import DEFAULT_MAX_CLASS_DROP, DEFAULT_MIN_TEST_ACCURACY
-from tasks.clusters import dask_config
+from tasks.clusters import allowed_dask_config
 from tasks.monitoring import tag_flow_run
 from tasks.promotion import DEFAULT_ALPHA, PromotionRule
 from tasks.search_space import DEFAULT_SEARCH_SPACE, check_search_space, largest_batch_size
@@ -74,7 +74,7 @@ def tune_cifar(
         check_search_space(space)  # a mistake fails before anything is downloaded
         base = TrainConfig(epochs=epochs, seed=seed, use_gpu=use_gpu, compile=compile)
         tag_flow_run({"search": "tune-cifar", "trials": str(num_samples)})
-        dask = dask_config(
+        dask_config = allowed_dask_config(
             dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s
         )
         with prepared(
@@ -83,7 +83,7 @@ def tune_cifar(
             storage_path,
             mlflow_tracking_uri,
             EXPERIMENT,
-            dask,
+            dask_config,
             cluster_workers=num_workers * max_concurrent_trials,
             ranks=num_workers,
             batch_size=largest_batch_size(space, base),
@@ -99,7 +99,7 @@ def tune_cifar(
                 name=search_name(run_name, flow_run.get_id()),
                 num_workers=num_workers,
                 tracking_uri=ready.tracking_uri,
-                dask=ready.dask,
+                dask_config=ready.dask_config,
                 study_storage=study_storage or os.environ.get(STUDY_STORAGE_VARIABLE),
                 data_url=data_url,
                 system_metrics=system_metrics,

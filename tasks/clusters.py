@@ -79,7 +79,7 @@ def _code_settings(value: Any, path: str = "") -> list[str]:
     return found
 
 
-def dask_config(
+def allowed_dask_config(
     address: str | None,
     cluster_class: str | None,
     cluster_kwargs: Mapping[str, Any] | None,

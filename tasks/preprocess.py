@@ -122,7 +122,7 @@ def preprocess_archive(
     archive: Archive,
     layout: StorageLayout,
     *,
-    dask: DaskConfig,
+    dask_config: DaskConfig,
     num_workers: int,
     batch_size: int,
     rows_per_file: int = 2500,
@@ -155,7 +155,7 @@ def preprocess_archive(
     check_trainable(len(train.labels), len(val.labels), num_workers, batch_size)
     mean, std = channel_stats(train.images)
     splits = {"train": train, "val": val, "test": test}
-    with dask.connect(num_workers=num_workers) as client:
+    with dask_config.connect(num_workers=num_workers) as client:
         futures = {
             split: [
                 client.submit(
@@ -195,7 +195,7 @@ def prepare_dataset(
     archive: Archive,
     layout: StorageLayout,
     *,
-    dask: DaskConfig,
+    dask_config: DaskConfig,
     num_workers: int,
     batch_size: int,
     rows_per_file: int = 2500,
@@ -207,11 +207,11 @@ def prepare_dataset(
     (the size check) reuses the dataset if every file matches its manifest."""
     uri = layout.dataset(dataset_name(archive.md5, val_fraction, seed, rows_per_file))
     intact = intact_dataset(uri) is not None
-    step = cached(preprocess_task, layout, policy("dask"), intact=intact)
+    step = cached(preprocess_task, layout, policy("dask_config"), intact=intact)
     return step(
         archive,
         layout,
-        dask=dask,
+        dask_config=dask_config,
         num_workers=num_workers,
         batch_size=batch_size,
         rows_per_file=rows_per_file,

@@ -44,7 +44,7 @@ class TrainRequest:
     run_name: str
     num_workers: int
     tracking_uri: str
-    dask: DaskConfig
+    dask_config: DaskConfig
     data_url: str | None = None  # the archive's URL: the source of the run's MLflow datasets
     system_metrics: bool = True  # system metrics of the driver and the ranks' hosts on the run
 
@@ -72,7 +72,7 @@ def cifar_trainer(
     config: TrainConfig,
     dataset: Dataset,
     num_workers: int,
-    dask: DaskConfig,
+    dask_config: DaskConfig,
     run_config: RunConfig | None = None,
 ) -> TorchTrainer:
     """The TorchTrainer of ``cifar_train_func`` on ``num_workers`` ranks over the dataset's
@@ -86,7 +86,7 @@ def cifar_trainer(
         dataset_config=ingest_config(config.use_gpu),
         scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=config.use_gpu),
         run_config=run_config,
-        dask_config=dask,
+        dask_config=dask_config,
     )
 
 
@@ -112,7 +112,7 @@ def train(request: TrainRequest, callbacks: Sequence[trainlib.Callback] = ()) ->
         config,
         request.dataset,
         request.num_workers,
-        request.dask,
+        request.dask_config,
         RunConfig(
             name=request.run_name,
             storage_path=request.layout.runs,

@@ -46,7 +46,7 @@ class TuneRequest:
     name: str
     num_workers: int
     tracking_uri: str
-    dask: DaskConfig
+    dask_config: DaskConfig
     study_storage: str | None = None  # an Optuna RDB URL; None: sqlite under the storage path
     data_url: str | None = None  # the archive's URL: the source of the runs' MLflow datasets
     system_metrics: bool = True  # the driver's on the parent run, each trial's hosts on its run
@@ -192,7 +192,7 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
         data_url=request.data_url,
         host_metrics=request.system_metrics,
     )
-    trainer = cifar_trainer(request.base, request.dataset, request.num_workers, request.dask)
+    trainer = cifar_trainer(request.base, request.dataset, request.num_workers, request.dask_config)
     space = search_space(request.search_space)
     tuner = tune.Tuner(
         trainer,

@@ -23,9 +23,9 @@ from trainlib import DaskConfig
 def data_steps(url: str, md5: str, storage_path: str, scheduler: str) -> str:
     layout = StorageLayout.at(storage_path)
     archive = fetch_archive(url, layout, md5)
-    dask = DaskConfig(address=scheduler)
+    dask_config = DaskConfig(address=scheduler)
     dataset = prepare_dataset(
-        archive, layout, dask=dask, num_workers=2, batch_size=16, rows_per_file=100
+        archive, layout, dask_config=dask_config, num_workers=2, batch_size=16, rows_per_file=100
     )
     return dataset.uri
 

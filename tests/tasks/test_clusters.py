@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from cifar.errors import InvalidParameterError
-from tasks.clusters import ALLOWED_VARIABLE, dask_config
+from tasks.clusters import ALLOWED_VARIABLE, allowed_dask_config
 
 
 def _config(cluster_class: str | None, **kwargs: Any) -> Any:
-    return dask_config(None, cluster_class, kwargs, 60.0)
+    return allowed_dask_config(None, cluster_class, kwargs, 60.0)
 
 
 @pytest.mark.parametrize(

@@ -57,7 +57,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory, dask_client: Client) -> Da
     return preprocess_archive(
         Archive(str(root / "a.tar.gz"), md5, True),
         StorageLayout.at(str(root / "store")),
-        dask=DaskConfig(address=dask_client.scheduler.address),
+        dask_config=DaskConfig(address=dask_client.scheduler.address),
         num_workers=2,
         batch_size=16,
         rows_per_file=50,
@@ -86,7 +86,7 @@ def test_preprocess_is_skipped_when_dataset_exists(dataset: Dataset) -> None:
     again = preprocess_archive(
         Archive("/nonexistent.tar.gz", dataset.manifest.source_md5, True),
         StorageLayout.at(str(Path(dataset.uri).parent.parent)),
-        dask=DaskConfig(address="tcp://never-connected:1"),
+        dask_config=DaskConfig(address="tcp://never-connected:1"),
         num_workers=2,
         batch_size=16,
         rows_per_file=50,

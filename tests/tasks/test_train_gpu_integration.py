@@ -22,13 +22,13 @@ from trainlib import DaskConfig
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _dataset(tmp_path: Path, dask: DaskConfig, num_workers: int) -> Dataset:
+def _dataset(tmp_path: Path, dask_config: DaskConfig, num_workers: int) -> Dataset:
     archive_path = str(tmp_path / "cifar-10-python.tar.gz")
     md5 = write_synthetic_archive(archive_path, images_per_batch=500)
     return preprocess_archive(
         Archive(archive_path, md5, verified=True),
         StorageLayout.at(str(tmp_path / "store")),
-        dask=dask,
+        dask_config=dask_config,
         num_workers=num_workers,
         batch_size=128,
         rows_per_file=500,
@@ -36,16 +36,16 @@ def _dataset(tmp_path: Path, dask: DaskConfig, num_workers: int) -> Dataset:
 
 
 def _train(tmp_path: Path, num_workers: int, **config: object) -> TrainedRun:
-    dask = DaskConfig()
+    dask_config = DaskConfig()
     return train(
         TrainRequest(
             config=TrainConfig(epochs=3, batch_size=128, lr=0.05, use_gpu=True, **config),  # type: ignore[arg-type]
-            dataset=_dataset(tmp_path, dask, num_workers),
+            dataset=_dataset(tmp_path, dask_config, num_workers),
             layout=StorageLayout.at(str(tmp_path / "store")),
             run_name="gpu",
             num_workers=num_workers,
             tracking_uri=f"sqlite:///{tmp_path}/mlflow.db",
-            dask=dask,
+            dask_config=dask_config,
         )
     )
 

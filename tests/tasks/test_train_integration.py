@@ -27,11 +27,11 @@ def test_train_ranks_import_what_training_needs_only(
     archive_path = str(tmp_path / "cifar-10-python.tar.gz")
     md5 = write_synthetic_archive(archive_path, images_per_batch=100)
     layout = StorageLayout.at(str(tmp_path / "store"))
-    dask = DaskConfig()
+    dask_config = DaskConfig()
     dataset = preprocess_archive(
         Archive(archive_path, md5, verified=True),
         layout,
-        dask=dask,
+        dask_config=dask_config,
         num_workers=2,
         batch_size=64,
         rows_per_file=250,
@@ -47,7 +47,7 @@ def test_train_ranks_import_what_training_needs_only(
             run_name="imports",
             num_workers=2,
             tracking_uri=tracking_uri,
-            dask=dask,
+            dask_config=dask_config,
         )
     )
     monkeypatch.delenv("PYTHONPROFILEIMPORTTIME")

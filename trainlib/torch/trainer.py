@@ -82,7 +82,7 @@ class TorchTrainer:
         self._scaling = scaling_config or ScalingConfig()
         self._run_config = run_config or RunConfig()
         self._torch = torch_config or TorchConfig()
-        self._dask = dask_config or DaskConfig()
+        self._dask_config = dask_config or DaskConfig()
         self._client = client
         self._resume_from = resume_from_checkpoint
         self._data_config = dataset_config or DataConfig()
@@ -111,7 +111,7 @@ class TorchTrainer:
             scaling=self._scaling,
             run_config=self._run_config,
             torch_config=self._torch,
-            dask_config=self._dask,
+            dask_config=self._dask_config,
             resume_from=self._resume_from,
             datasets=self._datasets,
             data_config=self._data_config,

@@ -72,6 +72,6 @@ def with_cluster(
     trainer: TorchTrainer, dask_config: DaskConfig | None, client: Client | None
 ) -> TorchTrainer:
     trainer = copy.copy(trainer)
-    trainer._dask = dask_config or trainer._dask
+    trainer._dask_config = dask_config or trainer._dask_config
     trainer._client = client or trainer._client
     return trainer

@@ -174,7 +174,7 @@ class Tuner:
         trainer = self._trainer
         with (
             InterruptWatch(),
-            cluster.connect(trainer._dask, self._cluster_size(), trainer._client) as client,
+            cluster.connect(trainer._dask_config, self._cluster_size(), trainer._client) as client,
         ):
             client.register_plugin(rank_pool.RankPoolPlugin())  # fork servers start now
             runner = TrialRunner(client, study, self._setup(experiment))
@@ -239,7 +239,7 @@ class Tuner:
             metric=self._tune_config.metric,
             max_t=self._tune_config.scheduler.max_t,
             max_concurrent=self._tune_config.max_concurrent_trials,
-            worker_timeout_s=self._trainer._dask.worker_timeout_s,
+            worker_timeout_s=self._trainer._dask_config.worker_timeout_s,
             callbacks=[c for c in self._run_config.callbacks if isinstance(c, Callback)],
         )
 
