@@ -14,6 +14,13 @@ Most of a first start is creating the database, so a new sqlite database is copi
 template (``cli.database_template``). ``prepare_template()`` (``python -m
 cli.local_server``, run by the install) makes the template with a server of its own; a
 command that finds none makes it from the database its server has just made.
+
+This module is the adapter to Prefect's server start-up: Prefect's public way
+(``SubprocessASGIServer().start()``) imports the server in the calling process first and
+blocks until it answers, so it cannot overlap the command's own start-up. It launches the
+command Prefect launches, with the two variables Prefect sets for it (``_SERVER_FLAGS``);
+``tests/cli/test_local_server.py`` reads Prefect's own launch code and fails, naming this
+module, on the first Prefect release that launches its server another way.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ from pydantic import SecretStr
 from cifar.errors import PipelineError
 from cli import database_template
 
+# What Prefect's SubprocessASGIServer sets for its uvicorn subprocess (create_app reads them).
+_SERVER_FLAGS = {"PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+_APP_FACTORY = "prefect.server.api.server:create_app"
 _STARTUP_FAILED = 3  # uvicorn's exit status: port taken, or the app failed to start
 _POLL_S = 0.1
 _SQLITE_URL = "sqlite+aiosqlite:///"
@@ -74,8 +84,7 @@ class LocalPrefectServer:
             **os.environ,
             # what Prefect sets for its temporary server: no UI, ephemeral services only
             "PREFECT_UI_ENABLED": "0",
-            "PREFECT__SERVER_EPHEMERAL": "1",
-            "PREFECT__SERVER_FINAL": "1",
+            **_SERVER_FLAGS,
             **settings.to_environment_variables(exclude_unset=True),
         }
         timeout_s = settings.server.ephemeral.startup_timeout_seconds
@@ -145,7 +154,7 @@ class LocalPrefectServer:
             [
                 sys.executable,
                 *("-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent)),
-                *("--factory", "prefect.server.api.server:create_app"),
+                *("--factory", _APP_FACTORY),
                 *("--host", "127.0.0.1", "--port", str(self.port)),
                 *("--log-level", "error", "--lifespan", "on"),
             ],
@@ -186,8 +195,7 @@ def prepare_template() -> Path:
             "PREFECT_HOME": home,
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             "PREFECT_UI_ENABLED": "0",
-            "PREFECT__SERVER_EPHEMERAL": "1",
-            "PREFECT__SERVER_FINAL": "1",
+            **_SERVER_FLAGS,
         }
         timeout_s = max(settings.server.ephemeral.startup_timeout_seconds, 300)
         server = LocalPrefectServer(environment, timeout_s, home)

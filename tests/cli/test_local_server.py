@@ -3,10 +3,12 @@ when one starts, how its failures read, that nothing is left running."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from pathlib import Path
 
+import prefect
 import pytest
 from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
 from pydantic import SecretStr
@@ -110,3 +112,28 @@ def test_use_points_prefect_at_the_server_and_stop_undoes_it(
     assert _global_api_url() is None
     assert process.poll() is not None  # type: ignore[attr-defined]
     server.stop()  # idempotent
+
+
+def test_prefect_still_launches_its_temporary_server_the_way_this_adapter_does() -> None:
+    """cli/local_server.py launches Prefect's server as Prefect's SubprocessASGIServer does;
+    this fails on the first Prefect release that launches it another way."""
+    from prefect.server.api import server
+
+    launch = inspect.getsource(server.SubprocessASGIServer._run_uvicorn_command)
+    app = inspect.getsource(server.create_app)
+    factory = local_server._APP_FACTORY.split(":")[1]
+    changed = [
+        needed
+        for needed, source in [
+            *((flag, launch) for flag in local_server._SERVER_FLAGS),
+            *((flag, app) for flag in local_server._SERVER_FLAGS),
+            ("--factory", launch),
+            (local_server._APP_FACTORY, launch),
+            ("--app-dir", launch),
+        ]
+        if needed not in source
+    ]
+    assert hasattr(server, factory) and changed == [], (
+        f"Prefect {prefect.__version__} launches its temporary server differently ({changed} "
+        "gone): update cli/local_server.py to launch it as Prefect now does."
+    )
