@@ -57,7 +57,8 @@ class ValidationConfig:
     ``best_checkpoints`` (and ``checkpoint_score_attribute``) and the commit marker see them.
     A checkpoint waiting for validation is never deleted by ``num_to_keep``. ``fit()`` returns
     once every validation has finished. A validation that raises is logged as an error and
-    the checkpoint keeps its reported metrics; the run goes on.
+    the checkpoint keeps its reported metrics; the run goes on. One still waiting when the run
+    stops is run by the next run of the same name (the commit marker records it).
 
     Args:
         fn: ``fn(checkpoint, **fn_kwargs) -> dict`` of metrics.

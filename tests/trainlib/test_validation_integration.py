@@ -158,6 +158,68 @@ def test_a_failing_validation_is_logged_and_the_run_goes_on(
     assert any("checkpoint_000002" in e and "must return a dict of metrics" in e for e in errors)
 
 
+def report_then_fail(config: dict[str, Any]) -> None:
+    """One checkpoint asking for validation, then the run fails (no restart)."""
+    directory = tempfile.mkdtemp()
+    torch.save(torch.ones(2), os.path.join(directory, "model.pt"))
+    trainlib.report(
+        {"loss": 0.5},
+        checkpoint=trainlib.Checkpoint.from_directory(directory),
+        validation=ValidationTaskConfig(fn_kwargs={"score": 7}),
+    )
+    raise RuntimeError("the node went away")
+
+
+def blocked_validation(checkpoint: trainlib.Checkpoint, out: str, **_: Any) -> dict[str, Any]:
+    """Ends only once the test says so (after the run it belongs to has failed)."""
+    deadline = time.monotonic() + _WAIT_S
+    while not Path(out, "release").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # polls a condition (with a deadline); never the synchronisation
+    return {"score": -100}
+
+
+def validation_finish(checkpoint: trainlib.Checkpoint, score: int, out: str) -> dict[str, Any]:
+    return {"score": score}
+
+
+def check_validated(config: dict[str, Any]) -> None:
+    """Ray's resumption test: the next run of the name sees the validation finished."""
+    reported = trainlib.get_all_reported_checkpoints()
+    Path(config["out"], "resumed.json").write_text(
+        json.dumps([[r.status.value, r.metrics] for r in reported])
+    )
+
+
+def test_a_validation_the_run_left_waiting_is_run_by_the_next_run_of_its_name(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    def trainer(func: Any, fn: Any) -> TorchTrainer:
+        return TorchTrainer(
+            func,
+            train_loop_config={"out": str(tmp_path)},
+            scaling_config=ScalingConfig(num_workers=1),
+            run_config=RunConfig(name="resumed", storage_path=str(tmp_path / "runs")),
+            client=dask_client,
+            validation_config=ValidationConfig(
+                fn=fn, task_config=ValidationTaskConfig(fn_kwargs={"out": str(tmp_path)})
+            ),
+        )
+
+    with pytest.raises(WorkerGroupError, match="the node went away"):
+        trainer(report_then_fail, blocked_validation).fit()
+    (tmp_path / "release").touch()  # the first run's validation task ends; its answer is dropped
+    marker = tmp_path / "runs" / "resumed" / "checkpoint_000000" / COMMIT_MARKER
+    assert json.loads(marker.read_text())["validation"] == {"score": 7}  # still waiting
+
+    result = trainer(check_validated, validation_finish).fit()
+
+    resumed = json.loads((tmp_path / "resumed.json").read_text())
+    assert resumed == [["VALIDATED", {"loss": 0.5, "score": 7}]]  # the report's own argument
+    assert result.best_checkpoints[0][1] == {"loss": 0.5, "score": 7}
+    recorded = json.loads(marker.read_text())
+    assert recorded["validated"] is True and "validation" not in recorded
+
+
 def report_once(config: dict[str, Any]) -> None:
     directory = tempfile.mkdtemp()
     Path(directory, "weights").write_text(str(config["value"]))

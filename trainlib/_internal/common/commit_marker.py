@@ -34,14 +34,23 @@ class Marker:
     metrics: dict[str, Any]
     files: dict[str, FileEntry]
     validated: bool = False  # the metrics include a validation's (``ValidationConfig``)
+    validation: dict[str, Any] | None = None  # a validation asked for, not ended: its arguments
 
     def encode(self) -> bytes:
         """The marker's file contents."""
         files = {rel: {"size": e.size, "sha256": e.sha256} for rel, e in self.files.items()}
-        value = {"index": self.index, "metrics": self.metrics, "files": files}
+        value: dict[str, Any] = {"index": self.index, "metrics": self.metrics, "files": files}
         if self.validated:
             value["validated"] = True
+        if self.validation is not None:
+            value["validation"] = self.validation
         return json.dumps(value, indent=1, sort_keys=True, default=_jsonable).encode()
+
+    def committed(self, checkpoint: Checkpoint) -> CommittedCheckpoint:
+        """The checkpoint this marker commits, as the driver holds it."""
+        return CommittedCheckpoint(
+            self.index, checkpoint, self.metrics, self.files, self.validated, self.validation
+        )
 
     @staticmethod
     def decode(raw: bytes) -> Marker | None:
@@ -53,19 +62,28 @@ class Marker:
         if not isinstance(value, dict) or not {"index", "metrics", "files"} <= value.keys():
             return None
         files = {rel: FileEntry(**entry) for rel, entry in value["files"].items()}
-        return Marker(value["index"], value["metrics"], files, value.get("validated") is True)
+        validation = value.get("validation")
+        return Marker(
+            value["index"],
+            value["metrics"],
+            files,
+            value.get("validated") is True,
+            validation if isinstance(validation, dict) else None,
+        )
 
 
 @dataclass(frozen=True)
 class CommittedCheckpoint:
     """A committed checkpoint with the report index, metrics and files it was committed with
-    (``validated``: its metrics include its validation's)."""
+    (``validated``: its metrics include its validation's; ``validation``: the arguments of a
+    validation asked for that has not ended)."""
 
     index: int
     checkpoint: Checkpoint
     metrics: dict[str, Any]
     files: dict[str, FileEntry]
     validated: bool = False
+    validation: dict[str, Any] | None = None
 
 
 def describe_file(path: str) -> FileEntry:

@@ -24,7 +24,6 @@ import logging
 import os
 import re
 from collections.abc import Callable, Collection
-from dataclasses import replace
 from typing import Any, TypeVar
 
 import fsspec
@@ -155,17 +154,21 @@ class RunStorage:
         metrics: dict[str, Any],
         name: str | None = None,
         differing: Collection[str] = (),
+        validation: dict[str, Any] | None = None,
     ) -> CommittedCheckpoint:
         """Write the commit marker that makes checkpoint ``index`` visible, once every rank's
         upload has ended and each file is there with its size (a cut-off upload is not).
 
         ``differing``: files that ranks uploaded with different contents; the marker records
-        the copy the storage kept (read back), whichever rank wrote it last.
+        the copy the storage kept (read back), whichever rank wrote it last. ``validation``: the
+        arguments of the validation the report asked for (recorded until it ends, so that a
+        later run of the same name runs it if this one stops first).
         """
         directory = self.checkpoint_dir(index, name)
         files = {**files, **{rel: self._stored_entry(f"{directory}/{rel}") for rel in differing}}
         self._check_sizes(directory, files)
-        contents = Marker(index, metrics, files).encode()
+        marker = Marker(index, metrics, files, validation=validation)
+        contents = marker.encode()
         path = f"{directory}/{COMMIT_MARKER}"
         self._call("commit the checkpoint", path, lambda: self.filesystem.pipe_file(path, contents))
         if name is not None:
@@ -176,15 +179,18 @@ class RunStorage:
                 lambda: self.filesystem.rm_file(uploading),
                 (FileNotFoundError,),
             )
-        return CommittedCheckpoint(index, Checkpoint(directory, self.filesystem), metrics, files)
+        return marker.committed(Checkpoint(directory, self.filesystem))
 
     def record_validation(
-        self, committed: CommittedCheckpoint, metrics: dict[str, Any]
+        self, committed: CommittedCheckpoint, metrics: dict[str, Any] | None
     ) -> CommittedCheckpoint:
-        """Rewrite a committed checkpoint's marker with its validated ``metrics``. The new
+        """Rewrite a committed checkpoint's marker once its validation ended: with its
+        validated ``metrics``, or (None: it failed) as it was, no longer waiting. The new
         marker is written beside the old one and moved over it, so a cut-off write never
         leaves the checkpoint without a whole marker."""
-        marker = Marker(committed.index, metrics, committed.files, validated=True)
+        validated = metrics is not None
+        metrics = committed.metrics if metrics is None else metrics
+        marker = Marker(committed.index, metrics, committed.files, validated=validated)
         path = f"{committed.checkpoint.path}/{COMMIT_MARKER}"
         staged = f"{path}.new"
         contents = marker.encode()
@@ -192,7 +198,7 @@ class RunStorage:
             "record the validation", staged, lambda: self.filesystem.pipe_file(staged, contents)
         )
         self._call("record the validation", path, lambda: self.filesystem.mv(staged, path))
-        return replace(committed, metrics=metrics, validated=True)
+        return marker.committed(committed.checkpoint)
 
     def list_committed(self) -> list[CommittedCheckpoint]:
         """Committed checkpoints, oldest first; directories without a valid marker are skipped."""
@@ -201,12 +207,7 @@ class RunStorage:
         for directory in self._directories():
             marker = self._read_marker(directory)
             if marker is not None:
-                checkpoint = Checkpoint(directory, self.filesystem)
-                found.append(
-                    CommittedCheckpoint(
-                        marker.index, checkpoint, marker.metrics, marker.files, marker.validated
-                    )
-                )
+                found.append(marker.committed(Checkpoint(directory, self.filesystem)))
         return sorted(found, key=lambda c: c.index)
 
     def remove_uncommitted(self) -> list[str]:

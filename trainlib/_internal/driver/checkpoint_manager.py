@@ -31,7 +31,7 @@ class CheckpointManager:
         """A manager holding the checkpoints already committed in the run directory."""
         manager = cls(config, storage)
         for committed in storage.list_committed():
-            manager.register(committed)
+            manager.register(committed, validating=committed.validation is not None)
         return manager
 
     @property
@@ -48,6 +48,11 @@ class CheckpointManager:
     def validating(self) -> frozenset[int]:
         """The report indices of the checkpoints waiting for their validation."""
         return frozenset(self._validating)
+
+    def awaiting_validation(self) -> list[CommittedCheckpoint]:
+        """The checkpoints whose validation was asked for and has not ended (a run of this
+        name stopped before it did), oldest first."""
+        return [c for c in self.committed if c.index in self._validating]
 
     def status(self, committed: CommittedCheckpoint) -> ReportedCheckpointStatus:
         """Whether ``committed`` is validated, waiting for its validation, or neither."""
@@ -90,12 +95,13 @@ class CheckpointManager:
 
     def validated(self, index: int, metrics: dict[str, Any] | None) -> CommittedCheckpoint | None:
         """The validation of checkpoint ``index`` ended: its ``metrics`` are merged into the
-        checkpoint's and recorded in its marker (None: it failed; the metrics stay). Returns
-        the checkpoint as it now is, or None if it is gone."""
+        checkpoint's (None: it failed; the metrics stay) and its marker says so. Returns the
+        checkpoint as it now is, or None if it is gone."""
         self._validating.discard(index)
         found = next((c for c in self._kept if c.index == index), None)
-        if found is not None and metrics is not None:
-            updated = self._storage.record_validation(found, {**found.metrics, **metrics})
+        if found is not None:
+            merged = None if metrics is None else {**found.metrics, **metrics}
+            updated = self._storage.record_validation(found, merged)
             self._kept[self._kept.index(found)] = found = updated
         self._prune()
         return found if any(c is found for c in self._kept) else None

@@ -115,14 +115,14 @@ class Run:
             logger.warning("Run %s: incomplete checkpoints left (%s)", self.name, exc)
 
     def _attempts(self, client: Client) -> None:
-        """Attempts until one succeeds or ``max_failures`` is used up; then the validations
-        still running."""
+        """Attempts until one succeeds or ``max_failures`` is used up, then the validations."""
         from trainlib._internal.worker.rank_pool import RankPoolPlugin
 
         client.register_plugin(RankPoolPlugin())
         validations = self.collector.validations
         validations.use(client)
         try:
+            validations.resume(self.manager.awaiting_validation())
             self._until_trained(client)
             validations.wait(self.poll)  # fit() returns with every checkpoint validated
         finally:

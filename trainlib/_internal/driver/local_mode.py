@@ -65,6 +65,7 @@ def run_locally(run: Run) -> None:
             "here; use num_workers=1 or more for a run started from a rank."
         )
     run.storage.remove_uncommitted()
+    run.collector.validations.resume(run.manager.awaiting_validation())
     latest = run.manager.latest_intact()
     start_index = latest.index + 1 if latest else 0
     resume_from = latest.checkpoint if latest else plan.resume_from

@@ -149,13 +149,14 @@ class ReportCollector:
         self._history.append((index, metrics))
         if any(r.files is not None for r in reports):
             name = next(r.dir_name for r in reports if r.files is not None)
-            committed = self._storage.commit(index, files, metrics, name, differing)
             ranked = sorted(reports, key=lambda r: r.world_rank)
             asked = [r.validation for r in ranked if r.validation is not None]
-            self._manager.register(committed, validating=bool(asked))
+            validation = asked[0] if asked else None  # the lowest rank's, if several ask
+            committed = self._storage.commit(index, files, metrics, name, differing, validation)
+            self._manager.register(committed, validating=validation is not None)
             checkpoint = committed.checkpoint
-            if asked:  # the lowest rank's arguments, if several ranks ask
-                self.validations.request(committed, asked[0])
+            if validation is not None:
+                self.validations.request(committed, validation)
         for callback in self._callbacks:
             callback.on_report(Report(index, metrics, checkpoint))
 

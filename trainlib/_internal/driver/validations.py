@@ -53,11 +53,29 @@ class Validations:
                 "trainlib.ValidationConfig(fn=...) to the trainer."
             )
         kwargs = self._config.kwargs_for(None) | overrides
+        logger.debug("Validation of %s asked for with %s", committed.checkpoint, kwargs)
         if self._client is None:
             self._finish(committed, *_run_here(self._config, committed, kwargs))
             return
         self._queue.append((committed, kwargs))
         self.poll()
+
+    def resume(self, waiting: list[CommittedCheckpoint]) -> None:
+        """Validate the checkpoints a run of this name left waiting (it stopped first), with
+        the arguments their reports asked for, as Ray Train does."""
+        if not waiting:
+            return
+        names = ", ".join(str(c.checkpoint) for c in waiting)
+        if self._config is None:
+            logger.warning(
+                "Checkpoints %s wait for a validation this trainer cannot run: give it "
+                "validation_config=trainlib.ValidationConfig(fn=...) to run it",
+                names,
+            )
+            return
+        logger.info("Validating the checkpoints an earlier run left waiting: %s", names)
+        for committed in waiting:
+            self.request(committed, committed.validation or {})
 
     def poll(self) -> None:
         """Record the running validation if it ended; start the next one if none runs."""
@@ -91,20 +109,20 @@ class Validations:
             self.poll()
 
     def cancel(self) -> None:
-        """Drop the validations not ended (the run stopped); their checkpoints stay as
-        committed."""
-        dropped = [c for c, _ in self._queue]
+        """Stop the validations not ended (the run stopped): their checkpoints' markers still
+        say so, and the next run of this name runs them."""
+        left = [c for c, _ in self._queue]
         self._queue.clear()
         if self._running is not None:
             committed, future = self._running
             self._running = None
             future.cancel()
-            dropped.insert(0, committed)
-        for committed in dropped:
+            left.insert(0, committed)
+        for committed in left:
             logger.warning(
-                "Validation of checkpoint %s dropped: the run stopped", committed.checkpoint
+                "Validation of checkpoint %s not ended: the next run of this name runs it",
+                committed.checkpoint,
             )
-            self._done(committed.index, None)
 
     def _finish(
         self, committed: CommittedCheckpoint, metrics: dict[str, Any] | None, error: str
