@@ -11,11 +11,12 @@ from prefect.transactions import transaction
 from cifar.dataset import Dataset
 from cifar.errors import PipelineError
 from mlops.model_card import data_facts
+from mlops.promotion import PromotionRule
 from mlops.registry import model_name_for
 from tasks.download import Archive
 from tasks.evaluate import champion_score_task, evaluate_task
 from tasks.monitoring import run_summary, summarize_task
-from tasks.promotion import PromotionRule, promote_task
+from tasks.promotion import promote_task
 from tasks.registry import register_task
 from tasks.results import TrainedRun
 
@@ -61,7 +62,7 @@ def publish(
     """Register the run's best checkpoint as a version of ``model_name`` (default:
     ``cifar10-classifier``, ``-synthetic`` appended for synthetic data), evaluate it on the test
     split, promote it to ``@champion`` if it passes the release gates and beats the champion on
-    the same images as ``rule`` asks (``tasks.promotion``).
+    the same images as ``rule`` asks (``mlops.promotion``).
 
     The three steps are one Prefect transaction: if one fails, the version is removed from the
     registry again and the aliases stay where they were.

@@ -11,12 +11,12 @@ from cifar.format import OFFICIAL_URL
 from cifar.train_loop import TrainConfig
 from flows.prepare import prepared
 from flows.publish import publish
+from mlops.promotion import DEFAULT_ALPHA, PromotionRule
 from mlops.registry import CHAMPION, model_name_for
 from mlops.release_gates import DEFAULT_MAX_CLASS_DROP, DEFAULT_MIN_TEST_ACCURACY
 from tasks.clusters import allowed_dask_config
 from tasks.monitoring import tag_flow_run
 from tasks.predict import predict_task
-from tasks.promotion import DEFAULT_ALPHA, PromotionRule
 from tasks.retraining import unchanged_task
 from tasks.time_limit import time_limit
 from tasks.train import (
@@ -89,7 +89,7 @@ def train_cifar(
     (``tasks.time_limit``; None: no limit).
     The new version is promoted to ``@champion`` only if it beats the champion on the same test
     images by a paired test (McNemar's exact test) significant at ``promote_alpha`` and by more
-    than ``promote_margin`` in accuracy (``tasks.promotion``), and only if it passes the release
+    than ``promote_margin`` in accuracy (``mlops.promotion``), and only if it passes the release
     gates: test accuracy at least ``min_test_accuracy``, no class's accuracy lower than the
     champion's by more than ``max_class_drop``, and, with ``check_fresh_load``, the registered
     model loaded in a new process scores like the evaluation (``mlops.release_gates``); else

@@ -20,9 +20,9 @@ from prefect.client.orchestration import get_client
 import trainlib
 
 if TYPE_CHECKING:
+    from mlops.evaluation import Evaluation
+    from mlops.promotion import Promotion
     from tasks.download import Archive
-    from tasks.evaluate import Evaluation
-    from tasks.promotion import Promotion
     from tasks.results import TrainedRun
 
 PROGRESS_KEY = "train-progress"

@@ -8,12 +8,11 @@ from dataclasses import dataclass
 import fsspec
 import numpy as np
 import pandas as pd
-import torch
 from PIL import Image
 from prefect import task
-from torch import nn
 
 from cifar.format import CLASS_NAMES, DataFormatError, parse_batch
+from mlops.evaluation import score
 from mlops.model_loading import load_model
 from tasks.retrying import TRANSIENT_RETRIES
 
@@ -83,17 +82,6 @@ def read_inputs(input_uri: str) -> Inputs:
             errors.append((fs.unstrip_protocol(file), reason))
     stacked = np.stack(images) if images else np.zeros((0, 3, 32, 32), dtype=np.uint8)
     return Inputs(names, stacked, errors)
-
-
-def score(model: nn.Module, images: np.ndarray, batch_size: int = 128) -> np.ndarray:
-    """Class probabilities (N, 10) for uint8 images. Batches of 128 stay in a CPU's caches:
-    1,000 images took 0.56 s at 128 and 0.89 s at 1,024 on 2 cores (small_cnn)."""
-    probabilities = [np.zeros((0, len(CLASS_NAMES)), dtype=np.float32)]
-    with torch.no_grad():
-        for start in range(0, len(images), batch_size):
-            logits = model.eval()(torch.from_numpy(images[start : start + batch_size]))
-            probabilities.append(torch.softmax(logits.float(), dim=1).numpy())
-    return np.concatenate(probabilities)
 
 
 def write_predictions(

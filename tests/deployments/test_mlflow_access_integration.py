@@ -19,9 +19,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from cifar.models import build_model
+from mlops.evaluation import Evaluation
+from mlops.promotion import PromotionRule, promote
 from mlops.registry import WITHDRAWN_TAG, register_model, remove_version
-from tasks.evaluate import Evaluation
-from tasks.promotion import PromotionRule, promote
 from tasks.tracking import start_run
 from tests.mlflow_rig import mlflow_server
 

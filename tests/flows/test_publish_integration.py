@@ -16,14 +16,14 @@ from prefect import flow
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from flows.publish import PublishError, publish
+from mlops.promotion import PromotionRule
 from tasks.download import Archive
-from tasks.promotion import PromotionRule
 from tasks.results import TrainedRun
 from tasks.tracking import start_run
 from tests.lossy_proxy import lossy_proxy
 from tests.mlflow_rig import mlflow_server
+from tests.mlops.test_promotion import write_checkpoint
 from tests.prefect_records import task_runs
-from tests.tasks.test_promotion import write_checkpoint
 
 
 @flow(name="publish-test")

@@ -10,9 +10,9 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
+from mlops.evaluation import ChampionScore
 from mlops.paired_test import compare
-from tasks.evaluate import ChampionScore
-from tasks.promotion import PromotionRule, decide
+from mlops.promotion import PromotionRule, decide
 
 
 def pair(n: int, both: int, only_new: int, only_champion: int) -> tuple[np.ndarray, np.ndarray]:

@@ -15,10 +15,10 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from cifar.models import build_model
+from mlops.evaluation import Evaluation
 from mlops.model_loading import ModelNotFoundError, load_model
+from mlops.promotion import PromotionRule, promote
 from mlops.registry import WITHDRAWN_TAG, model_name_for, register_model
-from tasks.evaluate import Evaluation
-from tasks.promotion import PromotionRule, promote
 from tasks.tracking import start_run
 
 

@@ -9,7 +9,8 @@ import pytest
 from PIL import Image
 
 from cifar.models import build_model
-from tasks.predict import read_inputs, score, write_predictions
+from mlops.evaluation import score
+from tasks.predict import read_inputs, write_predictions
 
 
 def _folder(tmp_path: Path) -> Path:

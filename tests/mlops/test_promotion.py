@@ -13,9 +13,7 @@ from cifar.checkpoint import ModelSpec, save_training_state
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from cifar.models import build_model
-from mlops.model_card import data_facts
-from mlops.registry import register_checkpoint, register_model
-from tasks.evaluate import (
+from mlops.evaluation import (
     ChampionScore,
     Evaluation,
     accuracy_tag,
@@ -24,7 +22,9 @@ from tasks.evaluate import (
     per_class_accuracy,
     save_correct,
 )
-from tasks.promotion import PromotionRule, aliases_of, promote, restore_aliases
+from mlops.model_card import data_facts
+from mlops.promotion import PromotionRule, aliases_of, promote, restore_aliases
+from mlops.registry import register_checkpoint, register_model
 from tasks.tracking import start_run
 
 

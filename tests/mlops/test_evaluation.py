@@ -15,9 +15,9 @@ from mlflow.tracking import MlflowClient
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from cifar.models import build_model
+from mlops.evaluation import confusion_figure, evaluate_version, fresh_load_gate, load_correct
 from mlops.registry import register_model
 from mlops.release_gates import GateCannotRunError
-from tasks.evaluate import confusion_figure, evaluate_version, fresh_load_gate, load_correct
 from tasks.tracking import start_run
 from tests.helpers import free_port
 
@@ -128,7 +128,7 @@ def test_evaluate_import_leaves_matplotlib_alone() -> None:
 
 
 def test_evaluate_confusion_figure_labels_every_class() -> None:
-    from tasks.evaluate import Evaluation
+    from mlops.evaluation import Evaluation
 
     evaluation = Evaluation(0.5, {}, [[1, 1], [0, 2]], 4, np.array([True, False, True, True]))
     figure = confusion_figure(evaluation, ("cat", "dog"))
