@@ -57,7 +57,7 @@ def use_while_preparing_mlflow(server: LocalPrefectServer | None, tracking_uri: 
     cores, is done: a new sqlite store is created (the flow then finds it made), and the model
     requirements are checked (MLflow's first model save in a process does it)."""
     from mlops.registry import check_requirements
-    from tasks.tracking import create_sqlite_store, resolve_tracking_uri
+    from mlops.tracking import create_sqlite_store, resolve_tracking_uri
 
     def create() -> None:
         try:

@@ -8,10 +8,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cifar.dataset import Dataset
+from mlops.tracking import resolve_tracking_uri
 from tasks.download import Archive, expected_md5, fetch_archive
 from tasks.layout import StorageLayout
 from tasks.preprocess import prepare_dataset
-from tasks.tracking import prepare_experiment_task, resolve_tracking_uri
+from tasks.tracking import prepare_experiment_task
 from trainlib import DaskConfig
 
 

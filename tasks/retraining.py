@@ -18,8 +18,8 @@ from prefect.cache_policies import NO_CACHE
 
 from mlops.lineage import DIGEST_TAG
 from mlops.registry import CHAMPION, version_at_alias
+from mlops.tracking import git_sha
 from tasks.retrying import TRANSIENT_RETRIES
-from tasks.tracking import git_sha
 
 
 def unchanged_since_champion(

@@ -16,11 +16,11 @@ from cifar.checkpoint import ModelSpec
 from cifar.dataset import Dataset, ingest_config, split_arrays
 from cifar.train_loop import TrainConfig, cifar_train_func, loop_config
 from mlops.lineage import log_dataset_inputs
+from mlops.system_metrics import HostMetricsCallback, system_metrics
+from mlops.tracking import MLflowCallback, start_run
 from tasks.layout import StorageLayout
 from tasks.monitoring import PrefectProgressCallback, pipeline_info_logs
 from tasks.results import TrainedRun
-from tasks.system_metrics import HostMetricsCallback, system_metrics
-from tasks.tracking import MLflowCallback, start_run
 from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, WorkerGroupError
 from trainlib.torch import TorchTrainer
 

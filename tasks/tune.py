@@ -18,12 +18,12 @@ import trainlib
 from cifar.dataset import Dataset
 from cifar.train_loop import TrainConfig
 from mlops.lineage import log_dataset_inputs
+from mlops.system_metrics import HostMetricsCallback, system_metrics
+from mlops.tracking import MLflowCallback, start_run, terminated_run
 from tasks.layout import StorageLayout
 from tasks.monitoring import pipeline_info_logs
 from tasks.results import TrainedRun
 from tasks.search_space import search_space
-from tasks.system_metrics import HostMetricsCallback, system_metrics
-from tasks.tracking import MLflowCallback, start_run, terminated_run
 from tasks.train import CHECKPOINTS, METRIC, TRAINING_TAG, cifar_trainer
 from trainlib import DaskConfig, RunConfig, tune
 

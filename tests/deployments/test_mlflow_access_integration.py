@@ -22,7 +22,7 @@ from cifar.models import build_model
 from mlops.evaluation import Evaluation
 from mlops.promotion import PromotionRule, promote
 from mlops.registry import WITHDRAWN_TAG, register_model, remove_version
-from tasks.tracking import start_run
+from mlops.tracking import start_run
 from tests.mlflow_rig import mlflow_server
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin0password0for0tests"

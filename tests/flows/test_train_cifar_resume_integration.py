@@ -14,7 +14,7 @@ from mlflow.tracking import MlflowClient
 from prefect.settings import PREFECT_API_URL
 
 from cifar.format import write_synthetic_archive
-from tasks.tracking import TRAINING_RUN_TAG
+from mlops.tracking import TRAINING_RUN_TAG
 from tests.conftest import HttpDir
 from tests.helpers import rank_processes, wait_for_path
 from trainlib._internal.common.commit_marker import COMMIT_MARKER

@@ -18,7 +18,7 @@ from cifar.models import build_model
 from mlops.evaluation import confusion_figure, evaluate_version, fresh_load_gate, load_correct
 from mlops.registry import register_model
 from mlops.release_gates import GateCannotRunError
-from tasks.tracking import start_run
+from mlops.tracking import start_run
 from tests.helpers import free_port
 
 

@@ -25,7 +25,7 @@ from mlops.evaluation import (
 from mlops.model_card import data_facts
 from mlops.promotion import PromotionRule, aliases_of, promote, restore_aliases
 from mlops.registry import register_checkpoint, register_model
-from tasks.tracking import start_run
+from mlops.tracking import start_run
 
 
 @pytest.fixture(scope="module")

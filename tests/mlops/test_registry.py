@@ -19,7 +19,7 @@ from mlops.evaluation import Evaluation
 from mlops.model_loading import ModelNotFoundError, load_model
 from mlops.promotion import PromotionRule, promote
 from mlops.registry import WITHDRAWN_TAG, model_name_for, register_model
-from tasks.tracking import start_run
+from mlops.tracking import start_run
 
 
 @pytest.fixture(scope="module")

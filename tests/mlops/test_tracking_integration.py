@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mlflow.tracking import MlflowClient
 
-from tasks.tracking import TRAINING_RUN_TAG
+from mlops.tracking import TRAINING_RUN_TAG
 from tests.helpers import rank_processes
 
 EPOCHS = 4
@@ -20,7 +20,7 @@ DRIVER = """
 import os, sys, tempfile
 import torch
 import trainlib
-from tasks.tracking import MLflowCallback, start_run
+from mlops.tracking import MLflowCallback, start_run
 from trainlib.torch import TorchTrainer
 
 TRACKING_URI, STORAGE, DIE, EPOCHS = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])

@@ -11,8 +11,8 @@ from distributed import Client
 from mlflow.tracking import MlflowClient
 
 import trainlib
-from tasks.system_metrics import HostMetricsCallback
-from tasks.tracking import start_run
+from mlops.system_metrics import HostMetricsCallback
+from mlops.tracking import start_run
 from trainlib.torch import TorchTrainer
 
 BUSY_S = 1.5

@@ -10,7 +10,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 import trainlib
-from tasks.tracking import GIT_SHA_VARIABLE, MLflowCallback, git_sha, start_run
+from mlops.tracking import GIT_SHA_VARIABLE, MLflowCallback, git_sha, start_run
 
 EPOCHS = 4
 KEYS = ("train_loss", "train_accuracy", "val_loss", "val_accuracy", "epoch_time_s")
