@@ -150,9 +150,9 @@ class Tuner:
     def fit(self) -> ResultGrid:
         """Run the search to its end and return every trial's result.
 
-        Trials that raise are recorded (``ResultGrid.errors``) and the search goes on.
-        Ctrl-C stops every running trial's ranks, then raises ``KeyboardInterrupt``; the
-        same Tuner name resumes the search.
+        Trials that raise are recorded (``ResultGrid.errors``) and the search goes on. Ctrl-C
+        stops every running trial's ranks, then raises ``KeyboardInterrupt``; the same name
+        resumes the search.
 
         Raises:
             NotEnoughWorkersError: No trial could start within ``DaskConfig.worker_timeout_s``.
