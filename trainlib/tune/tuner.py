@@ -157,8 +157,7 @@ class Tuner:
         Raises:
             NotEnoughWorkersError: No trial could start within ``DaskConfig.worker_timeout_s``.
         """
-        # Dask and Optuna are imported on use: a rank process importing a user's module that
-        # imports trainlib.tune stays light.
+        # Imported on use (Dask, Optuna): a rank importing trainlib.tune stays light.
         from trainlib._internal.driver import cluster
         from trainlib._internal.worker import rank_pool
         from trainlib.tune._trials import TrialRunner
