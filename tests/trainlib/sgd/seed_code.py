@@ -129,12 +129,14 @@ def inception_score(fake: torch.Tensor) -> tuple[float, float]:
 
 
 def gan_data_creator(batch_size: int, config: dict[str, Any]) -> tuple[Dataset[Any], Dataset[Any]]:
-    # filled: random "real" images
-    images = torch.rand(32, 1, IMAGE_SIZE, IMAGE_SIZE) * 2 - 1
+    # filled: random "real" images, the same on every rank and in every run
+    generator = torch.Generator().manual_seed(0)
+    images = torch.rand(32, 1, IMAGE_SIZE, IMAGE_SIZE, generator=generator) * 2 - 1
     return TensorDataset(images, torch.zeros(32)), TensorDataset(images[:8], torch.zeros(8))
 
 
 def gan_model_creator(config: dict[str, Any]) -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)  # filled: the weights and the training's noise are seeded: one outcome
     netD = Discriminator()
     netD.apply(weights_init)
 
