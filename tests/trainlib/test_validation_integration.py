@@ -220,6 +220,49 @@ def test_a_validation_the_run_left_waiting_is_run_by_the_next_run_of_its_name(
     assert recorded["validated"] is True and "validation" not in recorded
 
 
+class GroupEnded(trainlib.Callback):
+    """Marks, in the driver, that the ranks have all ended."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+
+    def on_group_end(self, info: trainlib.GroupInfo) -> None:
+        (self.out / "group-ended").touch()
+
+
+def report_and_return(config: dict[str, Any]) -> None:
+    directory = tempfile.mkdtemp()
+    torch.save(torch.ones(2), os.path.join(directory, "model.pt"))
+    trainlib.report(
+        {"loss": 0.5}, checkpoint=trainlib.Checkpoint.from_directory(directory), validation=True
+    )
+
+
+def validation_after_training(checkpoint: trainlib.Checkpoint, out: str) -> dict[str, Any]:
+    """Ends only once every rank has ended: fit() has to wait for it."""
+    deadline = time.monotonic() + _WAIT_S
+    while not Path(out, "group-ended").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)  # polls a condition (with a deadline); never the synchronisation
+    return {"ended_after_training": Path(out, "group-ended").exists()}
+
+
+def test_fit_waits_for_a_validation_still_running_when_training_ends(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    result = TorchTrainer(
+        report_and_return,
+        scaling_config=ScalingConfig(num_workers=1),
+        run_config=RunConfig(
+            name="waited", storage_path=str(tmp_path / "runs"), callbacks=[GroupEnded(tmp_path)]
+        ),
+        client=dask_client,
+        validation_config=ValidationConfig(
+            validation_after_training, ValidationTaskConfig({"out": str(tmp_path)})
+        ),
+    ).fit()
+    assert result.metrics == {"loss": 0.5, "ended_after_training": True}
+
+
 def report_once(config: dict[str, Any]) -> None:
     directory = tempfile.mkdtemp()
     Path(directory, "weights").write_text(str(config["value"]))

@@ -6,6 +6,7 @@ runs in the driver's thread, at the report."""
 from __future__ import annotations
 
 import logging
+import traceback
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from distributed import Client, Future
 
     from trainlib._internal.common.commit_marker import CommittedCheckpoint
+    from trainlib._internal.common.waiting import Completions
 
 logger = logging.getLogger(__name__)
 
@@ -34,11 +36,15 @@ class Validations:
         self._done = done
         self._queue: deque[tuple[CommittedCheckpoint, dict[str, Any]]] = deque()
         self._running: tuple[CommittedCheckpoint, Future[dict[str, Any]]] | None = None
+        self._ended: Completions | None = None  # wakes a wait when a validation task ends
         self._client: Client | None = None
 
     def use(self, client: Client | None) -> None:
         """Run the validations on ``client``'s cluster (None: here, at once)."""
+        from trainlib._internal.common.waiting import Completions  # Dask: only with a cluster
+
         self._client = client
+        self._ended = Completions() if client is not None else None
 
     def request(self, committed: CommittedCheckpoint, overrides: dict[str, Any]) -> None:
         """Validate ``committed`` with the config's arguments updated by ``overrides``.
@@ -96,15 +102,15 @@ class Validations:
                 **self._config.submit_kwargs,
             )
             self._running = (committed, future)
+            assert self._ended is not None  # set with the client
+            self._ended.watch(future)
             logger.info("Validating checkpoint %s", committed.checkpoint)
 
     def wait(self, poll: Callable[[], None]) -> None:
         """Until every validation asked for has ended; ``poll`` may raise to stop (Ctrl-C)."""
-        from distributed import wait
-
         while self._running is not None or self._queue:
-            if self._running is not None:
-                wait(self._running[1], timeout=_WAIT_S, return_when="FIRST_COMPLETED")
+            if self._ended is not None:
+                self._ended.wait(_WAIT_S)
             poll()
             self.poll()
 
@@ -140,8 +146,6 @@ class Validations:
 
 def _outcome(future: Future[dict[str, Any]]) -> tuple[dict[str, Any] | None, str]:
     """A finished validation task's metrics, or None and why it failed."""
-    import traceback
-
     if future.status == "finished":
         return future.result(), ""
     if future.status == "cancelled":
@@ -154,8 +158,6 @@ def _run_here(
     config: ValidationConfig, committed: CommittedCheckpoint, kwargs: dict[str, Any]
 ) -> tuple[dict[str, Any] | None, str]:
     """Local mode: the validation in this thread."""
-    import traceback
-
     try:
         return validate_checkpoint(config.fn, committed.checkpoint, kwargs), ""
     except Exception as exc:
