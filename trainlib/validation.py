@@ -88,11 +88,6 @@ class ValidationConfig:
                 "(e.g. {'resources': {'GPU': 1}} or {'workers': [...]})."
             )
 
-    def kwargs_for(self, task: ValidationTaskConfig | None) -> dict[str, Any]:
-        """The validation function's keyword arguments for one ``report``'s ``task``."""
-        defaults = self.task_config.fn_kwargs if self.task_config else {}
-        return {**defaults, **(task.fn_kwargs if task else {})}
-
 
 class CheckpointConsistencyMode(str, enum.Enum):
     """What ``get_all_reported_checkpoints`` waits for (Ray's enum).

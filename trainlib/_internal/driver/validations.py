@@ -58,7 +58,8 @@ class Validations:
                 "trainer has no validation function: pass validation_config="
                 "trainlib.ValidationConfig(fn=...) to the trainer."
             )
-        kwargs = self._config.kwargs_for(None) | overrides
+        defaults = self._config.task_config.fn_kwargs if self._config.task_config else {}
+        kwargs = {**defaults, **overrides}  # the report's arguments override the trainer's
         logger.debug("Validation of %s asked for with %s", committed.checkpoint, kwargs)
         if self._client is None:
             self._finish(committed, *_run_here(self._config, committed, kwargs))
