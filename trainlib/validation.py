@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import cloudpickle
+
 from trainlib.errors import ConfigError
 
 
@@ -70,7 +72,8 @@ class ValidationConfig:
             ``{"workers": [...]}``.
 
     Raises:
-        ConfigError: ``fn`` is not callable, or ``ray_remote_kwargs`` was given.
+        ConfigError: ``fn`` is not callable or cannot be pickled, or ``ray_remote_kwargs``
+            was given.
     """
 
     fn: ValidationFn
@@ -81,6 +84,14 @@ class ValidationConfig:
     def __post_init__(self) -> None:
         if not callable(self.fn):
             raise ConfigError(f"ValidationConfig(fn={self.fn!r}) must be a function.")
+        try:  # checked now: a Dask task carries it to a worker in the middle of the run
+            cloudpickle.dumps(self.fn)
+        except Exception as exc:
+            name = getattr(self.fn, "__name__", repr(self.fn))
+            raise ConfigError(
+                f"ValidationConfig(fn={name}) cannot be sent to the Dask workers ({exc}); "
+                "keep what it uses picklable, or create it inside the function."
+            ) from exc
         if self.ray_remote_kwargs is not None:
             raise ConfigError(
                 "ValidationConfig(ray_remote_kwargs=...) configures a Ray task; here the "

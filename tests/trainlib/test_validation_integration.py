@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -313,6 +314,9 @@ def test_ray_options_without_a_dask_counterpart_are_refused_naming_the_alternati
         ValidationConfig(read_weights, ray_remote_kwargs={"num_gpus": 1})
     with pytest.raises(ConfigError, match=r"must be a function"):
         ValidationConfig("read_weights")  # type: ignore[arg-type]
+    lock = threading.Lock()
+    with pytest.raises(ConfigError, match=r"cannot be sent to the Dask workers .*lock"):
+        ValidationConfig(lambda checkpoint: {"locked": lock.locked()})
     with pytest.raises(ConfigError, match=r"ValidationConfig\(fn=...\)"):
         TorchTrainer(report_once, validation_config={"fn": read_weights})  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"fn_kwargs"):
