@@ -30,7 +30,8 @@ from trainlib import (
     ValidationTaskConfig,
     WorkerGroupError,
 )
-from trainlib._internal.common.commit_marker import COMMIT_MARKER
+from trainlib._internal.common.commit_marker import COMMIT_MARKER, CommittedCheckpoint
+from trainlib._internal.driver.validations import Validations
 from trainlib.torch import TorchTrainer
 
 _WAIT_S = 60.0
@@ -322,3 +323,17 @@ def test_ray_options_without_a_dask_counterpart_are_refused_naming_the_alternati
     with pytest.raises(ConfigError, match=r"fn_kwargs"):
         ValidationTaskConfig(fn_kwargs=[("epoch", 1)])  # type: ignore[arg-type]
     assert ReportedCheckpointStatus("VALIDATED") is ReportedCheckpointStatus.VALIDATED
+
+
+def test_a_validation_no_worker_can_run_is_named_in_a_warning(
+    dask_client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = ValidationConfig(read_weights, submit_kwargs={"resources": {"GPUU": 1}})  # a typo
+    checkpoint = trainlib.Checkpoint.from_directory(str(tmp_path))
+    validations = Validations(config, lambda index, metrics: None)
+    validations.use(dask_client)
+    with caplog.at_level(logging.WARNING, logger="trainlib"):
+        validations.request(CommittedCheckpoint(0, checkpoint, {}, {}), {})
+        validations.cancel()  # it would wait for such a worker to join
+    [warning] = [r.getMessage() for r in caplog.records if "No Dask worker" in r.getMessage()]
+    assert "{'GPUU': 1}" in warning and "--resources" in warning

@@ -103,9 +103,24 @@ class Validations:
                 **self._config.submit_kwargs,
             )
             self._running = (committed, future)
+            self._warn_if_unplaceable()
             assert self._ended is not None  # set with the client
             self._ended.watch(future)
             logger.info("Validating checkpoint %s", committed.checkpoint)
+
+    def _warn_if_unplaceable(self) -> None:
+        """Say so when no worker has the resources the task asks for (it waits for one)."""
+        from trainlib._internal.driver.worker_selection import eligible_workers
+
+        assert self._config is not None and self._client is not None
+        resources = self._config.submit_kwargs.get("resources")
+        if resources and not eligible_workers(self._client, resources):
+            logger.warning(
+                "No Dask worker has the resources %s that ValidationConfig(submit_kwargs=...) "
+                "asks for: the validation waits until one joins (check their names, or start "
+                "workers with --resources)",
+                resources,
+            )
 
     def wait(self, poll: Callable[[], None]) -> None:
         """Until every validation asked for has ended; ``poll`` may raise to stop (Ctrl-C)."""
