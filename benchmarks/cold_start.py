@@ -22,7 +22,11 @@ installation without `make`, whose first run has Prefect create and migrate the 
 With --returning, the runs share one PREFECT_HOME, made by an untimed run first: a returning
 user's run, whose Prefect database exists.
 
+With --compare CHECKOUT, the runs alternate between this checkout and another one (e.g. `git
+worktree add /tmp/before HEAD~1`), and the medians of both are printed side by side.
+
 Run: python benchmarks/cold_start.py [--runs 5] [--epochs 2] [--no-template | --returning]
+     [--compare CHECKOUT]
 """
 
 from __future__ import annotations
@@ -89,12 +93,17 @@ def phases(log: Path, started: float, ended: float) -> dict[str, float]:
     }
 
 
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
 def cold_run(
-    epochs: int, prefect_home: str | None = None, template: bool = True
+    epochs: int, prefect_home: str | None = None, template: bool = True, code: Path = REPOSITORY
 ) -> dict[str, float]:
-    """One run in a fresh folder; a fresh PREFECT_HOME there unless one is given."""
+    """One run of the checkout ``code`` in a fresh folder; a fresh PREFECT_HOME there unless
+    one is given."""
     with tempfile.TemporaryDirectory() as folder:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "MLFLOW_"))}
+        env["PYTHONPATH"] = str(code)  # its modules before the installed ones
         env["PREFECT_HOME"] = prefect_home or os.path.join(folder, "prefect-home")
         if not template:
             env["XDG_CACHE_HOME"] = os.path.join(folder, "empty-cache")
@@ -114,34 +123,44 @@ def main() -> None:
     choice = parser.add_mutually_exclusive_group()
     choice.add_argument("--no-template", action="store_true", help="no database template")
     choice.add_argument("--returning", action="store_true", help="share one PREFECT_HOME")
+    parser.add_argument("--compare", type=Path, help="another checkout, run alternately")
     args = parser.parse_args()
+    checkouts = {"this": REPOSITORY, **({"other": args.compare} if args.compare else {})}
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in checkouts}
     with tempfile.TemporaryDirectory() as home:
-        prefect_home = None
-        if args.returning:
-            prefect_home = home
-            cold_run(args.epochs, prefect_home)  # creates Prefect's database: not timed
-        runs = [
-            _timed(index, cold_run(args.epochs, prefect_home, template=not args.no_template))
-            for index in range(args.runs)
-        ]
+        homes = {name: None if not args.returning else f"{home}/{name}" for name in checkouts}
+        for name, code in checkouts.items():
+            if args.returning:  # creates Prefect's database: not timed
+                cold_run(args.epochs, homes[name], code=code)
+        for index in range(args.runs):
+            for name, code in checkouts.items():
+                run = cold_run(args.epochs, homes[name], not args.no_template, code)
+                runs[name].append(_timed(f"{name} {index + 1}", run))
     _print_medians(runs)
 
 
-def _timed(index: int, run: dict[str, float]) -> dict[str, float]:
+def _timed(label: str, run: dict[str, float]) -> dict[str, float]:
     print(
-        f"run {index + 1}: wall {run['wall']:.1f} s, training {run['training']:.1f} s, "
+        f"run {label}: wall {run['wall']:.1f} s, training {run['training']:.1f} s, "
         f"overhead {run['wall'] - run['training']:.1f} s",
         flush=True,
     )
     return run
 
 
-def _print_medians(runs: list[dict[str, float]]) -> None:
-    print(f"\nmedians over {len(runs)} runs:\n\n| phase | s |\n|---|---|")
-    for name in (*PHASES, "between epochs", "wall"):
-        print(f"| {name} | {statistics.median(r[name] for r in runs):.1f} |")
-    overhead = statistics.median(r["wall"] - r["training"] for r in runs)
-    print(f"| **overhead** (wall - training) | **{overhead:.1f}** |")
+def _print_medians(runs: dict[str, list[dict[str, float]]]) -> None:
+    names = list(runs)
+    count = len(runs[names[0]])
+    print(f"\nmedians over {count} runs each:\n")
+    print("| phase | " + " | ".join(names) + " |\n|---|" + "---|" * len(names))
+    for phase in (*PHASES, "between epochs", "wall"):
+        cells = [f"{statistics.median(r[phase] for r in runs[n]):.1f}" for n in names]
+        print(f"| {phase} | " + " | ".join(cells) + " |")
+    overheads = [statistics.median(r["wall"] - r["training"] for r in runs[n]) for n in names]
+    print("| **overhead** (wall - training) | " + " | ".join(f"**{o:.1f}**" for o in overheads))
+    if len(names) == 2:
+        walls = [statistics.median(r["wall"] for r in runs[n]) for n in names]
+        print(f"\nwall, this / other: {walls[0] / walls[1]:.3f}")
 
 
 if __name__ == "__main__":

@@ -1,26 +1,17 @@
-"""Prefect's temporary server for a local run, started the moment the command starts.
+"""Prefect's server for a local run, started the moment the command starts.
 
-With no PREFECT_API_URL, Prefect starts a temporary server at the first flow call
-(``prefect.server.api.server.SubprocessASGIServer``): uvicorn serving ``create_app`` in a
-subprocess with the UI off, its sqlite database under PREFECT_HOME, created and migrated on
-first use. Prefect 3 has no local mode without a server. Prefect first imports that server
-module in the calling process (about 5 s here), then starts the subprocess, which imports it
-again and migrates the database. This module starts the same subprocess itself, right after the
-settings are read, without importing the server: all of its start-up overlaps the command's own
-imports and data preparation. ``use()`` then points this process's Prefect client at it, as
-PREFECT_API_URL.
+With no PREFECT_API_URL, Prefect starts a temporary server at the first flow call: it first
+imports the server in the calling process (about 5 s here), then starts it in a subprocess and
+blocks until it answers. This module starts a server the moment the command starts, with
+Prefect's public command (``prefect server start``: no UI, no scheduler, on a free port of
+127.0.0.1), so all of its start-up overlaps the command's own imports and data preparation.
+``use()`` then points this process's Prefect client at it, as PREFECT_API_URL. The server's own
+output goes to ``local-server.log`` in PREFECT_HOME.
 
 Most of a first start is creating the database, so a new sqlite database is copied from a
 template (``cli.database_template``). ``prepare_template()`` (``python -m
 cli.local_server``, run by the install) makes the template with a server of its own; a
 command that finds none makes it from the database its server has just made.
-
-This module is the adapter to Prefect's server start-up: Prefect's public way
-(``SubprocessASGIServer().start()``) imports the server in the calling process first and
-blocks until it answers, so it cannot overlap the command's own start-up. It launches the
-command Prefect launches, with the two variables Prefect sets for it (``_SERVER_FLAGS``);
-``tests/cli/test_local_server.py`` reads Prefect's own launch code and fails, naming this
-module, on the first Prefect release that launches its server another way.
 """
 
 from __future__ import annotations
@@ -35,7 +26,6 @@ import time
 from pathlib import Path
 
 import httpx
-import prefect
 from prefect.context import refresh_global_settings_context
 from prefect.settings import get_current_settings
 from pydantic import SecretStr
@@ -43,10 +33,9 @@ from pydantic import SecretStr
 from cifar.errors import PipelineError
 from cli import database_template
 
-# What Prefect's SubprocessASGIServer sets for its uvicorn subprocess (create_app reads them).
-_SERVER_FLAGS = {"PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
-_APP_FACTORY = "prefect.server.api.server:create_app"
-_STARTUP_FAILED = 3  # uvicorn's exit status: port taken, or the app failed to start
+# A local run's server: no UI, nothing to schedule (a local run has no deployments).
+_SERVER_OPTIONS = ("--no-ui", "--no-scheduler", "--no-late-runs", "--analytics-off")
+_LOG = "local-server.log"  # in PREFECT_HOME
 _POLL_S = 0.1
 _SQLITE_URL = "sqlite+aiosqlite:///"
 
@@ -82,9 +71,6 @@ class LocalPrefectServer:
             return None
         environment = {
             **os.environ,
-            # what Prefect sets for its temporary server: no UI, ephemeral services only
-            "PREFECT_UI_ENABLED": "0",
-            **_SERVER_FLAGS,
             **settings.to_environment_variables(exclude_unset=True),
         }
         timeout_s = settings.server.ephemeral.startup_timeout_seconds
@@ -150,22 +136,25 @@ class LocalPrefectServer:
 
     def _launch(self) -> None:
         self.port = _free_port()
-        self._process = subprocess.Popen(
-            [
-                sys.executable,
-                *("-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent)),
-                *("--factory", _APP_FACTORY),
-                *("--host", "127.0.0.1", "--port", str(self.port)),
-                *("--log-level", "error", "--lifespan", "on"),
-            ],
-            env=self._environment,
-        )
+        Path(self._home).mkdir(parents=True, exist_ok=True)
+        with open(Path(self._home, _LOG), "ab") as log:
+            self._process = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "prefect", "server", "start"),
+                    *("--host", "127.0.0.1", "--port", str(self.port)),
+                    *("--log-level", "ERROR", *_SERVER_OPTIONS),
+                ],
+                env=self._environment,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
     def _healthy(self, client: httpx.Client) -> bool:
         if self._process is None:
             raise PrefectServerError("Prefect's temporary server was stopped before it answered.")
         status = self._process.poll()
-        if status == _STARTUP_FAILED and not _is_free(self.port) and self._relaunches < 3:
+        if status and not _is_free(self.port) and self._relaunches < 3:
             self._relaunches += 1  # another process took the port between its choice and bind
             self._launch()
             return False
@@ -173,9 +162,9 @@ class LocalPrefectServer:
             self._process = None
             raise PrefectServerError(
                 f"Prefect's temporary server exited with status {status} before it answered "
-                f"(its output is above). If its database in {self._home} is damaged, move that "
-                "folder away (Prefect makes a new one), or start a server (`prefect server "
-                "start`) and set PREFECT_API_URL to it."
+                f"(its output: {Path(self._home, _LOG)}). If its database in {self._home} is "
+                "damaged, move that folder away (Prefect makes a new one), or start a server "
+                "(`prefect server start`) and set PREFECT_API_URL to it."
             )
         try:
             return client.get(f"{self.api_url}/health").status_code == 200
@@ -194,8 +183,6 @@ def prepare_template() -> Path:
             **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
             "PREFECT_HOME": home,
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_UI_ENABLED": "0",
-            **_SERVER_FLAGS,
         }
         timeout_s = max(settings.server.ephemeral.startup_timeout_seconds, 300)
         server = LocalPrefectServer(environment, timeout_s, home)

@@ -3,8 +3,8 @@ when one starts, how its failures read, that nothing is left running."""
 
 from __future__ import annotations
 
-import inspect
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -36,8 +36,6 @@ class StandIn(LocalPrefectServer):
         self._code = code
 
     def _launch(self) -> None:
-        import subprocess
-
         self.port = local_server._free_port()
         self._process = subprocess.Popen([sys.executable, "-c", self._code, str(self.port)])
 
@@ -114,26 +112,18 @@ def test_use_points_prefect_at_the_server_and_stop_undoes_it(
     server.stop()  # idempotent
 
 
-def test_prefect_still_launches_its_temporary_server_the_way_this_adapter_does() -> None:
-    """cli/local_server.py launches Prefect's server as Prefect's SubprocessASGIServer does;
-    this fails on the first Prefect release that launches it another way."""
-    from prefect.server.api import server
-
-    launch = inspect.getsource(server.SubprocessASGIServer._run_uvicorn_command)
-    app = inspect.getsource(server.create_app)
-    factory = local_server._APP_FACTORY.split(":")[1]
-    changed = [
-        needed
-        for needed, source in [
-            *((flag, launch) for flag in local_server._SERVER_FLAGS),
-            *((flag, app) for flag in local_server._SERVER_FLAGS),
-            ("--factory", launch),
-            (local_server._APP_FACTORY, launch),
-            ("--app-dir", launch),
-        ]
-        if needed not in source
-    ]
-    assert hasattr(server, factory) and changed == [], (
-        f"Prefect {prefect.__version__} launches its temporary server differently ({changed} "
-        "gone): update cli/local_server.py to launch it as Prefect now does."
+def test_prefects_server_command_still_takes_the_options_the_local_server_gives_it() -> None:
+    """Fails, naming the option, on the first Prefect release whose ``prefect server start``
+    drops one (the local server would otherwise fail at every command's start)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "prefect", "server", "start", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    missing = [option for option in local_server._SERVER_OPTIONS if option not in done.stdout]
+    assert missing == [], (
+        f"Prefect {prefect.__version__}'s `prefect server start` has no {missing}: update "
+        "cli/local_server.py"
     )
