@@ -35,6 +35,19 @@ from cli import database_template
 
 # A local run's server: no UI, nothing to schedule (a local run has no deployments).
 _SERVER_OPTIONS = ("--no-ui", "--no-scheduler", "--no-late-runs", "--analytics-off")
+# ... and only the services Prefect's own temporary server runs (the ones recording task runs,
+# events and automations): the others watch deployments, work pools and paused or cancelled
+# runs of a long-lived server, and their start-up would take CPU from the command's own.
+_SERVICES_OFF = {
+    f"PREFECT_SERVER_SERVICES_{service}_ENABLED": "false"
+    for service in (
+        "CANCELLATION_CLEANUP",
+        "CLEANUP_RECONCILER",
+        "FOREMAN",
+        "PAUSE_EXPIRATIONS",
+        "REPOSSESSOR",
+    )
+}
 _LOG = "local-server.log"  # in PREFECT_HOME
 _POLL_S = 0.1
 _SQLITE_URL = "sqlite+aiosqlite:///"
@@ -71,6 +84,7 @@ class LocalPrefectServer:
             return None
         environment = {
             **os.environ,
+            **_SERVICES_OFF,
             **settings.to_environment_variables(exclude_unset=True),
         }
         timeout_s = settings.server.ephemeral.startup_timeout_seconds
@@ -183,6 +197,7 @@ def prepare_template() -> Path:
             **{k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")},
             "PREFECT_HOME": home,
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            **_SERVICES_OFF,
         }
         timeout_s = max(settings.server.ephemeral.startup_timeout_seconds, 300)
         server = LocalPrefectServer(environment, timeout_s, home)
