@@ -8,7 +8,7 @@ a per-epoch checkpoint written by rank 0, on the same Parquet files (the pipelin
   pipeline's ``ingest_config`` (each rank keeps its share after the first epoch) on the default
   LocalCluster of 2 workers; an epoch is the interval between two reports reaching the driver
   (the checkpoint committed).
-- ``torchrun``: ``torchrun --standalone --nproc_per_node=2`` of ``plain_main`` below: the files
+- ``torchrun``: ``torchrun --standalone --nproc_per_node=2`` of ``plain_ddp.py``: the files
   read into memory before training, a seeded permutation split between the ranks every epoch;
   an epoch is the interval between two checkpoints of rank 0.
 
@@ -42,10 +42,11 @@ import time
 from typing import Any, NamedTuple
 
 import numpy as np
+from plain_ddp import GLOBAL_BATCH, tree_cpu
 
 ROWS_PER_FILE = 2500
-GLOBAL_BATCH = 256
 MEAN, STD = (0.5, 0.5, 0.5), (0.25, 0.25, 0.25)
+PLAIN_DDP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plain_ddp.py")
 
 
 def write_dataset(root: str, train_rows: int, val_rows: int) -> Any:
@@ -114,21 +115,6 @@ class Epochs(NamedTuple):
     cpu: list[dict[str, float]]  # at every epoch end: pid -> CPU seconds, the whole tree
 
 
-def tree_cpu(root: int) -> dict[str, float]:
-    """CPU seconds (user + system) so far of ``root`` and every process under it, by pid."""
-    import psutil
-
-    seconds: dict[str, float] = {}
-    top = psutil.Process(root)
-    for process in [top, *top.children(recursive=True)]:
-        try:
-            times = process.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        seconds[str(process.pid)] = times.user + times.system
-    return seconds
-
-
 def steady_cpu(samples: list[dict[str, float]], ranks: int) -> tuple[float, float]:
     """Median CPU seconds per steady epoch of one rank (the mean of the ``ranks`` busiest
     processes) and of all the other processes together."""
@@ -140,113 +126,6 @@ def steady_cpu(samples: list[dict[str, float]], ranks: int) -> tuple[float, floa
     return statistics.median(per_rank), statistics.median(rest)
 
 
-def plain_main(dataset_uri: str, options: argparse.Namespace, out: str) -> None:
-    """The plain DDP script (run by torchrun): rank 0 writes its epoch durations to ``out``.
-
-    On a GPU: NCCL, the data in GPU memory, bf16 autocast (fp16 where bf16 is missing, with
-    loss scaling), channels_last, and ``torch.compile`` with ``--compile``: what the
-    pipeline's training function does.
-    """
-    import torch
-    import torch.distributed as dist
-    from torch import nn
-
-    from cifar.augment import augment
-    from cifar.checkpoint import ModelSpec
-    from cifar.dataset import Dataset, read_manifest, read_split
-
-    gpu = options.gpu
-    device = torch.device("cuda", 0) if gpu else torch.device("cpu")
-    dist.init_process_group("nccl" if gpu else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    manifest = read_manifest(dataset_uri)
-    assert manifest is not None
-    dataset = Dataset(dataset_uri, manifest)
-    train, val = read_split(dataset, "train"), read_split(dataset, "val")
-    images, labels = torch.from_numpy(train.images).to(device), torch.from_numpy(train.labels)
-    labels = labels.to(device)
-    val_images = torch.from_numpy(val.images).to(device)
-    val_labels = torch.from_numpy(val.labels).to(device)
-    per_rank = GLOBAL_BATCH // world
-    steps = (len(labels) // world) // per_rank
-    torch.manual_seed(0)
-    classifier = ModelSpec(options.model, manifest.mean, manifest.std).build().to(device)
-    memory_format = torch.channels_last if gpu else torch.contiguous_format
-    classifier = classifier.to(memory_format=memory_format)
-    model: nn.Module = nn.parallel.DistributedDataParallel(classifier) if world > 1 else classifier
-    if options.compile:
-        model = torch.compile(model)  # type: ignore[assignment]
-    dtype = None
-    if gpu:
-        native_bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
-        dtype = torch.bfloat16 if native_bf16 else torch.float16
-    scaler = torch.amp.GradScaler("cuda", enabled=dtype is torch.float16)
-    optimizer = torch.optim.SGD(
-        model.parameters(), lr=0.05, momentum=0.9, weight_decay=5e-4, nesterov=True
-    )
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=0.05, total_steps=options.epochs * steps
-    )
-    ends, cpu = [], []
-    for epoch in range(options.epochs):
-        model.train()
-        generator = torch.Generator().manual_seed(epoch)
-        mine = torch.randperm(len(labels), generator=generator)[rank::world].to(device)
-        totals = torch.zeros(3, dtype=torch.float64, device=device)
-        for step in range(steps):
-            rows = mine[step * per_rank : (step + 1) * per_rank]
-            batch = augment(images[rows]).contiguous(memory_format=memory_format)
-            with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                logits = model(batch)
-            loss = nn.functional.cross_entropy(logits.float(), labels[rows])
-            optimizer.zero_grad(set_to_none=True)
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
-            scheduler.step()
-            totals += _totals(loss.detach() * len(rows), logits, labels[rows])
-        dist.all_reduce(totals)
-        model.eval()
-        evaluation = torch.zeros(3, dtype=torch.float64, device=device)
-        with torch.no_grad():
-            share = len(val_labels) // world  # equal shares: DDP's forward is a collective
-            for start in range(rank * share, (rank + 1) * share, 1024):
-                stop = min(start + 1024, (rank + 1) * share)
-                chunk = val_images[start:stop].contiguous(memory_format=memory_format)
-                with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
-                    logits = model(chunk)
-                target = val_labels[start:stop]
-                loss_sum = nn.functional.cross_entropy(logits.float(), target, reduction="sum")
-                evaluation += _totals(loss_sum, logits, target)
-        dist.all_reduce(evaluation)
-        float(totals[0] + evaluation[0])  # the epoch's figures reach the host, as in the pipeline
-        if rank == 0:
-            state = {
-                "model": classifier.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "epoch": epoch,
-            }
-            torch.save(state, os.path.join(os.path.dirname(out), f"checkpoint-{epoch}.pt"))
-        dist.barrier()
-        ends.append(time.monotonic())
-        if rank == 0:
-            cpu.append(tree_cpu(os.getppid()))  # torchrun's agent and its ranks
-    if rank == 0:
-        with open(out, "w") as f:
-            json.dump({"durations": list(np.diff(ends)), "cpu": cpu}, f)
-    dist.barrier()
-    dist.destroy_process_group()
-
-
-def _totals(loss_sum: Any, logits: Any, labels: Any) -> Any:
-    import torch
-
-    correct = (logits.argmax(1) == labels).sum()
-    seen = torch.full((), len(labels), device=labels.device)  # a fill, not a host copy
-    return torch.stack([loss_sum.double(), correct.double(), seen.double()])
-
-
 def run_torchrun(dataset: Any, options: argparse.Namespace) -> Epochs:
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "epochs.json")
@@ -256,8 +135,7 @@ def run_torchrun(dataset: Any, options: argparse.Namespace) -> Epochs:
             "torch.distributed.run",
             "--standalone",
             f"--nproc_per_node={_ranks(options)}",
-            __file__,
-            "--plain",
+            PLAIN_DDP,
             dataset.uri,
             "--out",
             out,
@@ -284,12 +162,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--gpu", action="store_true", help="one rank on GPU 0, bf16")
     parser.add_argument("--compile", action="store_true", help="torch.compile the model")
-    parser.add_argument("--plain", metavar="DATASET_URI")
-    parser.add_argument("--out")
     args = parser.parse_args()
-    if args.plain:
-        plain_main(args.plain, args, args.out)
-        return
     with tempfile.TemporaryDirectory() as folder:
         dataset = write_dataset(os.path.join(folder, "data"), args.images, args.images // 9)
         throughput: dict[str, list[float]] = {"trainlib": [], "torchrun": []}

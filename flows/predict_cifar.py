@@ -6,10 +6,10 @@ from typing import Any
 
 from prefect import flow
 
+from flows.time_limit import time_limit
 from mlops.registry import CHAMPION
 from mlops.tracking import resolve_tracking_uri
 from tasks.predict import predict_task
-from tasks.time_limit import time_limit
 
 
 @flow(name="predict-cifar", persist_result=True)  # see flows/__init__.py

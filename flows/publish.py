@@ -10,15 +10,16 @@ from prefect.transactions import transaction
 
 from cifar.dataset import Dataset
 from cifar.errors import PipelineError
+from mlops.evaluation import Evaluation
 from mlops.model_card import data_facts
-from mlops.promotion import PromotionRule
+from mlops.promotion import Promotion, PromotionRule
 from mlops.registry import model_name_for
 from tasks.download import Archive
 from tasks.evaluate import champion_score_task, evaluate_task
-from tasks.monitoring import run_summary, summarize_task
+from tasks.monitoring import summarize_task
 from tasks.promotion import promote_task
 from tasks.registry import register_task
-from tasks.results import TrainedRun
+from tasks.train import TrainedRun
 
 
 class PublishError(PipelineError):
@@ -100,3 +101,23 @@ def publish(
     summary.update({"synthetic_data": synthetic, **(extra or {})})
     summarize_task(summary, tracking_uri, promotion.reason)
     return summary
+
+
+def run_summary(
+    trained: TrainedRun,
+    model_name: str,
+    version: str,
+    evaluation: Evaluation,
+    promotion: Promotion,
+    archive: Archive,
+) -> dict[str, Any]:
+    """What ``train-cifar`` returns and prints: the run, the version and what became of it."""
+    return {
+        "mlflow_run_id": trained.run_id,
+        "model_name": model_name,
+        "model_version": version,
+        "test_accuracy": evaluation.accuracy,
+        "promoted": promotion.promoted,
+        "alias": promotion.alias,
+        "data_verified": archive.verified,
+    }

@@ -9,16 +9,16 @@ from prefect.runtime import flow_run
 
 from cifar.format import OFFICIAL_URL
 from cifar.train_loop import TrainConfig
+from flows.clusters import allowed_dask_config
 from flows.prepare import prepared
 from flows.publish import publish
+from flows.time_limit import time_limit
 from mlops.promotion import DEFAULT_ALPHA, PromotionRule
 from mlops.registry import CHAMPION, model_name_for
 from mlops.release_gates import DEFAULT_MAX_CLASS_DROP, DEFAULT_MIN_TEST_ACCURACY
-from tasks.clusters import allowed_dask_config
 from tasks.monitoring import tag_flow_run
 from tasks.predict import predict_task
 from tasks.retraining import unchanged_task
-from tasks.time_limit import time_limit
 from tasks.train import (
     EXPERIMENT,
     TrainRequest,
@@ -70,7 +70,7 @@ def train_cifar(
     ``dask_address`` (an existing scheduler), else
     ``dask_cluster_class`` started with ``dask_cluster_kwargs`` (e.g.
     ``"dask_jobqueue.SLURMCluster"``; only a class the worker allows, see
-    ``tasks.clusters``), else $DASK_SCHEDULER_ADDRESS, else a LocalCluster.
+    ``flows.clusters``), else $DASK_SCHEDULER_ADDRESS, else a LocalCluster.
     ``compile`` wraps the model in ``torch.compile`` on every rank. ``seed`` seeds the model's
     initial weights and the order of the training images (recorded with the run's params); the
     split of the archive into train and validation images does not depend on it.
@@ -86,7 +86,7 @@ def train_cifar(
     change nothing (the champion's data, commit and training configuration) ends there,
     saying why, unless ``force`` (``tasks.retraining``).
     ``timeout_minutes``: a run that takes longer fails, its training stopped
-    (``tasks.time_limit``; None: no limit).
+    (``flows.time_limit``; None: no limit).
     The new version is promoted to ``@champion`` only if it beats the champion on the same test
     images by a paired test (McNemar's exact test) significant at ``promote_alpha`` and by more
     than ``promote_margin`` in accuracy (``mlops.promotion``), and only if it passes the release

@@ -11,14 +11,14 @@ from prefect.runtime import flow_run
 
 from cifar.format import OFFICIAL_URL
 from cifar.train_loop import TrainConfig
+from flows.clusters import allowed_dask_config
 from flows.prepare import prepared
 from flows.publish import publish
+from flows.time_limit import time_limit
 from mlops.promotion import DEFAULT_ALPHA, PromotionRule
 from mlops.release_gates import DEFAULT_MAX_CLASS_DROP, DEFAULT_MIN_TEST_ACCURACY
-from tasks.clusters import allowed_dask_config
 from tasks.monitoring import tag_flow_run
 from tasks.search_space import DEFAULT_SEARCH_SPACE, check_search_space, largest_batch_size
-from tasks.time_limit import time_limit
 from tasks.tune import EXPERIMENT, STUDY_STORAGE_VARIABLE, TuneRequest, search_name, tune_task
 
 

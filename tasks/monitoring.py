@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mlflow.tracking import MlflowClient
 from prefect import runtime, task
@@ -18,12 +18,6 @@ from prefect.artifacts import (
 from prefect.client.orchestration import get_client
 
 import trainlib
-
-if TYPE_CHECKING:
-    from mlops.evaluation import Evaluation
-    from mlops.promotion import Promotion
-    from tasks.download import Archive
-    from tasks.results import TrainedRun
 
 PROGRESS_KEY = "train-progress"
 METRICS_KEY = "epoch-metrics"
@@ -98,26 +92,6 @@ def mlflow_links(
         )
     hint = f"(`mlflow ui --backend-store-uri {tracking_uri}`)"
     return f"run `{run_id}` {hint}", f"`{model_name}` version {version} {hint}"
-
-
-def run_summary(
-    trained: TrainedRun,
-    model_name: str,
-    version: str,
-    evaluation: Evaluation,
-    promotion: Promotion,
-    archive: Archive,
-) -> dict[str, Any]:
-    """What ``train-cifar`` returns and prints: the run, the version and what became of it."""
-    return {
-        "mlflow_run_id": trained.run_id,
-        "model_name": model_name,
-        "model_version": version,
-        "test_accuracy": evaluation.accuracy,
-        "promoted": promotion.promoted,
-        "alias": promotion.alias,
-        "data_verified": archive.verified,
-    }
 
 
 @task(name="summarize")

@@ -20,7 +20,6 @@ from mlops.system_metrics import HostMetricsCallback, system_metrics
 from mlops.tracking import MLflowCallback, start_run
 from tasks.layout import StorageLayout
 from tasks.monitoring import PrefectProgressCallback, pipeline_info_logs
-from tasks.results import TrainedRun
 from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, WorkerGroupError
 from trainlib.torch import TorchTrainer
 
@@ -47,6 +46,18 @@ class TrainRequest:
     dask_config: DaskConfig
     data_url: str | None = None  # the archive's URL: the source of the run's MLflow datasets
     system_metrics: bool = True  # system metrics of the driver and the ranks' hosts on the run
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """A finished training run (what train and tune return to their flows): its MLflow run, its
+    best checkpoint (by val_accuracy)."""
+
+    run_id: str
+    best_checkpoint_uri: str
+    best_metrics: dict[str, Any]
+    final_metrics: dict[str, Any]
+    run_path: str
 
 
 def training_run_name(run_name: str | None, flow_run_id: str | None) -> str:

@@ -22,9 +22,8 @@ from mlops.system_metrics import HostMetricsCallback, system_metrics
 from mlops.tracking import MLflowCallback, start_run, terminated_run
 from tasks.layout import StorageLayout
 from tasks.monitoring import pipeline_info_logs
-from tasks.results import TrainedRun
 from tasks.search_space import search_space
-from tasks.train import CHECKPOINTS, METRIC, TRAINING_TAG, cifar_trainer
+from tasks.train import CHECKPOINTS, METRIC, TRAINING_TAG, TrainedRun, cifar_trainer
 from trainlib import DaskConfig, RunConfig, tune
 
 EXPERIMENT = "tune-cifar"

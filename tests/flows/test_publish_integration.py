@@ -19,7 +19,7 @@ from flows.publish import PublishError, publish
 from mlops.promotion import PromotionRule
 from mlops.tracking import start_run
 from tasks.download import Archive
-from tasks.results import TrainedRun
+from tasks.train import TrainedRun
 from tests.lossy_proxy import lossy_proxy
 from tests.mlflow_rig import mlflow_server
 from tests.mlops.test_promotion import write_checkpoint

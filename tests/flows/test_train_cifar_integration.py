@@ -30,9 +30,9 @@ from cifar.dataset import read_manifest
 from cifar.errors import UnsafeArchiveError
 from cifar.format import CLASS_NAMES, write_synthetic_archive
 from flows.predict_cifar import predict_cifar
+from flows.time_limit import TimeLimitExceeded
 from flows.train_cifar import train_cifar
 from tasks.predict import read_inputs
-from tasks.time_limit import TimeLimitExceeded
 from tests.conftest import HttpDir
 from tests.helpers import free_port, working_ranks
 from tests.prefect_records import task_run_states

@@ -22,8 +22,8 @@ from prefect.client.schemas.filters import (
 )
 
 from cifar.format import write_synthetic_archive
+from flows.time_limit import TimeLimitExceeded
 from flows.tune_cifar import tune_cifar
-from tasks.time_limit import TimeLimitExceeded
 from tasks.tune import TRIALS_KEY
 from tests.conftest import HttpDir
 from tests.helpers import rank_processes, working_ranks

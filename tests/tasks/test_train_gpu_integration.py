@@ -15,8 +15,7 @@ from cifar.train_loop import TrainConfig
 from tasks.download import Archive
 from tasks.layout import StorageLayout
 from tasks.preprocess import preprocess_archive
-from tasks.results import TrainedRun
-from tasks.train import TrainRequest, train
+from tasks.train import TrainedRun, TrainRequest, train
 from trainlib import DaskConfig
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
