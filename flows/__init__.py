@@ -1,4 +1,7 @@
-"""The Prefect flows: train-cifar, tune-cifar, predict-cifar and the publish subflow they share.
+"""The Prefect flows: train-cifar, tune-cifar, predict-cifar and the publish subflow they share;
+the head train-cifar and tune-cifar share (``prepare.py``) and what only a flow run decides:
+which Dask clusters it may start (``clusters.py``) and how long it may take
+(``time_limit.py``).
 
 Each flow persists its return value (``persist_result=True``, in Prefect's local result
 storage): on a SQLite Prefect server a write can wait up to a minute for the database lock

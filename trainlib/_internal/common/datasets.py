@@ -61,9 +61,14 @@ def _source(name: str, value: Any, split: bool) -> DatasetSource:
     arrays = isinstance(value, Mapping) and all(isinstance(a, da.Array) for a in value.values())
     if arrays and value:
         return _array_source(name, dict(value), split)
+    if isinstance(value, da.Array):
+        raise ConfigError(
+            f"datasets[{name!r}] is one dask array; name its column: "
+            f"datasets={{{name!r}: {{'x': array}}}} (a batch is then {{'x': tensor}})."
+        )
     raise ConfigError(
-        f"datasets[{name!r}] is a {type(value).__name__}; give a dask.dataframe.DataFrame (e.g. "
-        "dd.read_parquet(...)) or a dict of dask arrays with the same number of rows, e.g. "
+        f"datasets[{name!r}] is of type {type(value).__name__}; give a dask.dataframe.DataFrame "
+        "(e.g. dd.read_parquet(...)) or a dict of dask arrays with the same number of rows, e.g. "
         '{"image": da.Array (N, 3, 32, 32), "label": da.Array (N,)}.'
     )
 

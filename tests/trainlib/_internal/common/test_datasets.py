@@ -55,8 +55,15 @@ def test_datasets_parquet_lengths_come_from_metadata(tmp_path: object) -> None:
 
 
 def test_datasets_wrong_type_names_what_works() -> None:
-    with pytest.raises(ConfigError, match=r"datasets\['train'\] is a list; give a dask.dataframe"):
+    with pytest.raises(ConfigError, match=r"\['train'\] is of type list; give a dask.dataframe"):
         sources_from({"train": [1, 2, 3]}, DataConfig())
+
+
+def test_one_dask_array_is_told_to_name_its_column() -> None:
+    import dask.array as da
+
+    with pytest.raises(ConfigError, match=r"is one dask array; name its column: .*'x': array"):
+        sources_from({"train": da.zeros((8, 2), chunks=4)}, DataConfig())
 
 
 def test_datasets_unknown_split_name_is_refused() -> None:
