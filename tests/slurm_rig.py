@@ -1,5 +1,9 @@
 """A real SLURM cluster on this machine for tests: munged, slurmctld and one slurmd.
 
+Jobs go to the ``debug`` partition by default; a job sent to ``urgent`` preempts them where it
+needs their cores (``PreemptMode=CANCEL``: SIGTERM to every process of the job, SIGKILL
+``KillWait`` (5 s) later).
+
 Everything lives under one folder (configuration, state, logs, the munge socket and key), on
 ports chosen at run time; clients find it through ``SLURM_CONF``. The daemons run in the
 foreground as our own child processes, so stopping them leaves nothing behind. Needs root and
@@ -59,7 +63,10 @@ SelectTypeParameters=CR_Core_Memory
 ReturnToService=2
 KillWait=5
 NodeName={node} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={memory_mb} State=UNKNOWN
-PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=debug Nodes={node} Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes={node} MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 """
 
 

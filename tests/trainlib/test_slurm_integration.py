@@ -1,5 +1,6 @@
 """Ranks on a real SLURM cluster through dask-jobqueue's SLURMCluster (tests/slurm_rig.py):
-placement inside batch jobs, a cancelled job replaced mid-training, a job left pending."""
+placement inside batch jobs, a cancelled job replaced mid-training, a preempted job counted as
+a preemption, a job left pending."""
 
 from __future__ import annotations
 
@@ -81,7 +82,8 @@ def test_two_workers_per_job_host_two_ranks_on_one_node(
 
 def checkpointed_steps(config: dict[str, Any]) -> None:
     """15 steps of a tiny DDP model, a checkpoint at each; every report says where the attempt
-    started and which SLURM jobs host the ranks. Marks step 3 of the first attempt."""
+    started and which SLURM jobs host the ranks. Marks step 3 of the first attempt; with
+    ``hold``, that attempt then waits there (up to 120 s) for its workers to be taken away."""
     from trainlib.torch import prepare_model
 
     context = trainlib.get_context()
@@ -106,6 +108,8 @@ def checkpointed_steps(config: dict[str, Any]) -> None:
             )
         if checkpoint is None and step == 3 and context.get_world_rank() == 0:
             Path(config["marker"]).touch()
+            if config.get("hold"):
+                time.sleep(120)
         time.sleep(0.1)
 
 
@@ -148,6 +152,52 @@ def test_cancelled_worker_job_is_replaced_and_training_resumes(
     assert last["start"] > 3  # resumed from a checkpoint, not from scratch
     assert cancelled[0] in first["jobs"] and cancelled[0] not in last["jobs"]
     assert len(set(first["jobs"]) | set(last["jobs"])) == 3  # a new job replaced it
+    slurm.wait_until_drained()
+
+
+def test_preempted_worker_jobs_retire_gracefully_and_count_as_a_preemption(
+    slurm: SlurmCluster, tmp_path: Path
+) -> None:
+    """A job of a higher-priority partition takes the node's cores: SLURM preempts both worker
+    jobs (SIGTERM to every process, SIGKILL 5 s later). The workers retire gracefully, so the
+    attempt's end is a preemption (max_failures=0 would end the run on any other failure),
+    and new jobs resume the run from its checkpoint once the urgent job is done."""
+    marker = tmp_path / "step-3"
+
+    def preempt() -> None:
+        wait_for_path(marker, timeout_s=120)
+        slurm.command(
+            "sbatch",
+            *("--parsable", "--partition=urgent", "--output=/dev/null"),
+            *("-c", str(slurm.cpus), "--mem=100", "--wrap", "sleep 1"),
+        )
+
+    preempter = threading.Thread(target=preempt, daemon=True)
+    preempter.start()
+    with dask.config.set({"distributed.deploy.lost-worker-timeout": "1s"}):
+        result = TorchTrainer(
+            checkpointed_steps,
+            train_loop_config={"steps": 12, "marker": str(marker), "hold": True},
+            scaling_config=ScalingConfig(num_workers=2),
+            run_config=RunConfig(
+                name="preempted",
+                storage_path=str(tmp_path / "runs"),
+                failure_config=FailureConfig(max_failures=0, max_preemption_failures=1),
+            ),
+            dask_config=DaskConfig(
+                cluster_class=SLURM_CLUSTER,
+                cluster_kwargs=slurm_kwargs(tmp_path),
+                worker_timeout_s=60,
+            ),
+        ).fit()
+    preempter.join(timeout=1)
+    controller_log = (slurm.root / "log" / "slurmctld.log").read_text(errors="replace")
+    assert re.search(r"preempted JobId=\d+ has been killed", controller_log)
+    assert result.num_restarts == 1
+    assert [failure.kind for failure in result.failures] == ["preempted"]
+    first, last = result.metrics_history[0], result.metrics
+    assert last["step"] == 11 and last["start"] == 4  # resumed from step 3's checkpoint
+    assert set(first["jobs"]).isdisjoint(last["jobs"])  # new jobs replaced the preempted ones
     slurm.wait_until_drained()
 
 

@@ -71,6 +71,7 @@ class LiveGroup:
             NotEnoughWorkersError: The cluster cannot provide the ranks.
         """
         from trainlib._internal.driver import cluster
+        from trainlib._internal.worker import preemption_retirement
         from trainlib._internal.worker.rank_pool import RankPoolPlugin
 
         live = cls(plan)
@@ -81,6 +82,7 @@ class LiveGroup:
                     cluster.connect(plan.dask_config, workers, client)
                 )
                 live._client.register_plugin(RankPoolPlugin())
+                preemption_retirement.register(live._client)
                 live._form()
         except BaseException:
             live.close()

@@ -159,7 +159,7 @@ class Tuner:
         """
         # Imported on use (Dask, Optuna): a rank importing trainlib.tune stays light.
         from trainlib._internal.driver import cluster
-        from trainlib._internal.worker import rank_pool
+        from trainlib._internal.worker import preemption_retirement, rank_pool
         from trainlib.tune._trials import TrialRunner
 
         name = self._run_config.name or datetime.now(timezone.utc).strftime(
@@ -176,6 +176,7 @@ class Tuner:
             cluster.connect(trainer._dask_config, self._cluster_size(), trainer._client) as client,
         ):
             client.register_plugin(rank_pool.RankPoolPlugin())  # fork servers start now
+            preemption_retirement.register(client)
             runner = TrialRunner(client, study, self._setup(experiment))
             outcomes = runner.run(max(0, self._num_trials() - study.counted_trials()))
         return self._grid(study, outcomes, experiment)

@@ -116,9 +116,11 @@ class Run:
 
     def _attempts(self, client: Client) -> None:
         """Attempts until one succeeds or ``max_failures`` is used up, then the validations."""
+        from trainlib._internal.worker import preemption_retirement
         from trainlib._internal.worker.rank_pool import RankPoolPlugin
 
         client.register_plugin(RankPoolPlugin())
+        preemption_retirement.register(client)
         validations = self.collector.validations
         validations.use(client)
         try:

@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 
 import cloudpickle
 
+from trainlib._internal.common import preemption_signal
 from trainlib._internal.common.messages import RankSpec, RankStarted, is_private
 from trainlib._internal.rank import backend, fork_server
 from trainlib._internal.rank.session import Session
@@ -169,6 +170,7 @@ def _exit_failed(send: Callable[[tuple[str, Any]], None], failure: RankFailure) 
 def main(fd: int) -> None:
     RANK.started_with.update(os.environ)
     _name_process("trainlib-spare")
+    preemption_signal.ignore_sigterm_while_preempting()  # inherited by every rank it forks
     _prepare()
     connection = fork_server.serve(Connection(fd))  # returns in a forked rank only
     spec = _load_spec(connection)

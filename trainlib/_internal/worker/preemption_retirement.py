@@ -1,0 +1,70 @@
+"""A Dask worker in a SLURM job that SLURM preempts retires gracefully before it closes.
+
+The ``dask worker`` command closes its nanny on SIGTERM, and a nanny tears its plugins down
+before it stops its worker: this plugin's teardown, when SLURM is preempting the job
+(``common.preemption_signal``), asks the scheduler to retire the worker (its data moved, its
+status ``closing_gracefully``), which the driver counts as a preemption
+(``FailureConfig(max_preemption_failures=)``, ``get_preemption_info``). The worker process
+itself ignores that SIGTERM (``IgnorePreemptionSignal``) so that it is still there to retire,
+and so do its fork server and ranks (``rank.rank_main``). Outside a preempted SLURM job
+neither plugin changes anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+from distributed.diagnostics.plugin import NannyPlugin, WorkerPlugin
+
+from trainlib._internal.common.preemption_signal import (
+    JOB_VARIABLE,
+    ignore_sigterm_while_preempting,
+    in_slurm_job,
+    preempting,
+)
+
+logger = logging.getLogger(__name__)
+PLUGIN_NAME = "trainlib-preemption-retirement"
+
+
+def register(client: Any) -> None:
+    """Put both plugins on the client's cluster (its nannies and workers, and any that join)."""
+    client.register_plugin(IgnorePreemptionSignal())
+    client.register_plugin(PreemptionRetirement())
+
+
+class IgnorePreemptionSignal(WorkerPlugin):
+    """In a worker process of a SLURM job: ignore the SIGTERM of the job's preemption."""
+
+    name = "trainlib-ignore-preemption-signal"
+    idempotent = True
+
+    def setup(self, worker: Any) -> None:
+        ignore_sigterm_while_preempting()  # no-op outside a SLURM job or the main thread
+
+
+class PreemptionRetirement(NannyPlugin):
+    """Retires the nanny's worker gracefully when it closes because SLURM preempts its job."""
+
+    name = PLUGIN_NAME
+    idempotent = True  # registered by every run: keep the first
+
+    async def teardown(self, nanny: Any) -> None:
+        address = getattr(nanny, "worker_address", None)
+        if address is None or not in_slurm_job() or not await asyncio.to_thread(preempting):
+            return
+        logger.info(
+            "SLURM is preempting job %s: retiring Dask worker %s gracefully",
+            os.environ[JOB_VARIABLE],
+            address,
+        )
+        await nanny.scheduler.retire_workers(
+            workers=[address],
+            close_workers=False,
+            remove=True,
+            stimulus_id=f"slurm-preemption-{time.time()}",
+        )
