@@ -1,6 +1,7 @@
-"""Prefect's temporary server (what a local run without PREFECT_API_URL starts): seconds until
-it answers /health, on a new PREFECT_HOME (Prefect creates and migrates its database) and again
-on the same one (the database exists), and to stop.
+"""Prefect's own temporary server (what Prefect starts at a flow's first call without
+PREFECT_API_URL; the commands start theirs earlier, with `prefect server start`:
+cli/local_server.py): seconds until it answers /health, on a new PREFECT_HOME (Prefect creates
+and migrates its database) and again on the same one (the database exists), and to stop.
 
 Run: python benchmarks/prefect_server.py [--runs 3]
 """

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -49,6 +50,7 @@ _SERVICES_OFF = {
     )
 }
 _LOG = "local-server.log"  # in PREFECT_HOME
+_EXCEPTION = re.compile(r"[A-Za-z_][\w.]*(Error|Exception): ")  # a traceback's last line
 _POLL_S = 0.1
 _SQLITE_URL = "sqlite+aiosqlite:///"
 
@@ -75,6 +77,8 @@ class LocalPrefectServer:
         self.port = 0
         self._pointed: dict[str, str] = {}  # environment variables use() set
         self._relaunches = 0
+        self._log_start = 0  # where this launch's output begins in the log
+        self._launch_error: PrefectServerError | None = None  # raised by wait(), not at start
 
     @classmethod
     def start(cls) -> LocalPrefectServer | None:
@@ -124,7 +128,7 @@ class LocalPrefectServer:
                         f"Prefect's temporary server did not answer within {self._timeout_s:.0f} "
                         "s. On a busy machine raise PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_"
                         "SECONDS, or start a server (`prefect server start`) and set "
-                        "PREFECT_API_URL to it."
+                        f"PREFECT_API_URL to it.{self._last_output()}"
                     )
                 time.sleep(_POLL_S)
         if self._new_database is not None:
@@ -150,8 +154,17 @@ class LocalPrefectServer:
 
     def _launch(self) -> None:
         self.port = _free_port()
-        Path(self._home).mkdir(parents=True, exist_ok=True)
-        with open(Path(self._home, _LOG), "ab") as log:
+        try:
+            Path(self._home).mkdir(parents=True, exist_ok=True)
+            log = open(Path(self._home, _LOG), "ab")  # noqa: SIM115 (the server writes to it)
+        except OSError as exc:
+            self._launch_error = PrefectServerError(
+                f"Prefect's temporary server cannot write to PREFECT_HOME ({exc}): set "
+                "PREFECT_HOME to a folder of yours, or PREFECT_API_URL to a running server."
+            )
+            return
+        with log:
+            self._log_start = log.tell()
             self._process = subprocess.Popen(
                 [
                     *(sys.executable, "-m", "prefect", "server", "start"),
@@ -165,6 +178,8 @@ class LocalPrefectServer:
             )
 
     def _healthy(self, client: httpx.Client) -> bool:
+        if self._launch_error is not None:
+            raise self._launch_error
         if self._process is None:
             raise PrefectServerError("Prefect's temporary server was stopped before it answered.")
         status = self._process.poll()
@@ -175,15 +190,28 @@ class LocalPrefectServer:
         if status is not None:
             self._process = None
             raise PrefectServerError(
-                f"Prefect's temporary server exited with status {status} before it answered "
-                f"(its output: {Path(self._home, _LOG)}). If its database in {self._home} is "
-                "damaged, move that folder away (Prefect makes a new one), or start a server "
-                "(`prefect server start`) and set PREFECT_API_URL to it."
+                f"Prefect's temporary server exited with status {status} before it answered. "
+                f"If its database in {self._home} is damaged, move that folder away (Prefect "
+                "makes a new one), or start a server (`prefect server start`) and set "
+                f"PREFECT_API_URL to it.{self._last_output()}"
             )
         try:
             return client.get(f"{self.api_url}/health").status_code == 200
         except httpx.TransportError:
             return False
+
+    def _last_output(self) -> str:
+        """What this launch wrote to its log, as a sentence for an error: the last exception it
+        printed, else its last lines."""
+        try:
+            with open(Path(self._home, _LOG), "rb") as log:
+                log.seek(self._log_start)
+                lines = [line.rstrip() for line in log.read().decode(errors="replace").splitlines()]
+        except OSError:
+            return ""
+        errors = [line for line in lines if _EXCEPTION.match(line)]
+        said = errors[-1:] or [line.strip() for line in lines if line.strip()][-3:]
+        return f" It said: {' | '.join(said)} ({Path(self._home, _LOG)})" if said else ""
 
 
 def prepare_template() -> Path:
@@ -220,6 +248,7 @@ def _sqlite_file(connection_url: object) -> Path | None:
 
 def _is_free(port: int) -> bool:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

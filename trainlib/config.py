@@ -134,7 +134,8 @@ class FailureConfig:
         max_preemption_failures: Restarts after a preemption, counted apart from
             ``max_failures``; ``-1`` means unlimited. On Dask a preemption is a worker hosting a
             rank that retires gracefully (``client.retire_workers``, a worker's
-            ``close_gracefully``, ``dask worker --lifetime``, an adaptive cluster scaling down).
+            ``close_gracefully``, ``dask worker --lifetime``, an adaptive cluster scaling down),
+            or whose SLURM job SLURM preempts (its workers retire on SLURM's SIGTERM).
             Once these are used up, a preemption counts as an ordinary failure.
     """
 

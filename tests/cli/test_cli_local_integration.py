@@ -117,8 +117,9 @@ def test_train_cifar_runs_on_prefects_temporary_server(tmp_path: Path) -> None:
 
 
 def test_train_cifar_explains_a_temporary_server_that_cannot_start(tmp_path: Path) -> None:
-    """A damaged database in PREFECT_HOME: one paragraph naming it, at once (uvicorn's exit
-    status 3 is not taken for a port in use), no server left, nothing trained."""
+    """A damaged database in PREFECT_HOME: one paragraph naming it and quoting the server's
+    own output, at once (an exit while the port is free is not taken for a port in use), no
+    server left, nothing trained."""
     home = tmp_path / "prefect-home"
     home.mkdir()
     (home / "prefect.db").write_text("not a database")
@@ -127,17 +128,18 @@ def test_train_cifar_explains_a_temporary_server_that_cannot_start(tmp_path: Pat
     paragraph = done.stderr.strip().splitlines()[-1]
     assert paragraph.startswith("Prefect's temporary server exited with status 3"), paragraph
     assert f"If its database in {home} is damaged, move that folder away" in paragraph
+    assert "It said: sqlalchemy.exc.DatabaseError: " in paragraph
     assert "Traceback" not in paragraph
     assert _servers_of(home) == []
     assert not (tmp_path / "cifar-data" / "datasets").exists()
 
 
 def _servers_of(home: Path) -> list[int]:
-    """Prefect servers (uvicorn serving create_app) still running on ``home``."""
+    """Prefect servers (``prefect server start``) still running on ``home``."""
     found = []
     for process in psutil.process_iter(["cmdline", "environ"]):
         cmdline, environ = process.info["cmdline"] or [], process.info["environ"] or {}
-        serving = any("prefect.server.api.server:create_app" in part for part in cmdline)
+        serving = cmdline[1:5] == ["-m", "prefect", "server", "start"]
         if serving and environ.get("PREFECT_HOME") == str(home):
             found.append(process.pid)
     return found

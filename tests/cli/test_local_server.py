@@ -83,6 +83,13 @@ def test_a_server_that_exits_says_so_and_how_to_recover() -> None:
     assert "move that folder away" in str(err.value) and "/nowhere" in str(err.value)
 
 
+def test_a_prefect_home_it_cannot_write_is_named_when_the_command_waits() -> None:
+    server = LocalPrefectServer(dict(os.environ), 5.0, home="/proc/no-such-home")
+    server._launch()  # at the command's start: nothing raised yet
+    with pytest.raises(PrefectServerError, match=r"cannot write to PREFECT_HOME .*no-such-home"):
+        server.wait()
+
+
 def test_a_server_that_never_answers_is_stopped_after_the_timeout() -> None:
     server = StandIn("import time; time.sleep(60)", timeout_s=0.5)
     server._launch()
@@ -127,3 +134,14 @@ def test_prefects_server_command_still_takes_the_options_the_local_server_gives_
         f"Prefect {prefect.__version__}'s `prefect server start` has no {missing}: update "
         "cli/local_server.py"
     )
+
+
+def test_the_services_switched_off_are_prefects_settings() -> None:
+    """Fails on the first Prefect that renames one (its variable would be ignored, and the
+    service would take CPU from every command's start-up again)."""
+    services = get_current_settings().server.services
+    prefix, suffix = "PREFECT_SERVER_SERVICES_", "_ENABLED"
+    names = [
+        v.removeprefix(prefix).removesuffix(suffix).lower() for v in local_server._SERVICES_OFF
+    ]
+    assert [name for name in names if not hasattr(services, name)] == []

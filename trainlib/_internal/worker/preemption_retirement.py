@@ -6,8 +6,10 @@ before it stops its worker: this plugin's teardown, when SLURM is preempting the
 status ``closing_gracefully``), which the driver counts as a preemption
 (``FailureConfig(max_preemption_failures=)``, ``get_preemption_info``). The worker process
 itself ignores that SIGTERM (``IgnorePreemptionSignal``) so that it is still there to retire,
-and so do its fork server and ranks (``rank.rank_main``). Outside a preempted SLURM job
-neither plugin changes anything.
+and so do its fork server and ranks (``rank.rank_main``). Outside a SLURM job neither plugin
+does anything; inside one, a nanny closing for any reason first asks ``scontrol`` (at most
+5 s) whether the job is being preempted. A ``dask worker --no-nanny`` is left as it is (its
+SIGTERM closes it).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from trainlib._internal.common.preemption_signal import (
 
 logger = logging.getLogger(__name__)
 PLUGIN_NAME = "trainlib-preemption-retirement"
+_RETIRE_TIMEOUT_S = 20.0
 
 
 def register(client: Any) -> None:
@@ -44,6 +47,8 @@ class IgnorePreemptionSignal(WorkerPlugin):
     idempotent = True
 
     def setup(self, worker: Any) -> None:
+        if getattr(worker, "nanny", None) is None:
+            return  # `dask worker --no-nanny`: its own SIGTERM handler closes it, as before
         ignore_sigterm_while_preempting()  # no-op outside a SLURM job or the main thread
 
 
@@ -62,9 +67,15 @@ class PreemptionRetirement(NannyPlugin):
             os.environ[JOB_VARIABLE],
             address,
         )
-        await nanny.scheduler.retire_workers(
+        retiring = nanny.scheduler.retire_workers(
             workers=[address],
             close_workers=False,
             remove=True,
             stimulus_id=f"slurm-preemption-{time.time()}",
         )
+        try:  # within SLURM's KillWait (30 s by default), so the nanny still stops its worker
+            await asyncio.wait_for(retiring, _RETIRE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            logger.warning(
+                "Dask worker %s did not retire within %.0f s", address, _RETIRE_TIMEOUT_S
+            )
