@@ -94,12 +94,15 @@ def metric_prefix(host: str) -> str:
     return f"system/{re.sub(r'[^A-Za-z0-9_./ -]', '_', host)}/"
 
 
-class HostMetricsCallback(trainlib.Callback):
+class HostMetricsCallback(trainlib.TrackingCallback):
     """While a worker group runs, sample every host of its ranks every ``interval_s`` (one
     Dask worker per host, out of band: ``client.run``) and log the samples to the MLflow run,
     step by step; a resumed run continues after its last step. A host that cannot be sampled
-    is skipped and a failed log is retried with the next sample: metrics never stop training.
+    is skipped, and while MLflow is out of reach the samples wait and are logged with the next
+    one that reaches it: metrics never stop or hold training.
     """
+
+    service = "MLflow"
 
     def __init__(self, tracking_uri: str, run_id: str, interval_s: float | None = None) -> None:
         self._client = MlflowClient(tracking_uri)
@@ -112,8 +115,6 @@ class HostMetricsCallback(trainlib.Callback):
     def on_group_start(self, group: trainlib.GroupInfo) -> None:
         if group.client is None:  # local mode: no hosts to sample but this one's own
             return
-        if self._step is None:
-            self._step = self._next_step()
         self._stop.clear()
         self._thread = threading.Thread(
             target=self._sample, args=(group,), daemon=True, name="host-metrics"
@@ -131,32 +132,36 @@ class HostMetricsCallback(trainlib.Callback):
         hosts = {worker: host for host, worker in group.hosts.items()}
         with contextlib.suppress(Exception):  # prime each host's CPU % (since the last call)
             group.client.run(sample_host, workers=list(hosts), on_error="return")
-        pending: list[Metric] = []
+        waiting: list[tuple[int, dict[str, Any]]] = []  # (ms, host -> sample), not yet logged
         while not self._stop.wait(self._interval_s):
             try:
                 samples = group.client.run(sample_host, workers=list(hosts), on_error="return")
             except Exception as error:  # the cluster is going away: the group ends next
                 logger.debug("Host metrics not sampled: %s", error)
                 continue
-            pending += self._metrics({hosts[worker]: values for worker, values in samples.items()})
+            waiting.append(
+                (int(time.time() * 1000), {hosts[w]: values for w, values in samples.items()})
+            )
             try:
-                self._client.log_batch(self._run_id, metrics=pending)
+                self._log(waiting)
             except Exception as error:
                 logger.warning("Host metrics not logged to MLflow (tried again later): %s", error)
                 continue
-            pending = []
+            waiting = []
 
-    def _metrics(self, samples: dict[str, Any]) -> list[Metric]:
-        """One step of metrics from each host's ``sample_host`` answer (or error: skipped)."""
-        assert self._step is not None
-        step, timestamp = self._step, int(time.time() * 1000)
-        self._step += 1
-        return [
-            Metric(metric_prefix(host) + key, float(value), timestamp, step)
+    def _log(self, waiting: list[tuple[int, dict[str, Any]]]) -> None:
+        """Log the samples that wait, one step each, after the run's last logged step."""
+        if self._step is None:  # where a resumed run's samples continue (asks MLflow)
+            self._step = self._next_step()
+        metrics = [
+            Metric(metric_prefix(host) + key, float(value), timestamp, self._step + offset)
+            for offset, (timestamp, samples) in enumerate(waiting)
             for host, values in samples.items()
             if isinstance(values, dict)
             for key, value in values.items()
         ]
+        self._client.log_batch(self._run_id, metrics=metrics)
+        self._step += len(waiting)
 
     def _next_step(self) -> int:
         """One past the last host sample's step on the run (0 for a new run)."""

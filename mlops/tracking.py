@@ -18,6 +18,7 @@ from mlflow.entities import Metric, RunStatus
 from mlflow.tracking import MlflowClient
 
 import trainlib
+from mlops import outages
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
@@ -115,38 +116,52 @@ def start_run(
     return run.info.run_id
 
 
-class MLflowCallback(trainlib.Callback):
-    """Logs every report's metrics (``step=epoch``) and checkpoint to an MLflow run, once.
+class MLflowCallback(trainlib.TrackingCallback):
+    """Logs every report's metrics (``step=epoch``) to an MLflow run, once.
+
+    A tracker: an MLflow outage never stops or holds the training; the metrics wait and are
+    logged, in order, when MLflow answers again (``trainlib.TrackingCallback``; the run's end
+    waits up to ``outage_tolerance_s``). The checkpoints stay in the run's storage: the
+    registered model is the one copy MLflow keeps.
 
     Logging is idempotent: a metric is never logged twice for the same step. A driver that
     dies at any instant (before, between or after the checkpoint's commit marker and the MLflow
-    calls) and is run again resumes the run; then the resumed checkpoint's metrics are logged
-    if they are missing, and epochs trained again after it are logged only if they are not.
+    calls) and is run again resumes the run; then the metrics of every checkpoint kept in the
+    run directory are logged if they are missing (a report still waiting for MLflow when the
+    driver died is lost only if its checkpoint was not kept), and epochs trained again after
+    them are logged only if they are not.
+    A retried log (its reply lost) sends the same metrics with the same timestamps.
     """
 
-    def __init__(self, tracking_uri: str, run_id: str) -> None:
+    service = "MLflow"
+
+    def __init__(
+        self, tracking_uri: str, run_id: str, outage_tolerance_s: float | None = None
+    ) -> None:
         self._client = MlflowClient(tracking_uri)
         self._run_id = run_id
         self._logged: dict[str, set[int]] = {}
+        self._timestamps: dict[int, int] = {}  # step -> the ms its metrics are logged with
+        self.outage_tolerance_s = outage_tolerance_s or outages.outage_tolerance_s()
+
+    def is_transient(self, error: Exception) -> bool:
+        return outages.is_transient(error)
 
     def on_start(self, run: trainlib.RunInfo) -> None:
-        """Read what the run already holds; log the resumed checkpoint's metrics if missing."""
+        """Read what the run already holds; log its committed checkpoints' metrics if
+        missing."""
         self._client.set_tag(self._run_id, "world_size", str(run.world_size))
         for key in self._client.get_run(self._run_id).data.metrics:
             history = self._client.get_metric_history(self._run_id, key)
             self._logged[key] = {m.step for m in history}
-        if run.resumed_from is not None:
-            self._log_metrics(run.resumed_from.metrics, _step(run.resumed_from))
+        for report in run.committed:  # a driver that died may not have logged them
+            self._log_metrics(report.metrics, _step(report))
 
     def on_report(self, report: trainlib.Report) -> None:
         self._log_metrics(report.metrics, _step(report))
-        if report.checkpoint is not None:
-            with report.checkpoint.as_directory() as directory:
-                name = report.checkpoint.path.rstrip("/").rsplit("/", 1)[-1]
-                self._client.log_artifacts(self._run_id, directory, f"checkpoints/{name}")
 
     def _log_metrics(self, metrics: Mapping[str, Any], step: int) -> None:
-        timestamp = int(time.time() * 1000)
+        timestamp = self._timestamps.setdefault(step, int(time.time() * 1000))
         missing = [
             Metric(key, float(value), timestamp, step)
             for key, value in metrics.items()

@@ -18,6 +18,7 @@ from prefect.artifacts import (
 from prefect.client.orchestration import get_client
 
 import trainlib
+from mlops.outages import is_transient, outage_tolerance_s
 
 PROGRESS_KEY = "train-progress"
 METRICS_KEY = "epoch-metrics"
@@ -41,30 +42,42 @@ def pipeline_info_logs() -> Iterator[None]:
             logger.setLevel(level)
 
 
-class PrefectProgressCallback(trainlib.Callback):
-    """Updates a progress artifact and a table of per-epoch metrics at every report."""
+class PrefectProgressCallback(trainlib.TrackingCallback):
+    """Updates a progress artifact and a table of per-epoch metrics at every report.
+
+    A tracker: an outage of the Prefect API never stops or holds the training; the artifacts
+    wait and are written, in order, when it answers again (``trainlib.TrackingCallback``).
+    """
+
+    service = "the Prefect API"
 
     def __init__(self, epochs: int) -> None:
         self._epochs = epochs
         self._progress_id: Any = None
-        self._rows: list[dict[str, Any]] = []
+        self._rows: dict[int, dict[str, Any]] = {}  # by report: a retried one is a row once
+        self.outage_tolerance_s = outage_tolerance_s()
+
+    def is_transient(self, error: Exception) -> bool:
+        return is_transient(error)
 
     def on_start(self, run: trainlib.RunInfo) -> None:
-        self._progress_id = create_progress_artifact(
-            progress=0.0, key=PROGRESS_KEY, description=f"Epochs done, run {run.name}"
-        )
+        if self._progress_id is None:
+            self._progress_id = create_progress_artifact(
+                progress=0.0, key=PROGRESS_KEY, description=f"Epochs done, run {run.name}"
+            )
 
     def on_report(self, report: trainlib.Report) -> None:
         epoch = int(report.metrics.get("epoch", report.index))
-        self._rows.append(
-            {k: round(v, 4) if isinstance(v, float) else v for k, v in report.metrics.items()}
-        )
-        update_progress_artifact(
-            self._progress_id, progress=min(100.0, 100.0 * (epoch + 1) / self._epochs)
-        )
+        self._rows[report.index] = {
+            k: round(v, 4) if isinstance(v, float) else v for k, v in report.metrics.items()
+        }
+        if self._progress_id is not None:
+            update_progress_artifact(
+                self._progress_id, progress=min(100.0, 100.0 * (epoch + 1) / self._epochs)
+            )
         create_table_artifact(
             key=METRICS_KEY,
-            table=self._rows,
+            table=[self._rows[index] for index in sorted(self._rows)],
             description="Metrics reported by rank 0 at the end of each epoch",
         )
 

@@ -1,74 +1,33 @@
-"""Which failures of a pipeline step are worth a retry: storage or a server briefly out of
-reach (a connection refused or reset, a timeout, HTTP 429 or 5xx from S3 or MLflow), never a
-bad input (a ``PipelineError`` says what the user must change; a retry would fail the same way).
+"""Which failures of a pipeline step are worth a retry, and for how long: storage or a server
+out of reach (``mlops.outages.is_transient``), never a bad input, within the outage a run rides
+through (``mlops.outages.outage_tolerance_s``, 15 minutes by default) since the step began.
 
 The steps that read or write storage or the registry retry with Prefect's own task retries:
-``@task(..., **TRANSIENT_RETRIES)``.
+``@task(..., **TRANSIENT_RETRIES)``. Each try of an MLflow call already waits through MLflow's
+own HTTP retries (about 4 minutes when the server does not answer).
 """
 
 from __future__ import annotations
 
-import errno
+import time
 from typing import Any
 
-import aiohttp
-import botocore.exceptions
-import requests
-from mlflow.exceptions import MlflowException
+from mlops.outages import is_transient, outage_tolerance_s
 
-from cifar.errors import PipelineError
-
-RETRIES = 3
-RETRY_DELAYS_S = [2.0, 10.0, 30.0]
-TRANSIENT_HTTP = frozenset({408, 429, 500, 502, 503, 504})
-TRANSIENT_ERRNO = frozenset(
-    {errno.ECONNREFUSED, errno.ECONNRESET, errno.ETIMEDOUT, errno.EHOSTUNREACH, errno.ENETUNREACH}
-)
-TRANSIENT_MLFLOW = frozenset({"TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"})
-TRANSIENT_S3 = frozenset({"SlowDown", "ServiceUnavailable", "InternalError", "RequestTimeout"})
+RETRIES = 50  # Prefect's most; the time bound below ends them first
+RETRY_DELAYS_S = [2.0, 10.0, 30.0, 60.0]  # the last repeats
 
 
-def _transient_itself(error: BaseException) -> bool:
-    if isinstance(error, (ConnectionError, TimeoutError, aiohttp.ClientConnectionError)):
-        return True
-    if isinstance(error, OSError) and error.errno in TRANSIENT_ERRNO:
-        return True
-    if isinstance(
-        error, (botocore.exceptions.ConnectionError, botocore.exceptions.HTTPClientError)
-    ):
-        return True
-    if isinstance(error, botocore.exceptions.ClientError):
-        status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-        return (
-            status in TRANSIENT_HTTP or error.response.get("Error", {}).get("Code") in TRANSIENT_S3
-        )
-    if isinstance(error, (requests.ConnectionError, requests.Timeout)):
-        return True  # MLflow's client, after its own retries
-    if isinstance(error, MlflowException):  # not by its status: a plain one is a 500 too
-        return error.error_code in TRANSIENT_MLFLOW
-    return False
-
-
-def is_transient(error: BaseException) -> bool:
-    """Whether ``error``, or an error that caused it, is a transient one (not a bad input)."""
-    seen: set[int] = set()
-    current: BaseException | None = error
-    while current is not None and id(current) not in seen:
-        if isinstance(current, PipelineError):
-            return False  # our own verdict: its message says what to change
-        if _transient_itself(current):
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
-
-
-def transient_failure(task: object, task_run: object, state: Any) -> bool:
-    """A Prefect ``retry_condition_fn``: retry the task only after a transient failure."""
+def transient_failure(task: object, task_run: Any, state: Any) -> bool:
+    """A Prefect ``retry_condition_fn``: retry the task after a transient failure while the
+    step has been running for less than the outage tolerance."""
     try:
         state.result()
     except Exception as error:
-        return is_transient(error)
+        if not is_transient(error):
+            return False
+        started = getattr(task_run, "start_time", None)
+        return started is None or time.time() - started.timestamp() < outage_tolerance_s()
     return False
 
 

@@ -1,4 +1,5 @@
-"""A real MLflow tracking server for tests, on a free port, its store in a folder."""
+"""A real MLflow tracking server for tests, on a free port, its store in a folder; it can be
+stopped and started again on the same port and store (an outage)."""
 
 from __future__ import annotations
 
@@ -16,41 +17,67 @@ from tests.helpers import free_port
 STARTUP_S = 120.0
 
 
-@contextmanager
-def mlflow_server(root: Path, *options: str, env: dict[str, str] | None = None) -> Iterator[str]:
+class MlflowServer:
     """``mlflow server`` with its sqlite store in ``root`` and ``options`` (e.g.
-    ``--artifacts-destination s3://...``, ``--app-name basic-auth``), until the block ends: its
-    URL. ``env``: more environment for the server."""
-    port = free_port()
-    environment = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **(env or {})}
-    log = root / "server.log"
-    with open(log, "wb") as out:
-        server = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "mlflow", "server"),
-                *("--backend-store-uri", f"sqlite:///{root}/mlflow.db"),
-                *("--host", "127.0.0.1", "--port", str(port), "--workers", "1"),
-                *options,
-            ],
-            env=environment,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=root,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
+    ``--artifacts-destination s3://...``, ``--app-name basic-auth``); ``env``: more
+    environment for the server."""
+
+    def __init__(
+        self, root: Path, *options: str, env: dict[str, str] | None = None, port: int = 0
+    ) -> None:
+        self.root = root
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._options = options
+        self._env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **(env or {})}
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def start(self) -> None:
+        """Start the server and wait until it answers."""
+        log = self.root / "server.log"
+        with open(log, "ab") as out:
+            self._process = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "mlflow", "server"),
+                    *("--backend-store-uri", f"sqlite:///{self.root}/mlflow.db"),
+                    *("--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"),
+                    *self._options,
+                ],
+                env=self._env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+            )
         deadline = time.monotonic() + STARTUP_S
         while True:
             try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2):
-                    break
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2):
+                    return
             except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
+                if self._process.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(
                         f"MLflow server did not start:\n{log.read_text()[-3000:]}"
                     ) from None
                 time.sleep(0.2)
-        yield url
+
+    def stop(self) -> None:
+        """Stop the server (its port refuses connections until ``start``)."""
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            self._process.wait(timeout=30)
+        self._process = None
+
+
+@contextmanager
+def mlflow_server(root: Path, *options: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """An ``MlflowServer`` running until the block ends: its URL."""
+    server = MlflowServer(root, *options, env=env)
+    server.start()
+    try:
+        yield server.url
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        server.stop()

@@ -5,7 +5,14 @@ Port a Ray Train loop by changing imports: ``ray.train`` -> ``trainlib``,
 """
 
 from trainlib import collective  # noqa: F401  (trainlib.collective, as ray.train.collective)
-from trainlib.callbacks import Callback, GroupInfo, RankPlacement, Report, RunInfo
+from trainlib.callbacks import (
+    Callback,
+    GroupInfo,
+    RankPlacement,
+    Report,
+    RunInfo,
+    TrackingCallback,
+)
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TorchConfig
 from trainlib.context import TrainContext, get_context
@@ -66,6 +73,7 @@ __all__ = [
     "RunInfo",
     "ScalingConfig",
     "TorchConfig",
+    "TrackingCallback",
     "TrainContext",
     "TrainingFailedError",
     "TrainlibError",

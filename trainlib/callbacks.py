@@ -1,8 +1,13 @@
-"""Callbacks: how trackers (MLflow, Prefect) observe a run from the driver.
+"""Callbacks: how code in the driver observes a run, and how trackers record it.
 
 Subclass ``Callback`` and override what you need; pass instances in
-``RunConfig(callbacks=[...])``. Every method runs in the process that called ``fit()``, while
-training runs. An exception raised by a callback stops the run and is raised by ``fit()``.
+``RunConfig(callbacks=[...])``. Every method runs in the process that called ``fit()``. Two kinds:
+
+- A ``Callback`` *decides*: it runs in line with training, and an exception it raises stops the
+  run and is raised by ``fit()`` (a stopping rule, a pruner, a check).
+- A ``TrackingCallback`` *records* (an experiment tracker, a dashboard): it never stops the run
+  and never holds its training. Its records are delivered in order on a thread of their own and
+  retried through an outage of its service (see the class).
 """
 
 from __future__ import annotations
@@ -43,12 +48,16 @@ class RunInfo:
             ``num_workers=(min, max)``, as many as the cluster had, up to ``max``).
         resumed_from: The report of the latest checkpoint already in the run directory (a
             run name used again after the driver died), or None for a new run.
+        committed: The reports of every checkpoint already in the run directory, oldest
+            first (``resumed_from`` is the last): what a tracker that recorded the first
+            driver's reports may have missed when it died.
     """
 
     name: str
     path: str
     world_size: int
     resumed_from: Report | None = None
+    committed: tuple[Report, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,3 +127,36 @@ class Callback:
 
     def on_end(self, result: Result) -> None:
         """Called once at the end, also after a failure; ``result.error`` is then set."""
+
+
+class TrackingCallback(Callback):
+    """A callback that records the run in a service (MLflow, a dashboard): never a reason for
+    the run to stop or wait.
+
+    Its records, ``on_start``, ``on_report`` and ``on_end``, are queued and delivered in order,
+    each once, by a thread of its own, so training never waits for the service. A record whose
+    delivery raises an error ``is_transient`` calls an outage: it is tried again (after 1 s,
+    then doubling up to 30 s), the records after it waiting behind it, until the service
+    answers; other errors drop that record with a warning. The run's end waits for the queue
+    to empty, but never more than ``outage_tolerance_s`` after the outage began: past that it
+    ends with a warning naming ``service`` and the records not delivered (they are retried
+    while the process lives). Every outage is logged when it begins, when it passes
+    ``outage_tolerance_s`` and when it ends. ``on_group_start`` and ``on_group_end`` are called
+    in place (the group's client is open then); an error they raise is logged, never raised.
+
+    A record is retried by calling its method again with the same argument: make them safe to
+    repeat (an MLflow metric logged with the same step and timestamp is stored once).
+
+    Attributes:
+        service: What the callback records to, named in warnings (e.g. ``"MLflow"``).
+        outage_tolerance_s: How long the run's end waits for an outage to pass.
+    """
+
+    service: str = "a tracking service"
+    outage_tolerance_s: float = 900.0
+
+    def is_transient(self, error: Exception) -> bool:
+        """Whether ``error`` means the service is out of reach for now (the record is retried)
+        rather than that it refused the record (dropped with a warning). Default: every error
+        is an outage."""
+        return True

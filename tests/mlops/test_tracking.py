@@ -25,8 +25,11 @@ def _report(epoch: int) -> trainlib.Report:
     return trainlib.Report(epoch, _metrics(epoch), None)
 
 
-def _info(resumed_from: trainlib.Report | None) -> trainlib.RunInfo:
-    return trainlib.RunInfo("run", "/runs/run", 2, resumed_from)
+def _info(*committed: trainlib.Report) -> trainlib.RunInfo:
+    """The run as it starts, with the reports of the checkpoints already committed."""
+    return trainlib.RunInfo(
+        "run", "/runs/run", 2, committed[-1] if committed else None, tuple(committed)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +51,7 @@ def test_tracking_logs_each_epoch_once_after_the_driver_died(
     run_id = start_run(tracking_uri, "race", f"r{died_at_epoch}-{keys_logged}", {}, {})
     client = MlflowClient(tracking_uri)
     first = MLflowCallback(tracking_uri, run_id)
-    first.on_start(_info(None))
+    first.on_start(_info())
     for epoch in range(died_at_epoch):
         first.on_report(_report(epoch))
     for key in KEYS[:keys_logged]:  # an MLflow call cut off part-way
@@ -70,7 +73,7 @@ def test_tracking_epochs_trained_again_after_the_checkpoint_are_not_logged_twice
     checkpoint and trains (and reports) them again."""
     run_id = start_run(tracking_uri, "race", "retrained", {}, {})
     first = MLflowCallback(tracking_uri, run_id)
-    first.on_start(_info(None))
+    first.on_start(_info())
     for epoch in range(3):
         first.on_report(_report(epoch))
     second = MLflowCallback(tracking_uri, run_id)
@@ -81,9 +84,22 @@ def test_tracking_epochs_trained_again_after_the_checkpoint_are_not_logged_twice
     assert steps == {key: list(range(EPOCHS)) for key in KEYS}
 
 
+def test_tracking_reports_that_never_reached_mlflow_are_logged_from_the_kept_checkpoints(
+    tracking_uri: str,
+) -> None:
+    """The first driver died with reports 0 to 2 still waiting for MLflow (an outage); their
+    checkpoints were kept, and the resumed run logs them."""
+    run_id = start_run(tracking_uri, "race", "waited", {}, {})
+    second = MLflowCallback(tracking_uri, run_id)
+    second.on_start(_info(*(_report(epoch) for epoch in range(3))))
+    second.on_report(_report(3))
+    steps = _steps(MlflowClient(tracking_uri), run_id)
+    assert steps == {key: list(range(EPOCHS)) for key in KEYS}
+
+
 def test_tracking_start_records_the_world_size_that_formed(tracking_uri: str) -> None:
     run_id = start_run(tracking_uri, "race", "world", {}, {"world_size": "4"})
-    MLflowCallback(tracking_uri, run_id).on_start(_info(None))
+    MLflowCallback(tracking_uri, run_id).on_start(_info())
     assert MlflowClient(tracking_uri).get_run(run_id).data.tags["world_size"] == "2"
 
 

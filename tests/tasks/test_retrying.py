@@ -1,69 +1,34 @@
-"""Which failures a pipeline step retries: storage or a server out of reach, never bad input."""
+"""A step retries an outage for as long as the outage tolerance, counted from its start."""
 
 from __future__ import annotations
 
-import errno
+from datetime import datetime, timedelta, timezone
 
-import aiohttp
-import botocore.exceptions
 import pytest
-import requests
-from mlflow.exceptions import MlflowException
-from mlflow.protos.databricks_pb2 import RESOURCE_DOES_NOT_EXIST, TEMPORARILY_UNAVAILABLE
+from prefect.client.schemas.objects import TaskRun
+from prefect.states import Completed, Failed
 
-from cifar.errors import InvalidParameterError
-from tasks.download import ChecksumError
-from tasks.retrying import is_transient
+from tasks.retrying import transient_failure
 
 
-def _client_error(status: int, code: str) -> botocore.exceptions.ClientError:
-    response = {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}
-    return botocore.exceptions.ClientError(response, "PutObject")  # type: ignore[arg-type]
+def _failed(error: Exception) -> object:
+    return Failed(data=error)
 
 
-def _caused(outer: BaseException, cause: BaseException) -> BaseException:
-    outer.__cause__ = cause
-    return outer
+def _run(started_s_ago: float) -> TaskRun:
+    started = datetime.now(timezone.utc) - timedelta(seconds=started_s_ago)
+    return TaskRun(task_key="register", dynamic_key="0", start_time=started)
 
 
-@pytest.mark.parametrize(
-    "error",
-    [
-        ConnectionRefusedError(errno.ECONNREFUSED, "refused"),
-        ConnectionResetError(errno.ECONNRESET, "reset"),
-        TimeoutError("timed out"),
-        OSError(errno.EHOSTUNREACH, "no route to host"),
-        _client_error(503, "SlowDown"),
-        _client_error(500, "InternalError"),
-        botocore.exceptions.EndpointConnectionError(endpoint_url="http://s3:9000"),
-        requests.ConnectionError("Max retries exceeded"),
-        MlflowException("down for a moment", error_code=TEMPORARILY_UNAVAILABLE),
-        _caused(RuntimeError("while reading the dataset"), ConnectionResetError("reset")),
-    ],
-    ids=lambda e: type(e).__name__,
-)
-def test_retrying_an_outage_is_transient(error: BaseException) -> None:
-    assert is_transient(error)
+def test_retrying_an_outage_is_retried_within_the_tolerance(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CIFAR_OUTAGE_TOLERANCE_S", "300")
+    refused = ConnectionRefusedError("refused")
+    assert transient_failure(None, _run(10), _failed(refused))
+    assert not transient_failure(None, _run(301), _failed(refused))
 
 
-def test_retrying_aiohttps_connection_errors_are_transient() -> None:
-    assert is_transient(aiohttp.ServerDisconnectedError())
-
-
-@pytest.mark.parametrize(
-    "error",
-    [
-        FileNotFoundError(errno.ENOENT, "no such file"),
-        PermissionError(errno.EACCES, "access denied"),
-        _client_error(403, "AccessDenied"),
-        _client_error(404, "NoSuchBucket"),
-        MlflowException("no such model", error_code=RESOURCE_DOES_NOT_EXIST),
-        MlflowException("a bug of ours"),  # a plain one: INTERNAL_ERROR, 500, and no outage
-        ValueError("bad shape"),
-        InvalidParameterError("unknown model"),
-        _caused(ChecksumError("wrong md5"), ConnectionResetError("reset")),
-    ],
-    ids=lambda e: type(e).__name__,
-)
-def test_retrying_a_bad_input_or_a_bug_is_not(error: BaseException) -> None:
-    assert not is_transient(error)
+def test_retrying_a_bad_input_or_a_success_is_not_retried() -> None:
+    assert not transient_failure(None, _run(1), _failed(ValueError("bad shape")))
+    assert not transient_failure(None, _run(1), Completed())

@@ -35,6 +35,7 @@ DOCUMENTED_TRAINLIB = {
     "RunInfo",
     "ScalingConfig",
     "TorchConfig",
+    "TrackingCallback",
     "TrainContext",
     "TrainingFailedError",
     "TrainlibError",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from trainlib._internal.common.messages import SHUTDOWN, Command
 from trainlib._internal.driver.controller import Run
+from trainlib._internal.driver.delivery import end_run
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.callbacks import Callback, Report
@@ -135,10 +136,8 @@ class LiveGroup:
             error = exc
         finally:
             self._end_attempt()
-            result = self._run.result(error)
             try:
-                for callback in self._run.plan.run_config.callbacks:
-                    callback.on_end(result)
+                end_run(self._run.callbacks, self._run.result(error))
             finally:
                 self._stack.close()
         logger.info("Run %s closed", self._run.name)

@@ -19,6 +19,7 @@ import cloudpickle
 
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
+from trainlib._internal.driver.delivery import end_run, with_delivery
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.reports import ReportCollector
 from trainlib._internal.driver.run_plan import AttemptStart, RunPlan, rank_launch
@@ -67,8 +68,10 @@ class Run:
         )
         self.storage = RunStorage.create(config.storage, self.name, config.storage_filesystem)
         self.manager = CheckpointManager.from_storage(config.checkpoint_config, self.storage)
+        # as the run calls them: trackers behind their deliveries (never stopping the run)
+        self.callbacks = with_delivery(config.callbacks)
         self.collector = ReportCollector(
-            self.storage, self.manager, config.callbacks, plan.validation
+            self.storage, self.manager, self.callbacks, plan.validation
         )
         self.failures: list[RankFailure] = []  # every failed attempt's root cause
         self.preemptions = 0  # of those, the preemptions max_preemption_failures covered
@@ -96,8 +99,7 @@ class Run:
             if isinstance(exc, (KeyboardInterrupt, RunCancelled)):
                 self._remove_uncommitted()
         result = self.result(error)
-        for callback in self.plan.run_config.callbacks:
-            callback.on_end(result)
+        end_run(self.callbacks, result)
         if error is not None:
             logger.info("Run %s ended with %s", self.name, type(error).__name__)
             raise error  # the caller reports it; logging it here too would say it twice
@@ -231,7 +233,7 @@ class Run:
         group: WorkerGroup | None = None
         ranks = tuple(s.placement() for s in sorted(slots, key=lambda slot: slot.world_rank))
         info = GroupInfo(len(self.failures) + 1, ranks, client)
-        callbacks = self.plan.run_config.callbacks
+        callbacks = self.callbacks
         try:
             with WorkerGroup.start(client, slots, build, resources) as group:
                 self.collector.reply_with(group.send_to)
@@ -273,10 +275,12 @@ class Run:
         """Tell the callbacks (first attempt) and the log that a group of this size forms."""
         if not self.started:
             self.started = True
-            found = self.manager.latest
-            resumed = Report(found.index, found.metrics, found.checkpoint) if found else None
-            info = RunInfo(self.name, self.storage.run_dir, len(slots), resumed)
-            for callback in self.plan.run_config.callbacks:
+            committed = tuple(
+                Report(c.index, c.metrics, c.checkpoint) for c in self.manager.committed
+            )
+            resumed = committed[-1] if committed else None
+            info = RunInfo(self.name, self.storage.run_dir, len(slots), resumed, committed)
+            for callback in self.callbacks:
                 callback.on_start(info)
         logger.info(
             "Run %s starting (attempt %d) on %d ranks from %s",

@@ -19,7 +19,7 @@ from trainlib._internal.driver.run_plan import AttemptStart, rank_launch
 from trainlib._internal.driver.watchdog import ProgressWatchdog
 from trainlib._internal.rank.session import Session
 from trainlib._internal.rank.state import RANK
-from trainlib.callbacks import GroupInfo
+from trainlib.callbacks import Callback, GroupInfo
 from trainlib.errors import ConfigError, RankFailure
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ class Run(Protocol):
     storage: RunStorage
     manager: CheckpointManager
     collector: ReportCollector
+    callbacks: tuple[Callback, ...]
     setup_payload: bytes | None
 
     def announce(self, slots: list[WorkerSlot], resume_from: Checkpoint | None) -> None: ...
@@ -81,7 +82,7 @@ def run_locally(run: Run) -> None:
     session = Session(spec, lambda message: _handle(run, message))
     run.collector.reply_with(lambda rank, command: _deliver(session, command))
     info = GroupInfo(1, (slot.placement(),), None)
-    for callback in plan.run_config.callbacks:
+    for callback in run.callbacks:
         callback.on_group_start(info)
     RANK.start(session)
     try:
@@ -104,7 +105,7 @@ def run_locally(run: Run) -> None:
         raise run.record_failure({0: failure}) from exc
     finally:
         RANK.reset()
-        for callback in plan.run_config.callbacks:
+        for callback in run.callbacks:
             callback.on_group_end(info)
     run.collector.check_all_complete()
 
