@@ -20,13 +20,15 @@ from mlops.system_metrics import HostMetricsCallback, system_metrics
 from mlops.tracking import MLflowCallback, start_run
 from tasks.layout import StorageLayout
 from tasks.monitoring import PrefectProgressCallback, pipeline_info_logs
+from tasks.training_slot import training_slot
 from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, WorkerGroupError
 from trainlib.torch import TorchTrainer
 
 EXPERIMENT = "train-cifar"
 # Every task that trains on the Dask cluster carries this tag. A Prefect tag concurrency limit on
-# it (`prefect concurrency-limit create dask-training 1`: the stack's deploy step) lets one
-# training at a time run there, whichever deployment started it; the others wait for the slot.
+# it (`prefect concurrency-limit create dask-training 1`: the stack's deploy step) queues the
+# trainings, whichever deployment started them; the cluster's own training slot
+# (tasks.training_slot) keeps them apart, also through an outage of the Prefect API.
 TRAINING_TAG = "dask-training"
 METRIC = "val_accuracy"  # what the best checkpoint is chosen by (cifar_train_func reports it)
 # The best checkpoint and the latest (the one a resumed run continues from), in train and tune.
@@ -164,6 +166,7 @@ def is_infrastructure_failure(task: object, task_run: object, state: State) -> b
     retry_condition_fn=is_infrastructure_failure,
 )
 def train_task(request: TrainRequest) -> TrainedRun:
-    """Train, with progress and per-epoch metrics shown as Prefect artifacts and logs."""
-    with pipeline_info_logs():
+    """Train, with progress and per-epoch metrics shown as Prefect artifacts and logs, holding
+    one of the cluster's training slots."""
+    with pipeline_info_logs(), training_slot(request.dask_config, request.run_name):
         return train(request, callbacks=[PrefectProgressCallback(request.config.epochs)])

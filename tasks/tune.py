@@ -24,6 +24,7 @@ from tasks.layout import StorageLayout
 from tasks.monitoring import pipeline_info_logs
 from tasks.search_space import search_space
 from tasks.train import CHECKPOINTS, METRIC, TRAINING_TAG, TrainedRun, cifar_trainer
+from tasks.training_slot import training_slot
 from trainlib import DaskConfig, RunConfig, tune
 
 EXPERIMENT = "tune-cifar"
@@ -247,7 +248,7 @@ def tune_task(request: TuneRequest) -> TunedSearch:
                 description="Trials: params, val_accuracy, state",
             )
 
-    with pipeline_info_logs():
+    with pipeline_info_logs(), training_slot(request.dask_config, request.name):
         searched = run_search(request, on_table=show)
     best = ", ".join(f"{k}={searched.best_config[k]}" for k in ("model", "lr", "batch_size"))
     create_markdown_artifact(
