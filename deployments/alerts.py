@@ -7,9 +7,11 @@ Run after the deployments exist (the compose stack's deploy step runs it): each 
 covered. ``--block`` names the Prefect notification block the alerts go through
 (``block-type/name``, default ``$CIFAR_ALERTS_BLOCK``); with ``--url`` (default
 ``$CIFAR_ALERTS_URL``) a ``custom-webhook`` block of that name is created or updated to POST
-``{"subject": ..., "body": ...}`` there. Without a block that exists, the automations that only
-act (a zombie run marked Crashed) are applied and those that notify are left out, saying so.
-Earlier automations of the same names are replaced: running it again is safe.
+``{"subject": ..., "body": ...}`` there. Without a block that exists, the automations that
+notify are left out, saying so. ``--notify-for`` (``$CIFAR_ALERTS_DEPLOYMENTS``) names the
+deployments whose runs notify, every one the file lists by default. Earlier automations of the
+same names are replaced: running it again is safe. (Zombie runs are the sentinel's:
+``deployments/sentinel.py``.)
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from prefect.exceptions import ObjectNotFound
 
 AUTOMATIONS = Path(__file__).with_name("automations.yaml")
 BLOCK_VARIABLE, URL_VARIABLE = "CIFAR_ALERTS_BLOCK", "CIFAR_ALERTS_URL"
+DEPLOYMENTS_VARIABLE = "CIFAR_ALERTS_DEPLOYMENTS"  # comma-separated; empty: all the file lists
 DEFAULT_BLOCK = "custom-webhook/cifar-alerts"
 
 
@@ -69,13 +72,22 @@ async def _ids(client: Any, spec: dict[str, Any]) -> dict[str, str]:
 
 
 def automation(
-    spec: dict[str, Any], ids: dict[str, str], block: str | None, within: dict[str, int]
+    spec: dict[str, Any],
+    ids: dict[str, str],
+    block: str | None,
+    within: dict[str, int],
+    notify_for: frozenset[str] | None = None,
 ) -> AutomationCore | None:
     """The automation ``spec`` describes, matched by ``ids``, notifying through ``block``
-    (None: a notifying automation is not made); ``within`` overrides its time bound."""
+    (None: a notifying automation is not made) for the deployments of ``notify_for`` (None:
+    all it lists); ``within`` overrides its time bound."""
     spec = dict(spec)
     deployments, pool = spec.pop("deployments", []), spec.pop("work_pool", None)
     notify, subject, body = spec.pop("notify", False), spec.pop("subject", ""), spec.pop("body", "")
+    if notify and deployments and notify_for is not None:
+        deployments = [name for name in deployments if name in notify_for]
+        if not deployments:
+            return None
     trigger = dict(spec["trigger"])
     if deployments:
         trigger["match_related"] = {
@@ -101,14 +113,17 @@ def automation(
 
 
 async def apply(
-    path: Path, block: str | None, within: dict[str, int]
+    path: Path,
+    block: str | None,
+    within: dict[str, int],
+    notify_for: frozenset[str] | None = None,
 ) -> tuple[list[str], list[str]]:
     """Replace the server's automations of the file's names: (applied, left out)."""
     specs: list[dict[str, Any]] = yaml.safe_load(path.read_text())["automations"]
     applied, left_out = [], []
     async with get_client() as client:
         for spec in specs:
-            made = automation(spec, await _ids(client, spec), block, within)
+            made = automation(spec, await _ids(client, spec), block, within, notify_for)
             for old in await client.read_automations_by_name(spec["name"]):
                 await client.delete_automation(old.id)
             if made is None:
@@ -137,11 +152,18 @@ def main(argv: list[str] | None = None) -> None:
         metavar="NAME=SECONDS",
         help="another time bound for an automation (e.g. cifar-run-late=60)",
     )
+    parser.add_argument(
+        "--notify-for",
+        default=os.environ.get(DEPLOYMENTS_VARIABLE, ""),
+        metavar="FLOW/DEPLOYMENT,...",
+        help="the deployments whose runs notify (default: every one the file lists)",
+    )
     args = parser.parse_args(argv)
+    names = frozenset(n.strip() for n in args.notify_for.split(",") if n.strip())
     if args.url:
         webhook_block(args.block, args.url)
     block = asyncio.run(block_id(args.block))
-    applied, left_out = asyncio.run(apply(args.file, block, dict(args.within)))
+    applied, left_out = asyncio.run(apply(args.file, block, dict(args.within), names or None))
     for name in applied:
         print(f"Automation {name!r} applied")
     if left_out:

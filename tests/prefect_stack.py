@@ -62,17 +62,42 @@ def _stop(process: subprocess.Popen[bytes], sig: int) -> None:
             process.wait()
 
 
-@contextmanager
-def prefect_stack(home: Path, database_url: str) -> Iterator[dict[str, str]]:
-    """Environment of a running Prefect server with a process work pool and worker (its pid
-    under ``WORKER_PID``).
+class PrefectServer:
+    """``prefect server start`` on ``env``'s port and database; it can be stopped and started
+    again there (an outage)."""
 
-    ``database_url``: the server's PostgreSQL database (``postgresql://user:password@host/db``).
-    Not SQLite: there, Prefect's services lose writes under concurrent load ("database is
-    locked"; the automations' trigger service then dead-letters an event and an alert is lost).
-    """
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        self.env, self.log = env, log
+        self.api_url = env["PREFECT_API_URL"]
+        self.port = self.api_url.rsplit(":", 1)[1].split("/", 1)[0]
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as out:
+            self._process = subprocess.Popen(
+                _prefect(
+                    *("server", "start", "--host", "127.0.0.1", "--port", self.port),
+                    *("--no-ui", "--analytics-off"),
+                ),
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        _wait_until(
+            lambda: _healthy(f"{self.api_url}/health"), self._process, self.log, "Prefect server"
+        )
+
+    def stop(self) -> None:
+        if self._process is not None:
+            _stop(self._process, signal.SIGTERM)
+        self._process = None
+
+
+def prefect_environment(home: Path, database_url: str) -> dict[str, str]:
+    """The environment of a Prefect server on a free port with its database (PostgreSQL:
+    ``postgresql://user:password@host/db``), its workers and clients."""
     port = free_port()
-    env = {
+    return {
         **os.environ,
         "PREFECT_HOME": str(home),
         "PREFECT_API_URL": f"http://127.0.0.1:{port}/api",
@@ -83,48 +108,45 @@ def prefect_stack(home: Path, database_url: str) -> Iterator[dict[str, str]]:
         "PREFECT_SERVER_UI_ENABLED": "false",
         "PREFECT_WORKER_QUERY_SECONDS": "1",
         "PREFECT_WORKER_HEARTBEAT_SECONDS": "5",
+        "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30",  # as the stack's worker sets it
         # A run held back by a deployment's concurrency limit is retried after this (default 30)
         "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": "2",
         "PWD": str(REPO),
     }
-    server_log, worker_log = home / "server.log", home / "worker.log"
-    with open(server_log, "wb") as out:
-        server = subprocess.Popen(
-            _prefect(
-                "server",
-                "start",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--no-ui",
-                "--analytics-off",
-            ),
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+
+
+@contextmanager
+def prefect_stack(home: Path, database_url: str) -> Iterator[dict[str, str]]:
+    """Environment of a running Prefect server with a process work pool and worker (its pid
+    under ``WORKER_PID``).
+
+    ``database_url``: the server's PostgreSQL database (``postgresql://user:password@host/db``).
+    Not SQLite: there, Prefect's services lose writes under concurrent load ("database is
+    locked"; the automations' trigger service then dead-letters an event and an alert is lost).
+    """
+    env = prefect_environment(home, database_url)
+    server = PrefectServer(env, home / "server.log")
     worker = None
     try:
-        _wait_until(
-            lambda: _healthy(f"{env['PREFECT_API_URL']}/health"),
-            server,
-            server_log,
-            "Prefect server",
-        )
-        subprocess.run(
-            _prefect("work-pool", "create", POOL, "--type", "process", "--overwrite"),
-            env=env,
-            check=True,
-            capture_output=True,
-        )
-        worker = start_worker(env, "w1", worker_log)
+        server.start()
+        create_pool(env)
+        worker = start_worker(env, "w1", home / "worker.log")
         env[WORKER_PID] = str(worker.pid)
         yield env
     finally:
         if worker is not None:
             _stop(worker, signal.SIGINT)  # the worker ignores SIGTERM
-        _stop(server, signal.SIGTERM)
+        server.stop()
+
+
+def create_pool(env: dict[str, str]) -> None:
+    """The process work pool the deployments name."""
+    subprocess.run(
+        _prefect("work-pool", "create", POOL, "--type", "process", "--overwrite"),
+        env=env,
+        check=True,
+        capture_output=True,
+    )
 
 
 def start_worker(env: dict[str, str], name: str, log: Path) -> subprocess.Popen[bytes]:
