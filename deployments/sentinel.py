@@ -329,6 +329,7 @@ def parse(argv: list[str] | None = None) -> SentinelConfig:
 
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request, every round
     config = parse(argv)
     sentinel = Sentinel(config)
     logger.info(

@@ -18,13 +18,13 @@ from tasks.download import Archive
 from tasks.evaluate import champion_score_task, evaluate_task
 from tasks.monitoring import summarize_task
 from tasks.promotion import promote_task
-from tasks.registry import register_task
+from tasks.registry import register_task, sweep_task
 from tasks.train import TrainedRun
 
 
 class PublishError(PipelineError):
     """Registering, evaluating or promoting a new model version failed; what was done is undone
-    (the version removed from the registry, the aliases where they were).
+    (the version withdrawn, the aliases where they were).
 
     Attributes:
         model_name: The registered model.
@@ -38,7 +38,7 @@ class PublishError(PipelineError):
 
     def __str__(self) -> str:
         undone = (
-            f"version {self.version} was removed from the registry again"
+            f"version {self.version} was withdrawn (tag 'withdrawn')"
             if self.version is not None
             else "no version was registered"
         )
@@ -65,8 +65,9 @@ def publish(
     split, promote it to ``@champion`` if it passes the release gates and beats the champion on
     the same images as ``rule`` asks (``mlops.promotion``).
 
-    The three steps are one Prefect transaction: if one fails, the version is removed from the
-    registry again and the aliases stay where they were.
+    The three steps are one Prefect transaction: if one fails, the version is withdrawn (tagged
+    ``withdrawn``) and the aliases stay where they were. Before them, the versions of earlier
+    publishes that never finished (killed mid-way) are withdrawn.
 
     Returns the run's summary (with ``extra`` merged in), also shown in Prefect and MLflow.
 
@@ -75,6 +76,7 @@ def publish(
     """
     synthetic = dataset.manifest.synthetic
     name = model_name_for(model_name, synthetic)
+    sweep_task(name, tracking_uri)  # versions of publishes that never finished: withdrawn
     version: str | None = None
     try:
         with transaction():

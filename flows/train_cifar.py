@@ -18,6 +18,7 @@ from mlops.registry import CHAMPION, model_name_for
 from mlops.release_gates import DEFAULT_MAX_CLASS_DROP, DEFAULT_MIN_TEST_ACCURACY
 from tasks.monitoring import tag_flow_run
 from tasks.predict import predict_task
+from tasks.retention import tidy_storage_task
 from tasks.retraining import unchanged_task
 from tasks.train import (
     EXPERIMENT,
@@ -149,6 +150,10 @@ def train_cifar(
                 promote_margin, promote_alpha, min_test_accuracy, max_class_drop, check_fresh_load
             ),
             ready.tracking_uri,
+        )
+        # housekeeping: a failure is logged on its task, never the night's
+        tidy_storage_task(
+            ready.layout.runs, trained.run_path, trained.best_checkpoint_uri, return_state=True
         )
         if predict_input:
             output = ready.layout.predictions(trained.run_id)

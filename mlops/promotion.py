@@ -19,7 +19,7 @@ from mlflow.tracking import MlflowClient
 from mlops.evaluation import ChampionScore, Evaluation
 from mlops.model_card import DataFacts, model_card
 from mlops.paired_test import compare
-from mlops.registry import ALIASES, CHALLENGER, CHAMPION, version_at_alias
+from mlops.registry import ALIASES, CHALLENGER, CHAMPION, PROMOTION_TAG, version_at_alias
 from mlops.release_gates import (
     DEFAULT_MAX_CLASS_DROP,
     DEFAULT_MIN_TEST_ACCURACY,
@@ -90,7 +90,7 @@ def promote(
         client.set_model_version_tag(model_name, version, f"gate/{gate.name}", outcome)
     promoted, reason = decide(evaluation.correct, rule, champion, synthetic, gates)
     alias = CHAMPION if promoted else CHALLENGER
-    client.set_model_version_tag(model_name, version, "promotion", f"@{alias}: {reason}")
+    client.set_model_version_tag(model_name, version, PROMOTION_TAG, f"@{alias}: {reason}")
     run_id = client.get_model_version(model_name, version).run_id
     run = client.get_run(run_id) if run_id else None
     card = model_card(

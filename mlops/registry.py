@@ -13,7 +13,7 @@ import importlib.metadata
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import torch
@@ -34,7 +34,8 @@ DEFAULT_MODEL_NAME = "cifar10-classifier"
 SYNTHETIC_SUFFIX = "-synthetic"
 MODEL_ARTIFACT = "model"
 REQUEST_TAG = "prefect_flow_run_id"  # the flow run that registered a version
-WITHDRAWN_TAG = "withdrawn"  # a version a rollback took out of use but could not delete
+WITHDRAWN_TAG = "withdrawn"  # a version taken out of use: a rollback, a duplicate, a sweep
+PROMOTION_TAG = "promotion"  # the promote step's decision, recorded on the version
 # What the model needs, pinned to what trained it (a local build's "+cpu" suffix dropped).
 _REQUIREMENTS = [
     f"torch=={torch.__version__.split('+')[0]}",
@@ -134,11 +135,11 @@ def _registered_for(client: MlflowClient, model_name: str, request_id: str) -> s
 
 def _keep_first(client: MlflowClient, model_name: str, request_id: str, created: str) -> str:
     """The first version ``request_id`` registered; the others it made are removed
-    (``remove_version``). (MLflow's client sends a create again when its reply is lost: the
+    (``withdraw_version``). (MLflow's client sends a create again when its reply is lost: the
     registry then made two.)"""
     usable = _usable_versions(client, model_name, request_id)
     for extra in usable[1:]:
-        remove_version(
+        withdraw_version(
             model_name,
             str(extra),
             client.tracking_uri,
@@ -178,27 +179,48 @@ def version_at_alias(model_name: str, alias: str, tracking_uri: str) -> str | No
     return str(version.version)
 
 
-def remove_version(model_name: str, version: str, tracking_uri: str, reason: str) -> None:
-    """Take ``version`` out of use: delete it from the registry (its MLflow run and artifacts
-    stay), or, where this account may not delete versions (the stack's training account, on an
-    MLflow server with authentication), tag it ``withdrawn`` with ``reason``: it holds no alias
-    and is never loaded by one."""
+def withdraw_version(model_name: str, version: str, tracking_uri: str, reason: str) -> None:
+    """Take ``version`` out of use: tag it ``withdrawn`` with ``reason``; it holds no alias and
+    is never loaded by one. It is not deleted: the registry keeps what was published and
+    undone (its MLflow run and model stay too), and version numbers are never reused."""
     client = MlflowClient(tracking_uri)
-    try:
-        client.delete_model_version(model_name, version)
-    except MlflowException as exc:
-        if exc.error_code != "PERMISSION_DENIED":
-            raise
-        client.set_model_version_tag(model_name, version, WITHDRAWN_TAG, reason)
-        logger.warning(
-            "%s version %s withdrawn (tag %r; this account may not delete versions): %s",
+    client.set_model_version_tag(model_name, version, WITHDRAWN_TAG, reason)
+    logger.warning("%s version %s withdrawn: %s", model_name, version, reason)
+
+
+def settled(tags: dict[str, str], aliases: list[str]) -> bool:
+    """Whether a version's publication ended one way or another: it holds an alias, the promote
+    step recorded its decision (tag ``promotion``), or it was withdrawn."""
+    return bool(aliases) or PROMOTION_TAG in tags or WITHDRAWN_TAG in tags
+
+
+def withdraw_unfinished(
+    model_name: str, tracking_uri: str, in_progress: Callable[[str], bool]
+) -> list[str]:
+    """Withdraw the versions of ``model_name`` a publish left unsettled (``settled``) because
+    it never finished (its process was killed, or MLflow was out of reach during its
+    rollback), unless ``in_progress(flow_run_id)`` says their flow run is still publishing.
+    Idempotent. Returns the versions withdrawn."""
+    client = MlflowClient(tracking_uri)
+    withdrawn = []
+    for found in client.search_model_versions(f"name='{model_name}'"):
+        tags = dict(found.tags or {})
+        if settled(tags, []):
+            continue
+        full = client.get_model_version(model_name, found.version)  # search omits aliases
+        if settled(tags, list(full.aliases or [])):
+            continue
+        request = tags.get(REQUEST_TAG)
+        if request is not None and in_progress(request):
+            continue
+        withdraw_version(
             model_name,
-            version,
-            WITHDRAWN_TAG,
-            reason,
+            str(found.version),
+            tracking_uri,
+            f"left by a publish that never finished (flow run {request or 'unknown'})",
         )
-        return
-    logger.warning("Removed %s version %s from the registry: %s", model_name, version, reason)
+        withdrawn.append(str(found.version))
+    return withdrawn
 
 
 def model_name_for(requested: str | None, synthetic: bool) -> str:

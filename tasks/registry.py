@@ -1,5 +1,6 @@
-"""The registering task: a trained checkpoint becomes a new version of the registered model,
-once per flow run whatever the retries; a rollback of the publishing transaction removes it."""
+"""The registering tasks: a trained checkpoint becomes a new version of the registered model,
+once per flow run whatever the retries, and a rollback of the publishing transaction withdraws
+it; before that, the versions of publishes that never finished are withdrawn (a sweep)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from prefect.runtime import flow_run
 from prefect.transactions import Transaction, get_transaction
 
 from cifar.dataset import Dataset
-from mlops.registry import register_checkpoint, remove_version
+from mlops.registry import register_checkpoint, withdraw_unfinished, withdraw_version
+from tasks.flow_runs import ended
 from tasks.retrying import TRANSIENT_RETRIES
 
 
@@ -17,7 +19,7 @@ from tasks.retrying import TRANSIENT_RETRIES
 def register_task(
     checkpoint_uri: str, run_id: str, model_name: str, tracking_uri: str, dataset: Dataset
 ) -> str:
-    """Register, once per flow run whatever the retries; in a transaction, a rollback removes
+    """Register, once per flow run whatever the retries; in a transaction, a rollback withdraws
     the version again."""
     request_id = flow_run.get_id()
     version = register_checkpoint(
@@ -29,6 +31,12 @@ def register_task(
 
 
 @register_task.on_rollback
-def _remove_registered(txn: Transaction) -> None:
+def _withdraw_registered(txn: Transaction) -> None:
     model_name, version, tracking_uri = txn.get("registered")
-    remove_version(model_name, version, tracking_uri, "publishing it failed; rolled back")
+    withdraw_version(model_name, version, tracking_uri, "publishing it failed; rolled back")
+
+
+@task(name="sweep-unfinished", cache_policy=NO_CACHE, **TRANSIENT_RETRIES)
+def sweep_task(model_name: str, tracking_uri: str) -> list[str]:
+    """Withdraw the versions of publishes that never finished (``withdraw_unfinished``)."""
+    return withdraw_unfinished(model_name, tracking_uri, lambda run: not ended(run))

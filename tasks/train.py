@@ -25,6 +25,7 @@ from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig, Wor
 from trainlib.torch import TorchTrainer
 
 EXPERIMENT = "train-cifar"
+RUN_PREFIX = "train-cifar-"  # + the flow run's id: a run's default name
 # Every task that trains on the Dask cluster carries this tag. A Prefect tag concurrency limit on
 # it (`prefect concurrency-limit create dask-training 1`: the stack's deploy step) queues the
 # trainings, whichever deployment started them; the cluster's own training slot
@@ -64,7 +65,7 @@ class TrainedRun:
 
 def training_run_name(run_name: str | None, flow_run_id: str | None) -> str:
     """``run_name`` if given; else one per flow run, so a retried train task resumes it."""
-    return run_name or f"train-cifar-{flow_run_id or uuid.uuid4().hex}"
+    return run_name or f"{RUN_PREFIX}{flow_run_id or uuid.uuid4().hex}"
 
 
 def run_tags(config: TrainConfig, num_workers: int) -> dict[str, str]:

@@ -4,6 +4,7 @@ and MLflow store, with an untrained model (no training needed to publish)."""
 from __future__ import annotations
 
 import shutil
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,10 +14,12 @@ import pytest
 from mlflow.tracking import MlflowClient
 from prefect import flow
 
+from cifar.checkpoint import load_classifier
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from flows.publish import PublishError, publish
 from mlops.promotion import PromotionRule
+from mlops.registry import WITHDRAWN_TAG, register_model
 from mlops.tracking import start_run
 from tasks.download import Archive
 from tasks.train import TrainedRun
@@ -73,7 +76,13 @@ def test_publish_synthetic_data_gets_its_own_model_name(
     assert MlflowClient(tracking_uri).search_registered_models("name = 'cifar10-classifier'") == []
 
 
-def test_publish_failed_evaluation_removes_the_version(
+def _usable(client: MlflowClient, name: str) -> list[str]:
+    """The versions of ``name`` not withdrawn."""
+    found = client.search_model_versions(f"name = '{name}'")
+    return sorted(str(v.version) for v in found if WITHDRAWN_TAG not in v.tags)
+
+
+def test_publish_failed_evaluation_withdraws_the_version(
     prefect_server: None, tmp_path: Path, tracking_uri: str
 ) -> None:
     dataset = _dataset(tmp_path / "data", synthetic=False)
@@ -83,10 +92,13 @@ def test_publish_failed_evaluation_removes_the_version(
     shutil.copytree(dataset.uri, broken_dir)
     (broken_dir / "test-00000.parquet").write_bytes(b"not the file the manifest describes")
     broken = Dataset(str(broken_dir), dataset.manifest)
-    with pytest.raises(PublishError, match="version 2 was removed from the registry again"):
+    with pytest.raises(PublishError, match="version 2 was withdrawn"):
         publish_flow(_trained(tmp_path, tracking_uri, "b"), broken, "txn", tracking_uri)
     client = MlflowClient(tracking_uri)
-    assert [str(v.version) for v in client.search_model_versions("name = 'txn'")] == ["1"]
+    assert _usable(client, "txn") == ["1"]
+    assert client.get_model_version("txn", "2").tags[WITHDRAWN_TAG] == (
+        "publishing it failed; rolled back"
+    )
     aliases = client.get_registered_model("txn").aliases
     assert {alias: str(version) for alias, version in aliases.items()} == {"champion": "1"}
 
@@ -128,6 +140,26 @@ def test_publish_a_lost_registry_reply_during_register_leaves_one_version(
     register = task_runs(state.state_details.flow_run_id, ["register"])["register"]
     assert register.run_count == register_runs
     client = MlflowClient(mlflow_url)
-    assert [str(v.version) for v in client.search_model_versions(f"name = '{name}'")] == ["1"]
+    assert _usable(client, name) == ["1"]
     assert (summary["model_version"], summary["alias"]) == ("1", "champion")
     assert str(client.get_model_version_by_alias(name, "champion").version) == "1"
+
+
+def test_publish_withdraws_the_version_of_a_publish_that_never_finished(
+    prefect_server: None, tmp_path: Path, tracking_uri: str
+) -> None:
+    """A publish killed between register and promote (its process gone, no rollback) left a
+    version with no alias and no decision; the next publish withdraws it, once."""
+    dataset = _dataset(tmp_path / "data", synthetic=False)
+    trained = _trained(tmp_path, tracking_uri, "killed")
+    classifier = load_classifier(trained.best_checkpoint_uri)
+    gone = str(uuid.uuid4())  # the killed publish's flow run: no server knows it now
+    left = register_model(classifier, trained.run_id, "swept", tracking_uri, request_id=gone)
+    summary = publish_flow(_trained(tmp_path, tracking_uri, "next"), dataset, "swept", tracking_uri)
+    client = MlflowClient(tracking_uri)
+    reason = client.get_model_version("swept", left).tags[WITHDRAWN_TAG]
+    assert reason == f"left by a publish that never finished (flow run {gone})"
+    assert _usable(client, "swept") == [summary["model_version"]]
+    assert summary["alias"] == "champion"
+    publish_flow(_trained(tmp_path, tracking_uri, "again"), dataset, "swept", tracking_uri)
+    assert client.get_model_version("swept", left).tags[WITHDRAWN_TAG] == reason  # idempotent
