@@ -25,6 +25,17 @@ class LossyProxy:
         self.seen = 0
         self._lock = threading.Lock()
 
+    def arm(self) -> None:
+        """Lose the reply to the next matching request too."""
+        with self._lock:
+            self.times = max(self.times, self.seen) + 1
+
+    @property
+    def armed(self) -> bool:
+        """Whether a matching request's reply is still to be lost."""
+        with self._lock:
+            return self.seen < self.times
+
     def lose(self, path: str) -> bool:
         """Whether the reply to this request is lost (counting it)."""
         if not path.split("?", 1)[0].endswith(self.path_suffix):
@@ -45,6 +56,9 @@ def _handler(proxy: LossyProxy) -> type[BaseHTTPRequestHandler]:
                 upstream.request(self.command, self.path, body=body, headers=headers)
                 reply = upstream.getresponse()
                 content = reply.read()
+            except OSError:  # the server is down: a load balancer's answer
+                self.send_error(502, "Bad Gateway")
+                return
             finally:
                 upstream.close()
             if proxy.lose(self.path):

@@ -18,14 +18,20 @@ STARTUP_S = 120.0
 
 
 class MlflowServer:
-    """``mlflow server`` with its sqlite store in ``root`` and ``options`` (e.g.
-    ``--artifacts-destination s3://...``, ``--app-name basic-auth``); ``env``: more
-    environment for the server."""
+    """``mlflow server`` with its store (``backend``: a database URL; default a sqlite file in
+    ``root``) and ``options`` (e.g. ``--artifacts-destination s3://...``, ``--app-name
+    basic-auth``); ``env``: more environment for the server."""
 
     def __init__(
-        self, root: Path, *options: str, env: dict[str, str] | None = None, port: int = 0
+        self,
+        root: Path,
+        *options: str,
+        env: dict[str, str] | None = None,
+        port: int = 0,
+        backend: str | None = None,
     ) -> None:
         self.root = root
+        self.backend = backend or f"sqlite:///{root}/mlflow.db"
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._options = options
@@ -43,7 +49,7 @@ class MlflowServer:
             self._process = subprocess.Popen(
                 [
                     *(sys.executable, "-m", "mlflow", "server"),
-                    *("--backend-store-uri", f"sqlite:///{self.root}/mlflow.db"),
+                    *("--backend-store-uri", self.backend),
                     *("--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"),
                     *self._options,
                 ],

@@ -20,7 +20,6 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 from tests.helpers import free_port
@@ -54,13 +53,43 @@ def unavailable_reason() -> str | None:
     return None
 
 
-@dataclass(frozen=True)
 class Postgres:
-    """A running test server."""
+    """A running test server (its cluster in ``socket_dir``/data); ``restart`` stops it (fast
+    shutdown: clients are cut off) and starts it again on the same port and data."""
 
-    port: int
-    socket_dir: Path
-    bindir: Path
+    def __init__(self, port: int, socket_dir: Path, bindir: Path) -> None:
+        self.port, self.socket_dir, self.bindir = port, socket_dir, bindir
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = self.socket_dir / "server.log"
+        with open(log, "ab") as out:
+            self._process = subprocess.Popen(
+                [
+                    *(str(self.bindir / "postgres"), "-D", str(self.socket_dir / "data")),
+                    *("-p", str(self.port), "-k", str(self.socket_dir)),
+                    *("-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"),
+                    *("-c", "fsync=off"),  # tests only: a crash of the machine may lose writes
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                **_as_server_user(),  # type: ignore[arg-type]
+            )
+        _wait_ready(self.bindir, self.socket_dir, self.port, self._process, log)
+
+    def stop(self) -> None:
+        server, self._process = self._process, None
+        if server is not None and server.poll() is None:
+            server.send_signal(signal.SIGINT)  # fast shutdown: disconnect clients, then exit
+            try:
+                server.wait(timeout=STOP_S)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
 
     def sql(self, *statements: str, database: str = "postgres") -> str:
         """Run statements as the superuser (each in its own transaction); their output."""
@@ -104,7 +133,7 @@ def postgres_server() -> Iterator[Postgres]:
     owner = _as_server_user()
     if owner:
         os.chown(root, int(owner["user"]), int(owner["group"]))  # type: ignore[call-overload]
-    data, log = root / "data", root / "server.log"
+    data = root / "data"
     initdb = [str(bindir / "initdb"), "-D", str(data), "-U", "postgres", "-E", "UTF8"]
     subprocess.run(
         [*initdb, "--auth-local=trust", "--auth-host=scram-sha-256"],
@@ -113,29 +142,12 @@ def postgres_server() -> Iterator[Postgres]:
         timeout=120,
         **owner,  # type: ignore[arg-type]
     )
-    port = free_port()
-    with open(log, "wb") as out:
-        server = subprocess.Popen(
-            [
-                *(str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-k", str(root)),
-                *("-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200"),
-                *("-c", "fsync=off"),  # tests only: a crash of the machine may lose writes
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            **owner,  # type: ignore[arg-type]
-        )
+    server = Postgres(free_port(), root, bindir)
     try:
-        _wait_ready(bindir, root, port, server, log)
-        yield Postgres(port, root, bindir)
+        server.start()
+        yield server
     finally:
-        if server.poll() is None:
-            server.send_signal(signal.SIGINT)  # fast shutdown: disconnect clients, then exit
-            try:
-                server.wait(timeout=STOP_S)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+        server.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 

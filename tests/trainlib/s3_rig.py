@@ -27,56 +27,82 @@ KEY, SECRET = "trainlib-key", "trainlib-secret-1"
 BUCKET = "ckpt"
 
 
-@contextmanager
-def seaweed_s3(root: Path, remote_like: bool = False) -> Iterator[str]:
-    """Run ``weed mini`` with one identity and bucket ``BUCKET``; yield its S3 endpoint.
+class SeaweedServer:
+    """``weed mini`` with one identity and the ``buckets`` (default ``BUCKET``), its data in
+    ``root``; it can be stopped and started again on the same ports and data (an outage).
 
     ``remote_like`` gives the server the lowest CPU share of the machine (Linux: its session's
     autogroup at nice 19), as if it ran on another machine: for benchmarks on few cores.
     """
-    identity = {
-        "name": "admin",
-        "credentials": [{"accessKey": KEY, "secretKey": SECRET}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-    }
-    (root / "s3.json").write_text(json.dumps({"identities": [identity]}))
-    base = _free_port_block()
-    with open(root / "weed.log", "wb") as log:
-        process = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "weed"),
-                "mini",
-                f"-dir={root / 'data'}",
-                "-ip=127.0.0.1",
-                "-ip.bind=127.0.0.1",
-                f"-s3.port={base}",
-                f"-master.port={base + 1}",
-                f"-volume.port={base + 2}",
-                f"-filer.port={base + 3}",
-                f"-s3.config={root / 's3.json'}",
-                "-webdav=false",
-                "-admin.ui=false",
-                "-s3.port.iceberg=0",
-                "-s3.port.lance=0",
-                f"-bucket={BUCKET}",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    endpoint = f"http://127.0.0.1:{base}"
-    if remote_like:
-        Path(f"/proc/{process.pid}/autogroup").write_text("19")
-    try:
+
+    def __init__(
+        self, root: Path, buckets: tuple[str, ...] = (BUCKET,), remote_like: bool = False
+    ) -> None:
+        self.root, self.buckets, self.remote_like = root, buckets, remote_like
+        self.base = _free_port_block()
+        self.endpoint = f"http://127.0.0.1:{self.base}"
+        self._process: subprocess.Popen[bytes] | None = None
+        identity = {
+            "name": "admin",
+            "credentials": [{"accessKey": KEY, "secretKey": SECRET}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }
+        (root / "s3.json").write_text(json.dumps({"identities": [identity]}))
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    def start(self) -> None:
+        base = self.base
+        with open(self.root / "weed.log", "ab") as log:
+            self._process = subprocess.Popen(
+                [
+                    str(Path(sys.executable).parent / "weed"),
+                    "mini",
+                    f"-dir={self.root / 'data'}",
+                    "-ip=127.0.0.1",
+                    "-ip.bind=127.0.0.1",
+                    f"-s3.port={base}",
+                    f"-master.port={base + 1}",
+                    f"-volume.port={base + 2}",
+                    f"-filer.port={base + 3}",
+                    f"-s3.config={self.root / 's3.json'}",
+                    "-webdav=false",
+                    "-admin.ui=false",
+                    "-s3.port.iceberg=0",
+                    "-s3.port.lance=0",
+                    f"-bucket={','.join(self.buckets)}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if self.remote_like:
+            Path(f"/proc/{self._process.pid}/autogroup").write_text("19")
         deadline = time.monotonic() + WAIT_S
-        while not _bucket_ready(filesystem(endpoint)):  # S3 answers before -bucket= made it
-            assert process.poll() is None, (root / "weed.log").read_text()[-2000:]
+        fs = filesystem(self.endpoint)
+        while not all(_bucket_ready(fs, b) for b in self.buckets):  # S3 answers first
+            assert self._process.poll() is None, (self.root / "weed.log").read_text()[-2000:]
             assert time.monotonic() < deadline, "SeaweedFS did not start"
             time.sleep(0.1)
-        yield endpoint
+
+    def stop(self) -> None:
+        if self._process is not None:
+            os.killpg(self._process.pid, signal.SIGKILL)
+            self._process.wait()
+        self._process = None
+
+
+@contextmanager
+def seaweed_s3(root: Path, remote_like: bool = False) -> Iterator[str]:
+    """A ``SeaweedServer`` with bucket ``BUCKET`` running until the block ends: its endpoint."""
+    server = SeaweedServer(root, remote_like=remote_like)
+    server.start()
+    try:
+        yield server.endpoint
     finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        server.stop()
 
 
 def filesystem(endpoint: str, secret: str = SECRET, max_attempts: int = 1) -> s3fs.S3FileSystem:
@@ -91,10 +117,10 @@ def filesystem(endpoint: str, secret: str = SECRET, max_attempts: int = 1) -> s3
     )
 
 
-def _bucket_ready(fs: s3fs.S3FileSystem) -> bool:
+def _bucket_ready(fs: s3fs.S3FileSystem, bucket: str = BUCKET) -> bool:
     fs.invalidate_cache()
     try:
-        return bool(fs.exists(BUCKET))
+        return bool(fs.exists(bucket))
     except OSError:
         return False
 

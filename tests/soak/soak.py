@@ -1,0 +1,292 @@
+"""A compressed month of nights under injected faults (``make soak``; CI runs a short one).
+
+Night by night, as the scheduler would, a ``train-cifar/nightly`` run is created (every fifth
+night a ``train-cifar/manual`` run starts with it) on the rig's real services (``tests.soak.rig``)
+with a tiny model; one fault (``tests.soak.faults``), drawn with the night's phase from a seeded
+generator, strikes when that phase begins. After every night the checks of ``tests.soak.checks``
+run; a last night without a fault must complete. The table: night, fault, phase, outcome,
+seconds from the fault to its detection (an alert, or the run Crashed) and to the recovery (the
+next Completed nightly).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+from prefect.client.schemas.objects import FlowRun
+from prefect.deployments import run_deployment
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from tests.soak import checks
+from tests.soak.faults import FAULTS, PHASES, Fault, can_fill_disk
+from tests.soak.rig import MODEL, Bounds, Rig, soak_rig
+
+TASK_OF_PHASE = {phase: phase for phase in PHASES}
+
+
+@dataclass
+class Night:
+    """One night's record (a row of the table)."""
+
+    number: int
+    fault: str
+    phase: str
+    detail: str = ""
+    outcomes: dict[str, str] = field(default_factory=dict)  # deployment -> final state
+    injected_at: float | None = None
+    detected_s: float | None = None
+    recovered_s: float | None = None
+    seconds: float = 0.0
+    ended_at: float = 0.0
+    problems: list[str] = field(default_factory=list)
+    storage_mb: tuple[float, float] = (0.0, 0.0)
+
+
+@dataclass
+class Soak:
+    nights: list[Night]
+    bounds: Bounds
+    overlaps: list[str]
+    trainings: int
+
+    @property
+    def problems(self) -> list[str]:
+        found = [f"night {n.number}: {p}" for n in self.nights for p in n.problems]
+        return found + [f"trainings overlapped: {o}" for o in self.overlaps]
+
+    def table(self) -> str:
+        rows = [
+            "| night | fault | phase | outcome | detected (s) | recovered (s) | night (s) | "
+            "S3 / database (MB) |",
+            "|---:|---|---|---|---:|---:|---:|---:|",
+        ]
+        for n in self.nights:
+            outcome = ", ".join(f"{d} {s}" for d, s in n.outcomes.items())
+            rows.append(
+                f"| {n.number} | {n.fault} | {n.phase} | {outcome} | {_s(n.detected_s)} | "
+                f"{_s(n.recovered_s)} | {n.seconds:.0f} | {n.storage_mb[0]:.0f} / "
+                f"{n.storage_mb[1]:.0f} |"
+            )
+        return "\n".join(rows)
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def plan(nights: int, seed: int, faults: list[str] | None, disk: bool) -> list[tuple[str, str]]:
+    """(fault, phase) for each night: ``faults`` in order if given, else drawn; a different
+    fault each night while there are faults left to draw."""
+    rng = random.Random(seed)
+    names = [n for n, f in FAULTS.items() if disk or not f.needs_root]
+    chosen = list(faults) if faults else []
+    while len(chosen) < nights:
+        pool = [n for n in names if n not in chosen[-len(names) + 1 :]] or names
+        chosen.append(rng.choice(pool))
+    return [(name, rng.choice(FAULTS[name].phases)) for name in chosen[:nights]]
+
+
+def run_soak(
+    root: Path,
+    nights: int,
+    seed: int,
+    faults: list[str] | None = None,
+    bounds: Bounds | None = None,
+    log: Any = print,
+) -> Soak:
+    """The soak: ``nights`` faulty nights and a last clean one, on a fresh rig in ``root``."""
+    bounds = bounds or Bounds()
+    disk = can_fill_disk(root)
+    schedule = plan(nights, seed, faults, disk)
+    log(f"Soak: {nights} nights, seed {seed}; shortened for the soak: {bounds.shortened()}")
+    with (
+        soak_rig(root, bounds, small_disk=disk) as rig,
+        temporary_settings({PREFECT_API_URL: rig.env["PREFECT_API_URL"]}),
+    ):
+        watch = checks.OverlapWatch(rig.dask.address)
+        watch.start()
+        records: list[Night] = []
+        champion_checked: str | None = None
+        for number, (fault, phase) in enumerate([*schedule, ("none", "-")], start=1):
+            rng = random.Random(f"{seed}-{number}")
+            night = _night(rig, number, FAULTS.get(fault), phase, rng, number % 5 == 0)
+            champion_checked = _check_champion(rig, night, champion_checked)
+            records.append(night)
+            _recovery(records)
+            problems = f" PROBLEMS: {'; '.join(night.problems)}" if night.problems else ""
+            log(
+                f"night {number}: {night.fault} at {night.phase} ({night.detail}): "
+                f"{night.outcomes}, {night.seconds:.0f} s{problems}"
+            )
+        watch.stop()
+        if records[-1].outcomes.get("nightly") != "Completed":
+            records[-1].problems.append("the last, fault-free night did not complete")
+    return Soak(records, bounds, watch.overlaps, len(watch.trainings))
+
+
+def _night(
+    rig: Rig, number: int, fault: Fault | None, phase: str, rng: random.Random, manual: bool
+) -> Night:
+    night = Night(number, fault.name if fault else "none", phase)
+    started = time.time()
+    parameters = {
+        **rig.archive,
+        "epochs": 2,
+        "seed": number,
+        "batch_size": 64,
+        "rows_per_file": 250,
+        "registered_model_name": MODEL,
+        "timeout_minutes": 20,
+    }
+    job = {"env": {"PREFECT_FLOWS_HEARTBEAT_FREQUENCY": str(rig.bounds.heartbeat_s)}}
+    runs = {"nightly": _start("train-cifar/nightly", parameters, job)}
+    if manual:
+        runs["manual"] = _start("train-cifar/manual", {**parameters, "seed": 1000 + number}, job)
+    injector = None
+    if fault is not None:
+        injector = threading.Thread(  # in this context: the rig's Prefect API
+            target=contextvars.copy_context().run,
+            args=(_inject, rig, night, fault, runs["nightly"], rng),
+        )
+        injector.start()
+    ended = _wait_final(list(runs.values()), rig.bounds.night_s)
+    if injector is not None:
+        injector.join()
+    night.ended_at = time.time()
+    night.seconds = night.ended_at - started
+    for name, run in zip(runs, ended, strict=True):
+        night.outcomes[name] = run.state.name if run.state and run.state.is_final() else "lost"
+        if night.outcomes[name] == "lost":
+            night.problems.append(f"the {name} run did not end within {rig.bounds.night_s:g} s")
+    if fault is not None and fault.rides_through and night.outcomes["nightly"] != "Completed":
+        night.problems.append(
+            f"{fault.name} is ridden through, yet the nightly ended {night.outcomes['nightly']}"
+        )
+    night.problems += _after_night(rig, night, ended)
+    return night
+
+
+def _start(deployment: str, parameters: dict[str, Any], job: dict[str, Any]) -> FlowRun:
+    """A run of ``deployment`` due now, as the scheduler (or a user) creates one."""
+    return run_deployment(deployment, parameters=parameters, job_variables=job, timeout=0)
+
+
+def _inject(rig: Rig, night: Night, fault: Fault, run: FlowRun, rng: random.Random) -> None:
+    """Wait for the phase's task to begin (or the run to end), a moment more, then strike."""
+    deadline = time.monotonic() + rig.bounds.night_s
+    while time.monotonic() < deadline:
+        names = _task_names(run)
+        if any(name.startswith(TASK_OF_PHASE[night.phase]) for name in names) or _ended(run):
+            break
+        time.sleep(0.3)
+    time.sleep(rng.uniform(0, 3) if night.phase != "train" else rng.uniform(3, 8))
+    night.injected_at = time.time()
+    try:
+        night.detail = fault.inject(rig, rng)
+    except Exception as error:
+        night.problems.append(f"the fault could not be injected: {error!r}")
+
+
+def _task_names(run: FlowRun) -> list[str]:
+    try:
+        with get_client(sync_client=True) as client:
+            return [
+                t.name
+                for t in client.read_task_runs(
+                    flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id]))
+                )
+            ]
+    except Exception:  # the server is down (another fault): try again
+        return []
+
+
+def _ended(run: FlowRun) -> bool:
+    try:
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(run.id).state
+    except Exception:
+        return False
+    return state is not None and state.is_final()
+
+
+def _wait_final(runs: list[FlowRun], timeout: float) -> list[FlowRun]:
+    deadline = time.monotonic() + timeout
+    latest = list(runs)
+    while time.monotonic() < deadline:
+        try:
+            with get_client(sync_client=True) as client:
+                latest = [client.read_flow_run(run.id) for run in runs]
+        except Exception:  # the server is down: the runs go on
+            time.sleep(1)
+            continue
+        if all(run.state is not None and run.state.is_final() for run in latest):
+            break
+        time.sleep(1)
+    return latest
+
+
+def _after_night(rig: Rig, night: Night, runs: list[FlowRun]) -> list[str]:
+    """The checks, once alerts about the night had time to arrive."""
+    failed = any(r.state and r.state.is_final() and not r.state.is_completed() for r in runs)
+    deadline = time.monotonic() + (60 if failed else 10)
+    alerts = []
+    while time.monotonic() < deadline:
+        alerts += [a for _, a in rig.webhook.drain()]
+        if failed and all(
+            any(f"run {r.name} " in a["subject"] for a in alerts)
+            for r in runs
+            if r.state and not r.state.is_completed()
+        ):
+            time.sleep(5)  # a second (duplicate) alert would come now
+            alerts += [a for _, a in rig.webhook.drain()]
+            break
+        time.sleep(1)
+    stamps = [t for t, _ in rig.webhook.seen if night.injected_at and t >= night.injected_at]
+    crashed = [
+        r.state.timestamp.timestamp()
+        for r in runs
+        if r.state and r.state.is_final() and not r.state.is_completed()
+    ]
+    if night.injected_at is not None and (stamps or crashed):
+        night.detected_s = min([*stamps, *crashed]) - night.injected_at
+    completed = any(r.state and r.state.is_completed() for r in runs)
+    problems = checks.alert_problems(runs, [a for a in alerts if "run " in a["subject"]])
+    problems += checks.zombie_problems(rig)
+    problems += checks.registry_problems(rig)
+    problems += checks.leftover_problems(rig, swept=completed)
+    night.storage_mb = checks.storage_use(rig)
+    night.outcomes["alerts"] = str(len(alerts))
+    return problems
+
+
+def _check_champion(rig: Rig, night: Night, checked: str | None) -> str | None:
+    """``@champion`` loads in a new process, checked each time it moves."""
+    from mlflow.tracking import MlflowClient
+
+    try:
+        version = str(
+            MlflowClient(rig.mlflow.url).get_model_version_by_alias(MODEL, "champion").version
+        )
+    except Exception:
+        return checked
+    if version != checked:
+        night.problems += checks.champion_loads(rig)
+    return version
+
+
+def _recovery(records: list[Night]) -> None:
+    """A fault's recovery: from its injection to the end of the next Completed nightly."""
+    completed: Night | None = None
+    for night in reversed(records):
+        if night.outcomes.get("nightly") == "Completed":
+            completed = night
+        if night.injected_at is not None and night.recovered_s is None and completed:
+            night.recovered_s = completed.ended_at - night.injected_at
