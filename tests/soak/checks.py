@@ -153,7 +153,8 @@ def leftover_problems(rig: Rig, swept: bool) -> list[str]:
             fs.invalidate_cache(run)
             for directory in fs.ls(run, detail=False):
                 # (SeaweedFS lists a folder whose files were all deleted: an empty one is none)
-                if directory.rstrip("/") not in committed and fs.find(directory):
+                inside = [f for f in fs.find(directory) if f.rstrip("/") != directory.rstrip("/")]
+                if directory.rstrip("/") not in committed and inside:
                     problems.append(f"uncommitted checkpoint left: {directory}")
     return problems
 
@@ -190,12 +191,16 @@ class OverlapWatch:
     overlaps: list[str] = field(default_factory=list)
     trainings: set[str] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread = field(init=False)
 
     def start(self) -> None:
-        threading.Thread(target=self._watch, daemon=True, name="overlap-watch").start()
+        self._thread = threading.Thread(target=self._watch, daemon=True, name="overlap-watch")
+        self._thread.start()
 
     def stop(self) -> None:
+        """Stop watching, its client closed (before the cluster goes)."""
         self._stop.set()
+        self._thread.join(timeout=60)
 
     def _watch(self) -> None:
         from distributed import Client

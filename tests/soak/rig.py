@@ -133,15 +133,12 @@ class DaskCluster:
 
     def worker_processes(self) -> list[psutil.Process]:
         """The worker process under each nanny (what a crash kills; the nanny restarts it)."""
-        found = []
-        for nanny in self.nannies:
-            children = [
-                c
-                for c in psutil.Process(nanny.pid).children()
-                if "multiprocessing" in " ".join(c.cmdline()) or c.name().startswith("python")
-            ]
-            found += children[:1]
-        return found
+        return [
+            child
+            for nanny in self.nannies
+            for child in psutil.Process(nanny.pid).children()
+            if "spawn_main" in " ".join(child.cmdline())  # (not the resource tracker)
+        ]
 
     def host_tree(self, index: int) -> list[psutil.Process]:
         """Every process of worker ``index``'s "host": its nanny and all it started."""

@@ -114,22 +114,31 @@ def run_soak(
         watch = checks.OverlapWatch(rig.dask.address)
         watch.start()
         records: list[Night] = []
-        champion_checked: str | None = None
-        for number, (fault, phase) in enumerate([*schedule, ("none", "-")], start=1):
-            rng = random.Random(f"{seed}-{number}")
-            night = _night(rig, number, FAULTS.get(fault), phase, rng, number % 5 == 0)
-            champion_checked = _check_champion(rig, night, champion_checked)
-            records.append(night)
-            _recovery(records)
-            problems = f" PROBLEMS: {'; '.join(night.problems)}" if night.problems else ""
-            log(
-                f"night {number}: {night.fault} at {night.phase} ({night.detail}): "
-                f"{night.outcomes}, {night.seconds:.0f} s{problems}"
-            )
-        watch.stop()
+        try:
+            _nights(rig, schedule, seed, records, log)
+        finally:
+            watch.stop()
         if records[-1].outcomes.get("nightly") != "Completed":
             records[-1].problems.append("the last, fault-free night did not complete")
     return Soak(records, bounds, watch.overlaps, len(watch.trainings))
+
+
+def _nights(
+    rig: Rig, schedule: list[tuple[str, str]], seed: int, records: list[Night], log: Any
+) -> None:
+    """Each night of the schedule, then a last one without a fault, into ``records``."""
+    champion_checked: str | None = None
+    for number, (fault, phase) in enumerate([*schedule, ("none", "-")], start=1):
+        rng = random.Random(f"{seed}-{number}")
+        night = _night(rig, number, FAULTS.get(fault), phase, rng, number % 5 == 0)
+        champion_checked = _check_champion(rig, night, champion_checked)
+        records.append(night)
+        _recovery(records)
+        problems = f" PROBLEMS: {'; '.join(night.problems)}" if night.problems else ""
+        log(
+            f"night {number}: {night.fault} at {night.phase} ({night.detail}): "
+            f"{night.outcomes}, {night.seconds:.0f} s{problems}"
+        )
 
 
 def _night(
