@@ -23,6 +23,8 @@ EXAMPLE = DOCKER / ".env.example"
 ENV_FILE = DOCKER / ".env"
 SECRETS = Path(os.environ.get("CIFAR_SECRETS_DIR") or DOCKER / "secrets")  # as compose reads it
 VALUE = re.compile(r"[A-Za-z0-9._-]+")
+URL = re.compile(r"https?://[^\s\"'\\]+")  # the alert webhook (its token is a credential)
+URLS = ("CIFAR_ALERTS_URL",)
 MLFLOW_PASSWORDS = ("MLFLOW_ADMIN_PASSWORD", "MLFLOW_TRAINER_PASSWORD")
 MLFLOW_MIN_LENGTH = 12
 
@@ -63,6 +65,9 @@ def problems(values: dict[str, str], names: list[str]) -> list[str]:
         value = values.get(name, "")
         if not value:
             found.append(f"{name} is not set")
+        elif name in URLS:
+            if not URL.fullmatch(value):
+                found.append(f"{name} must be an http:// or https:// URL")
         elif not VALUE.fullmatch(value):
             found.append(f"{name} may hold only letters, digits, '-', '_' and '.'")
         elif name in MLFLOW_PASSWORDS and len(value) < MLFLOW_MIN_LENGTH:
@@ -80,6 +85,7 @@ def secret_files(v: dict[str, str]) -> dict[str, str]:
         "mlflow_admin_password": v["MLFLOW_ADMIN_PASSWORD"],
         "mlflow_trainer_password": v["MLFLOW_TRAINER_PASSWORD"],
         "mlflow_flask_secret_key": v["MLFLOW_FLASK_SECRET_KEY"],
+        "alerts_url": v["CIFAR_ALERTS_URL"],
         **{
             f"s3_{who}_{part}_key": v[f"S3_{who.upper()}_{part.upper()}_KEY"]
             for who in ("admin", "data", "mlflow")

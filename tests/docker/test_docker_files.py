@@ -25,7 +25,9 @@ SERVICE_URL = re.compile(r"[a-z][a-z0-9+]*://(?:[^@/\s]*@)?([A-Za-z0-9_.-]+):(\d
 # what a service listens on, as its command says: --port 5000, -s3.port=9000, --host 0.0.0.0
 # --dashboard-address :8787, --console-address :9001
 LISTEN = re.compile(r"-[\w.-]*(?:port|address)[= ](?:[^\s:]*:)?(\d+)\b")
-WAIT_FOR = re.compile(r"wait-for ((?:[\w.-]+:\d+ )+)--")
+# wait-for's dependencies: host:port, postgres://host:port, http://host:port/path
+WAIT_FOR = re.compile(r"wait-for ((?:\S+ )+?)-- ")
+DEPENDENCY = re.compile(r"(?:[a-z]+://)?([\w.-]+):(\d+)")
 
 
 def _strings(value: Any) -> list[str]:
@@ -81,7 +83,7 @@ def test_compose_references_resolve() -> None:
         texts += _strings(service.get("entrypoint"))
         targets = [t for text in texts for t in SERVICE_URL.findall(text)]
         targets += [
-            tuple(target.split(":"))
+            DEPENDENCY.match(target).groups()  # type: ignore[union-attr]
             for text in texts
             for found in WAIT_FOR.findall(text)
             for target in found.split()

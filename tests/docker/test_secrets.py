@@ -27,7 +27,12 @@ def _module(name: str) -> ModuleType:
 
 def _values() -> dict[str, str]:
     names = _module("write_secrets").variables()
-    return {name: f"value{index:02d}of{name.lower()}" for index, name in enumerate(names)}
+    return {
+        name: f"https://hooks.example/{index:02d}"
+        if name.endswith("_URL")
+        else f"value{index:02d}of{name.lower()}"
+        for index, name in enumerate(names)
+    }
 
 
 def _write(tmp_path: Path, values: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -43,8 +48,8 @@ def _write(tmp_path: Path, values: dict[str, str]) -> subprocess.CompletedProces
 
 def test_secrets_the_example_lists_every_credential_and_each_is_used() -> None:
     names = _module("write_secrets").variables()
-    assert len(names) == len(set(names)) == 17
-    assert all(n.endswith(("_USER", "_PASSWORD", "_KEY")) for n in names), names
+    assert len(names) == len(set(names)) == 18
+    assert all(n.endswith(("_USER", "_PASSWORD", "_KEY", "_URL")) for n in names), names
     values = _values()
     files = "".join(_module("write_secrets").secret_files(values).values())
     compose = (DOCKER / "docker-compose.yml").read_text()
@@ -80,6 +85,7 @@ def test_secrets_are_written_as_files_only_their_folder_owner_reaches(tmp_path: 
         ("MLFLOW_TRAINER_PASSWORD", "", "MLFLOW_TRAINER_PASSWORD is not set"),
         ("S3_DATA_SECRET_KEY", "has space", "S3_DATA_SECRET_KEY may hold only letters"),
         ("MLFLOW_ADMIN_PASSWORD", "short1", "MLFLOW_ADMIN_PASSWORD is shorter than 12"),
+        ("CIFAR_ALERTS_URL", "hooks.example", "CIFAR_ALERTS_URL must be an http:// or https://"),
     ],
 )
 def test_secrets_refuse_a_missing_or_unusable_value_naming_it(

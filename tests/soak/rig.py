@@ -305,7 +305,7 @@ def soak_rig(root: Path, bounds: Bounds, small_disk: bool = False) -> Iterator[R
 
 def _upload_archive(root: Path, s3: SeaweedServer) -> dict[str, str]:
     local = root / "cifar-10-python.tar.gz"
-    md5 = write_synthetic_archive(str(local), images_per_batch=200)
+    md5 = write_synthetic_archive(str(local), images_per_batch=400)
     filesystem(s3.endpoint).put(str(local), ARCHIVE_KEY)
     return {"data_url": f"s3://{ARCHIVE_KEY}", "data_md5": md5}
 

@@ -25,11 +25,10 @@ from prefect.client.schemas.objects import FlowRun
 from prefect.deployments import run_deployment
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
+from tests.helpers import rank_processes
 from tests.soak import checks
-from tests.soak.faults import FAULTS, PHASES, Fault, can_fill_disk
+from tests.soak.faults import FAULTS, Fault, can_fill_disk
 from tests.soak.rig import MODEL, Bounds, Rig, soak_rig
-
-TASK_OF_PHASE = {phase: phase for phase in PHASES}
 
 
 @dataclass
@@ -148,7 +147,7 @@ def _night(
     started = time.time()
     parameters = {
         **rig.archive,
-        "epochs": 2,
+        "epochs": 4,
         "seed": number,
         "batch_size": 64,
         "rows_per_file": 250,
@@ -192,11 +191,15 @@ def _inject(rig: Rig, night: Night, fault: Fault, run: FlowRun, rng: random.Rand
     """Wait for the phase's task to begin (or the run to end), a moment more, then strike."""
     deadline = time.monotonic() + rig.bounds.night_s
     while time.monotonic() < deadline:
-        names = _task_names(run)
-        if any(name.startswith(TASK_OF_PHASE[night.phase]) for name in names) or _ended(run):
+        if night.phase == "train":  # its ranks are running (task runs are recorded late)
+            if rank_processes():
+                break
+        elif any(name.startswith(night.phase) for name in _task_names(run)):
+            break
+        if _ended(run):
             break
         time.sleep(0.3)
-    time.sleep(rng.uniform(0, 3) if night.phase != "train" else rng.uniform(3, 8))
+    time.sleep(rng.uniform(0, 3))
     night.injected_at = time.time()
     try:
         night.detail = fault.inject(rig, rng)
