@@ -81,9 +81,10 @@ def _dask_leases(rig: Rig) -> int:
         return int(client.run_on_scheduler(held))
 
 
-def registry_problems(rig: Rig) -> list[str]:
-    """Every version has an alias, a decision or ``withdrawn``; one usable version per flow run;
-    ``@champion`` has every gate passed and a card."""
+def registry_problems(rig: Rig, swept: bool) -> list[str]:
+    """After a publish (``swept``: it withdraws what killed publishes left), every version has an
+    alias, a decision or ``withdrawn``; always, one usable version per flow run and a
+    ``@champion`` with every gate passed and a card."""
     client = MlflowClient(rig.mlflow.url)
     problems = []
     usable: dict[str, list[str]] = defaultdict(list)
@@ -98,7 +99,7 @@ def registry_problems(rig: Rig) -> list[str]:
             continue
         usable[tags.get(REQUEST_TAG, "?")].append(str(version.version))
         has_alias = str(version.version) == (champion.version if champion else None)
-        if PROMOTION_TAG not in tags and not has_alias:
+        if swept and PROMOTION_TAG not in tags and not has_alias:
             aliases = client.get_model_version(MODEL, version.version).aliases
             if not aliases:
                 problems.append(f"version {version.version}: no alias, decision or withdrawal")

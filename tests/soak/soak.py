@@ -272,7 +272,7 @@ def _after_night(rig: Rig, night: Night, runs: list[FlowRun]) -> list[str]:
     completed = any(r.state and r.state.is_completed() for r in runs)
     problems = checks.alert_problems(runs, [a for a in alerts if "run " in a["subject"]])
     problems += checks.zombie_problems(rig)
-    problems += checks.registry_problems(rig)
+    problems += checks.registry_problems(rig, swept=completed)
     problems += checks.leftover_problems(rig, swept=completed)
     night.storage_mb = checks.storage_use(rig)
     night.outcomes["alerts"] = str(len(alerts))
