@@ -10,7 +10,7 @@ TORCH_INDEX_URL ?=
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-offline test test-fast test-containers check clean slurm postgres gpu-benchmark \
+.PHONY: run run-offline test test-fast test-containers check clean slurm postgres gpu-benchmark soak \
 	podman stack-up stack-down stack-up-local stack-down-local
 
 run: $(STAMP)
@@ -26,6 +26,14 @@ test: $(STAMP) slurm postgres
 # a couple of minutes, for the edit-test loop. `make test` stays the whole suite.
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -m "not integration"
+
+# The chaos soak: a compressed month of nightlies (30 by default; NIGHTS=, SEED=) on real
+# services, one fault injected a night, every check after every night, and a table at the end
+# (docs/reliability.md). About 45 minutes on 2 cores; `make test` runs a 6-night one.
+NIGHTS ?= 30
+SEED ?= 0
+soak: $(STAMP) postgres
+	$(VENV)/bin/python -m tests.soak --nights $(NIGHTS) --seed $(SEED)
 
 # The compose stack for real (podman, podman-compose, runc, debootstrap: Debian's packages,
 # installed here as root): builds the images (a Debian base once; the dependencies' layer cached

@@ -11,7 +11,11 @@ and the steps after training (register, evaluate, promote) retry within that tim
 from __future__ import annotations
 
 import errno
+import logging
 import os
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
 import aiohttp
 import botocore.exceptions
@@ -20,6 +24,9 @@ import requests
 from mlflow.exceptions import MlflowException
 
 from cifar.errors import PipelineError
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # The operator's bound, set in the worker's environment (the stack's .env: CIFAR_OUTAGE_TOLERANCE_S)
 OUTAGE_TOLERANCE_VARIABLE = "CIFAR_OUTAGE_TOLERANCE_S"
@@ -86,3 +93,26 @@ def is_transient(error: BaseException) -> bool:
         seen.add(id(current))
         current = current.__cause__ or current.__context__
     return False
+
+
+def ride_out(call: Callable[[], T], what: str, sleep: Callable[[float], None] = time.sleep) -> T:
+    """``call()``, tried again while it fails transiently, for up to ``outage_tolerance_s()``
+    (after 1 s, then doubling up to 30 s; each retry logged with ``what``); the last error is
+    raised."""
+    tolerance = outage_tolerance_s()
+    started, delay = time.monotonic(), 1.0
+    while True:
+        try:
+            return call()
+        except Exception as error:
+            if not is_transient(error) or time.monotonic() - started + delay > tolerance:
+                raise
+            logger.warning(
+                "Could not %s (%s: %s); the service is out of reach, tried again in %.0f s",
+                what,
+                type(error).__name__,
+                str(error)[:200],
+                delay,
+            )
+        sleep(delay)
+        delay = min(delay * 2, 30.0)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import fsspec
 
+from mlops.outages import ride_out
+
 STORAGE_PATH_VARIABLE = "CIFAR_STORAGE_PATH"  # where a deployment's work pool names the storage
 DEFAULT_STORAGE_PATH = "./cifar-data"
 
@@ -78,13 +80,17 @@ class StorageLayout:
 
     def check_writable(self, folder: str | None = None) -> None:
         """Raise ``PermissionError`` naming the root (or ``folder`` under it) if nothing can be
-        written there."""
+        written there (a storage out of reach is waited for, ``mlops.outages.ride_out``)."""
         probe = posixpath.join(folder or self.root, ".write-probe")
-        try:
+
+        def write() -> None:
             fs, path = fsspec.core.url_to_fs(probe)
             fs.makedirs(posixpath.dirname(path), exist_ok=True)
             fs.pipe_file(path, b"")
             fs.rm_file(path)
+
+        try:
+            ride_out(write, f"write under {folder or self.root}")  # S3 out of reach: waited
         except (OSError, ValueError) as exc:
             raise PermissionError(
                 f"Cannot write under {folder or f'storage_path {self.root}'} "

@@ -333,3 +333,43 @@ def test_ingest_restarted_rank_restarts_the_pass_and_lost_worker_is_recomputed(
 def _no_leftover_ranks() -> Iterator[None]:
     yield
     assert rank_processes() == []
+
+
+def flaky_block(start: int, count: int, marker: str) -> np.ndarray:
+    """Rows ``start..start+count``; the first two computations of partition 0 find its storage
+    out of reach (as S3 restarting), counted in a file (they run in worker processes)."""
+    if start == 0:
+        tries = Path(marker)
+        done = int(tries.read_text()) if tries.exists() else 0
+        tries.write_text(str(done + 1))
+        if done < 2:
+            raise ConnectionRefusedError(111, "Connection refused (the storage restarts)")
+    return np.arange(start, start + count)
+
+
+def read_once(config: dict[str, Any]) -> None:
+    ids = [
+        int(i)
+        for b in trainlib.get_dataset_shard("train").iter_batches(batch_size=50)
+        for i in b["id"]
+    ]
+    trainlib.report({"ids": ids})
+
+
+def test_ingest_a_partition_whose_storage_is_out_of_reach_is_computed_again(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    marker = str(tmp_path / "tries")
+    parts = [
+        da.from_delayed(dask.delayed(flaky_block)(s, 100, marker), (100,), dtype=np.int64)
+        for s in (0, 100, 200, 300)
+    ]
+    result = TorchTrainer(
+        read_once,
+        datasets={"train": {"id": da.concatenate(parts)}},
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(storage_path=str(tmp_path / "runs")),
+        client=dask_client,
+    ).fit()
+    assert int(Path(marker).read_text()) == 3  # failed twice, then computed
+    assert len(result.metrics["ids"]) == 200  # rank 0's share, every row

@@ -34,10 +34,11 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-ATTEMPTS = 8
+# A storage outage of up to five minutes (a restarted S3 gateway, a failover) is ridden through.
+ATTEMPTS = 40
 FIRST_WAIT_S = 0.25  # the first retry waits up to this long, doubling each time
-MAX_WAIT_S = 10.0
-TOTAL_S = 120.0
+MAX_WAIT_S = 15.0
+TOTAL_S = 300.0
 
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _PERMANENT_ERRNO = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM})

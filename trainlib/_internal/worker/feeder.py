@@ -11,6 +11,7 @@ recompute (Dask reruns the lost tasks); the pass goes on.
 from __future__ import annotations
 
 import itertools
+import logging
 import pickle
 import queue
 import threading
@@ -23,13 +24,14 @@ from typing import Any, cast
 
 from distributed import Client, Future, Worker, get_worker
 
-from trainlib._internal.common import shared_blocks
+from trainlib._internal.common import retries, shared_blocks
 from trainlib._internal.common.datasets import Block, DatasetSource, num_rows, take_rows
 from trainlib._internal.common.messages import FeedPlan
 from trainlib._internal.common.waiting import Completions, result_within
 from trainlib._internal.worker.rows_per_rank import EqualSplit, Segment, pass_order, windows
 from trainlib.errors import DatasetError
 
+logger = logging.getLogger(__name__)
 Send = Callable[[tuple[str, Any]], None]
 _WAIT_S = 0.5
 # Windows computed ahead of the one the rank reads: with one, benchmarks/ingest.py delivered
@@ -239,11 +241,30 @@ class _DatasetFeed:
         return None
 
     def _wait(self, future: Future[Any]) -> Any:
-        """The future's result; raises ``_Stopped`` once the feeder is stopped."""
-        try:
-            return result_within(future, _WAIT_S, give_up=self._stopped.is_set)
-        except TimeoutError:
-            raise _Stopped from None
+        """The future's result; raises ``_Stopped`` once the feeder is stopped. A computation
+        that failed transiently (its storage out of reach) is computed again, with its failed
+        dependencies, for up to ``retries.TOTAL_S``: an outage of the storage the data is read
+        from costs a wait, not the run."""
+        started, delay = time.monotonic(), 1.0
+        while True:
+            try:
+                return result_within(future, _WAIT_S, give_up=self._stopped.is_set)
+            except TimeoutError:
+                raise _Stopped from None
+            except Exception as exc:
+                if not retries.is_transient(exc) or time.monotonic() - started > retries.TOTAL_S:
+                    raise
+                logger.warning(
+                    "Computing datasets[%r] failed (%s: %s); computed again in %.0f s",
+                    self._source.name,
+                    type(exc).__name__,
+                    exc,
+                    delay,
+                )
+            if self._stopped.wait(delay):
+                raise _Stopped
+            delay = min(delay * 2, retries.MAX_WAIT_S)
+            future.retry()
 
     def _release(self, partitions: set[int]) -> None:
         """Drop this rank's interest in partitions (another rank may still hold them)."""
