@@ -59,7 +59,8 @@ def test_retries_retry_a_transient_error_and_log_each_retry(
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2
     assert messages[0].startswith("Could not upload the checkpoint to s3://b/run (OSError")
-    assert "retry 1 of 7" in messages[0] and "retry 2 of 7" in messages[1]
+    last = retries.ATTEMPTS - 1
+    assert f"retry 1 of {last}" in messages[0] and f"retry 2 of {last}" in messages[1]
 
 
 def test_retries_fail_a_permanent_error_at_once_naming_the_path() -> None:
