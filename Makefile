@@ -57,7 +57,8 @@ podman:
 # The full stack (README.md, "Run the full stack"): every variable of docker/.env.example set
 # (exported, or in docker/.env). stack-up writes the secrets (docker/write_secrets.py, refusing
 # a missing one by name), builds the image tagged with this commit, starts every service and
-# runs the one-shot deploy (MLflow's training account, the work pool, the deployments);
+# runs the one-shot deploy (MLflow's training account, the work pool, the deployments; its
+# failure fails the target, docker/one_shot.py);
 # stack-down stops it and keeps the volumes. COMPOSE="podman compose" or podman-compose work too.
 COMPOSE ?= docker compose
 STACK := $(COMPOSE) -f docker/docker-compose.yml
@@ -66,7 +67,7 @@ stack-up stack-up-local: export GIT_SHA := $(GIT_SHA)
 stack-up:
 	python3 docker/write_secrets.py
 	$(STACK) up -d --build
-	$(STACK) run --rm deploy
+	python3 docker/one_shot.py $(STACK) -- deploy
 
 stack-down:
 	$(STACK) down
@@ -80,7 +81,7 @@ stack-up-local: podman
 	python3 docker/write_secrets.py
 	bash docker/build-local.sh
 	$(LOCAL_STACK) up -d
-	$(LOCAL_STACK) run --rm deploy
+	python3 docker/one_shot.py $(LOCAL_STACK) -- deploy
 
 stack-down-local:
 	$(LOCAL_STACK) down

@@ -109,6 +109,25 @@ class Stack:
             raise AssertionError(f"podman-compose {' '.join(args)}: {done.stdout}\n{done.stderr}")
         return done.stdout
 
+    def one_shot(self, service: str) -> str:
+        """Run a one-shot service (``deploy``) as ``make stack-up-local`` does; fail with its
+        last lines when it fails (podman-compose's own exit status says nothing)."""
+        done = subprocess.run(
+            [
+                *(sys.executable, "docker/one_shot.py", "podman-compose", "-p", PROJECT),
+                *COMPOSE_FILES,
+                *("--", service),
+            ],
+            cwd=REPO,
+            env={**os.environ, **ENGINE_ENV, **self.env},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        if done.returncode != 0:
+            raise AssertionError(f"{service} failed: {done.stderr[-3000:]}")
+        return done.stdout
+
     @property
     def prefect_env(self) -> dict[str, str]:
         """What a Prefect client on the host needs."""

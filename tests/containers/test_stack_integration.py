@@ -83,7 +83,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
 def _up(stack: Stack) -> None:
     stack.compose("up", "-d")
     wait_healthy(SERVICES)
-    stack.compose("run", "--rm", "deploy")
+    stack.one_shot("deploy")
 
 
 @pytest.fixture(autouse=True)
