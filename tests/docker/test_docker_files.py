@@ -146,3 +146,12 @@ def test_dockerfile_passes_hadolint() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_compose_test_file_gives_every_service_of_the_image_a_local_image() -> None:
+    """Where no registry is reachable, a service left out of compose.test.yml would be built
+    (or pulled) under another tag, and the stack would come up without it."""
+    services = _compose()["services"]
+    local = yaml.safe_load((DOCKER / "compose.test.yml").read_text())["services"]
+    built = {name for name, service in services.items() if "build" in service}
+    assert built - set(local) == set()
