@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
-"""Bring the stack's databases to the schemas of the installed Prefect and MLflow, once, before
-the services that use them start (the compose stack's one-shot ``migrate`` service).
+"""Bring a service's database to the schema of the installed Prefect or MLflow, once, before the
+service starts (its container's command runs this first).
 
-    wait-for postgres://postgres:5432 -- python /app/docker/migrate.py
+    python /app/docker/migrate.py prefect && exec prefect server start ...
+    python /app/docker/migrate.py mlflow && exec mlflow server ...  # the store and the users
 
-Prefect's database: ``prefect server database upgrade`` (the server then starts with
-``PREFECT_API_DATABASE_MIGRATE_ON_START=false``). MLflow's tracking store and registry
-(``$MLFLOW_BACKEND_STORE_URI``) and its basic-auth users (the ``database_uri`` of
+``prefect``: Prefect's database, ``prefect server database upgrade`` (the server then starts
+with ``PREFECT_API_DATABASE_MIGRATE_ON_START=false``). ``mlflow``: MLflow's tracking store and
+registry (``$MLFLOW_BACKEND_STORE_URI``) and its basic-auth users (the ``database_uri`` of
 ``$MLFLOW_AUTH_CONFIG_PATH``): MLflow's own store classes create a new schema or upgrade an
-older one. Run again, each finds its schema current and changes nothing. Each step names itself
-when it fails, and the service exits non-zero: the services that wait for it do not start.
+older one. Run in the service's own container after PostgreSQL accepts queries, a migration
+never races the service it is for (podman-compose ignores ``depends_on`` conditions, so a
+separate one-shot service could not be waited for). Run again, each finds its schema current
+and changes nothing. Each step names itself when it fails, and the command exits non-zero:
+the service does not start.
 """
 
 from __future__ import annotations
@@ -43,15 +47,21 @@ def mlflow_auth(config_path: str) -> None:
     SqlAlchemyStore().init_db(config["mlflow"]["database_uri"])
 
 
-def main() -> None:
-    steps = [
-        ("Prefect's database", prefect),
-        (
-            "MLflow's tracking store",
-            lambda: mlflow_tracking(os.environ["MLFLOW_BACKEND_STORE_URI"]),
-        ),
-        ("MLflow's users", lambda: mlflow_auth(os.environ["MLFLOW_AUTH_CONFIG_PATH"])),
-    ]
+def main(argv: list[str]) -> None:
+    environ = os.environ
+    services = {
+        "prefect": [("Prefect's database", prefect)],
+        "mlflow": [
+            (
+                "MLflow's tracking store",
+                lambda: mlflow_tracking(environ["MLFLOW_BACKEND_STORE_URI"]),
+            ),
+            ("MLflow's users", lambda: mlflow_auth(environ["MLFLOW_AUTH_CONFIG_PATH"])),
+        ],
+    }
+    if not argv or any(a not in services for a in argv):
+        sys.exit(f"usage: migrate.py {' | '.join(services)} ...")
+    steps = [step for service in argv for step in services[service]]
     for name, step in steps:
         try:
             step()
@@ -64,4 +74,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -11,9 +11,9 @@ from prefect.transactions import transaction
 from cifar.dataset import Dataset
 from cifar.errors import PipelineError
 from mlops.evaluation import Evaluation
-from mlops.model_card import data_facts
 from mlops.promotion import Promotion, PromotionRule
 from mlops.registry import model_name_for
+from mlops.tracking import run_recipe
 from tasks.download import Archive
 from tasks.evaluate import champion_score_task, evaluate_task
 from tasks.monitoring import summarize_task
@@ -94,8 +94,8 @@ def publish(
                 rule,
                 tracking_uri,
                 champion,
-                synthetic,
-                data_facts(dataset),
+                dataset,
+                run_recipe(tracking_uri, trained.run_id, dataset.manifest.digest()),
             )
     except Exception as exc:
         raise PublishError(name, version, f"{type(exc).__name__}: {exc}") from exc

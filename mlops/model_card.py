@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from cifar.dataset import Dataset
+from mlops.paired_test import PairedComparison
 from mlops.release_gates import Gate
 
 
@@ -45,16 +46,31 @@ def model_card(
     per_class: Mapping[str, float],
     champion_per_class: Mapping[str, float] | None,
     gates: Sequence[Gate],
+    comparison: PairedComparison | None = None,
+    budget_left: float | None = None,
 ) -> str:
-    """The card as Markdown: the decision, the data, the training configuration and code, the
-    test accuracy per class (beside the champion's on the same images) and the release gates."""
+    """The card as Markdown: the decision (with the gain's confidence limits, the verdict and
+    the lifetime alpha left, when it was compared with a champion), the data, the training
+    configuration and code, the test accuracy per class (beside the champion's on the same
+    images) and the release gates."""
     lines = [
         f"# {model_name} version {version}: @{alias}",
         "",
         f"**Decision.** {reason}.",
         "",
-        "## Data",
     ]
+    if comparison is not None:
+        lines += [
+            "## Against the champion",
+            "",
+            "| gain | lower limit | upper limit | margin | verdict | alpha spent | alpha left |",
+            "|---|---|---|---|---|---|---|",
+            f"| {comparison.difference:+.4f} | {comparison.low:+.4f} | {comparison.high:+.4f} "
+            f"| {comparison.margin:g} | {comparison.verdict} | {1 - comparison.confidence:.4g} "
+            f"| {budget_left if budget_left is not None else float('nan'):.4g} |",
+            "",
+        ]
+    lines += ["## Data"]
     if data is None:
         lines.append("Not recorded.")
     else:

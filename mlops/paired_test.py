@@ -3,26 +3,27 @@ confidence bound for the paired difference of accuracies, on the same images.
 
 Both models are scored on the same ``n`` test images, so the evidence is paired: what matters is
 the images one gets right and the other wrong (``only_new`` = b, ``only_champion`` = c). The
-gain is the difference of accuracies, Δ = p_new − p_champion. Its confidence limits are Tango's
+gain is the difference of accuracies, Δ = p_new - p_champion. Its confidence limits are Tango's
 score limits for the difference of paired proportions (T. Tango, "Equivalence test and
 confidence interval for the difference in proportions for the paired-sample design", Statistics
 in Medicine 17:891-908, 1998; recommended by R. G. Newcombe, Statistics in Medicine
-17:2635-2650, 1998, among ten methods): Δ's limit at level 1 − α is where the score statistic
+17:2635-2650, 1998, among ten methods): Δ's limit at level 1 - alpha is where the score statistic
 
-    Z(Δ) = (b − c − nΔ) / sqrt(n (2 q̂(Δ) + Δ (1 − Δ)))
+    Z(Δ) = (b - c - nΔ) / sqrt(n (2 q̂(Δ) + Δ (1 - Δ)))
 
-reaches z_{1−α}, with q̂(Δ) the maximum-likelihood estimate of P(champion only) given Δ (a
-root of a quadratic), and the distance b − c − nΔ shrunk by one image (continuity correction).
-Unlike Wald's interval it stays inside [−1, 1], is not zero-width when b = c = 0, and keeps its
+reaches z_{1-alpha}, with q̂(Δ) the maximum-likelihood estimate of P(champion only) given Δ (a
+root of a quadratic), and the distance b - c - nΔ shrunk by one image (continuity correction).
+Unlike Wald's interval it stays inside [-1, 1], is not zero-width when b = c = 0, and keeps its
 coverage with few discordant images. With margin 0, "the lower limit is above 0" is exactly the
-one-sided continuity-corrected McNemar test, (b − c − 1) / √(b + c) > z_{1−α}, which follows
-McNemar's exact test closely (b = 4, c = 0: p = 0.0625 exact, not shown at α = 0.05): the bound
+one-sided continuity-corrected McNemar test, (b - c - 1) / √(b + c) > z_{1-alpha}, which follows
+McNemar's exact test closely (b = 4, c = 0: p = 0.0625 exact, not shown at alpha = 0.05): the bound
 and the test are one decision. No Prefect, no MLflow.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -61,15 +62,15 @@ def upper_bound(b: int, c: int, n: int, confidence: float) -> float:
     return _solve(lambda d: score(b, c, n, d) + z)
 
 
-def _solve(f: object) -> float:
-    """The Δ in (−1, 1) where the decreasing ``f`` crosses 0 (its ends when it does not)."""
+def _solve(f: Callable[[float], float]) -> float:
+    """The Δ in (-1, 1) where the decreasing ``f`` crosses 0 (its ends when it does not)."""
     lo, hi = -1 + _EDGE, 1 - _EDGE
-    f_lo, f_hi = f(lo), f(hi)  # type: ignore[operator]
+    f_lo, f_hi = f(lo), f(hi)
     if f_lo <= 0:
         return -1.0
     if f_hi >= 0:
         return 1.0
-    return float(brentq(f, lo, hi, xtol=1e-10))  # type: ignore[arg-type]
+    return float(brentq(f, lo, hi, xtol=1e-10))
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,8 @@ class PairedComparison:
     champion_accuracy: float
     only_new: int  # images only the new model classifies correctly
     only_champion: int  # images only the champion classifies correctly
-    confidence: float  # of each one-sided limit, 1 − the alpha spent on this comparison
-    low: float  # the one-sided lower limit of new_accuracy − champion_accuracy
+    confidence: float  # of each one-sided limit, 1 - the alpha spent on this comparison
+    low: float  # the one-sided lower limit of new_accuracy - champion_accuracy
     high: float  # the one-sided upper limit
     margin: float  # the gain the new model must be shown to exceed
     smallest_shown: float | None  # the least observed gain that would clear the margin here
@@ -157,8 +158,9 @@ def compare(
 
 
 def smallest_shown(discordant: int, n: int, confidence: float, margin: float) -> float | None:
-    """The least observed gain ``(b − c) / n``, with ``b + c = discordant`` images on which the
+    """The least observed gain ``(b - c) / n``, with ``b + c = discordant`` images on which the
     two models disagree, whose lower limit clears ``margin``; None if none does."""
+
     def clears(b: int) -> bool:
         return lower_bound(b, discordant - b, n, confidence) > margin
 

@@ -2,10 +2,14 @@
 
 The new version and the champion are compared image by image on the same test split (the
 current run's, named by its digest; ``mlops.evaluation.champion_score`` scores the champion on it
-once and stores its per-image results). The new version is promoted only if it is better by
-a paired test (``mlops.paired_test``: McNemar's exact test, significant at ``alpha``) and by
-more than ``margin``. A version trained on synthetic data never replaces one trained on real
-data.
+once and stores its per-image results). The new version is promoted only if it passes the
+release gates and the one-sided lower confidence limit of its accuracy gain clears ``margin``
+(``mlops.paired_test``), at the alpha this comparison may spend: the k-th comparison on a test
+split spends ``alpha · 6/(π²k²)``, kept in the registry's ledger (``mlops.ledger``), so the
+chance of any false promotion over the model's life stays at most ``alpha``. A first version
+must be better than chance (a binomial test against the majority class's rate). A version
+trained on synthetic data never replaces one trained on real data. The decision is made once
+(``decide``) and applied (``promote``) only if ``@champion`` is still where it assumed.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 from mlflow.tracking import MlflowClient
+from scipy.stats import binomtest
 
+from mlops import ledger
 from mlops.evaluation import ChampionScore, Evaluation
 from mlops.model_card import DataFacts, model_card
-from mlops.paired_test import compare
+from mlops.paired_test import PairedComparison, compare
 from mlops.registry import ALIASES, CHALLENGER, CHAMPION, PROMOTION_TAG, version_at_alias
 from mlops.release_gates import (
     DEFAULT_MAX_CLASS_DROP,
@@ -30,13 +36,33 @@ from mlops.release_gates import (
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_ALPHA = 0.05  # the significance level a promotion needs (promote_alpha)
+DEFAULT_ALPHA = 0.05  # the lifetime chance of a false promotion (promote_alpha)
 CODE_TAGS = ("git_sha", "torch_version")  # the training run's tags the model card quotes
+
+
+class ChampionMoved(RuntimeError):
+    """``@champion`` moved after the decision was made (another publish): decide again."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What becomes of one version, and why (made once; ``promote`` applies it)."""
+
+    promoted: bool
+    reason: str  # one sentence, with the figures
+    champion: str | None  # the version it was judged against (None: there was none)
+    comparison: PairedComparison | None = None  # against the champion, when there was one
+    k: int | None = None  # the comparison's place in the split's ledger
+    budget_left: float | None = None  # of promote_alpha, once this comparison spent its share
+
+    @property
+    def alias(self) -> str:
+        return CHAMPION if self.promoted else CHALLENGER
 
 
 @dataclass(frozen=True)
 class Promotion:
-    """The promotion decision for one model version."""
+    """The promotion decision for one model version, applied."""
 
     version: str
     alias: str
@@ -48,11 +74,15 @@ class Promotion:
 class PromotionRule:
     """What a new version must show to take ``@champion`` (the flows' parameters)."""
 
-    margin: float = 0.0  # promote_margin: accuracy above the champion's, at least
-    alpha: float = DEFAULT_ALPHA  # promote_alpha: the paired test's significance level
+    margin: float = 0.0  # promote_margin: the gain the lower confidence limit must clear
+    alpha: float = DEFAULT_ALPHA  # promote_alpha: the lifetime false-promotion budget
     min_test_accuracy: float = DEFAULT_MIN_TEST_ACCURACY
     max_class_drop: float = DEFAULT_MAX_CLASS_DROP
     check_fresh_load: bool = True  # the gate fresh_load (the evaluation runs it)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.alpha < 1.0:
+            raise ValueError(f"promote_alpha={self.alpha:g} must be between 0 and 1 (e.g. 0.05)")
 
     def gates(self, evaluation: Evaluation, champion: ChampionScore | None) -> tuple[Gate, ...]:
         """The release gates' outcomes for ``evaluation`` against ``champion``."""
@@ -62,6 +92,90 @@ class PromotionRule:
             class_drop(evaluation.per_class_accuracy, champion_classes, self.max_class_drop),
         )
         return found if evaluation.fresh_load is None else (*found, evaluation.fresh_load)
+
+
+def decide(
+    evaluation: Evaluation,
+    rule: PromotionRule,
+    champion: ChampionScore | None,
+    synthetic: bool,
+    gates: tuple[Gate, ...] = (),
+    k: int = 1,
+) -> Decision:
+    """Whether a version replaces ``champion``, and why, in a sentence: only if it passed every
+    release gate and, as the ``k``-th comparison on the champion's test split, its gain's lower
+    limit at ``1 - alpha_spent(k)`` clears ``rule.margin``; with no champion, only if it is
+    better than chance."""
+    failed = "; ".join(
+        f"failed the release gate {g.name}: {g.detail}" for g in gates if not g.passed
+    )
+    if champion is None:
+        chance = _better_than_chance(evaluation, rule.alpha)
+        promoted = chance.startswith("better") and not failed
+        reason = "; ".join(part for part in (failed, chance, "no champion yet") if part)
+        return Decision(promoted, reason, None)
+    if synthetic and not champion.synthetic:
+        return Decision(
+            False,
+            f"trained on synthetic data: never promoted over champion version "
+            f"{champion.version}, trained on real data",
+            champion.version,
+        )
+    spent = ledger.alpha_spent(k, rule.alpha)
+    comparison = compare(evaluation.correct, champion.correct, spent, rule.margin)
+    promoted = comparison.verdict == "better" and not failed
+    left = ledger.budget_left(k, rule.alpha)
+    budget = (
+        f"comparison {k} on this test split, alpha {spent:.4g} of promote_alpha {rule.alpha:g} "
+        f"(left for later ones: {left:.4g})"
+    )
+    outcome = "promoted" if promoted else f"champion version {champion.version} stays"
+    verdict = f"{failed}: {outcome}" if failed else outcome
+    where = f"test split {champion.test_digest}"
+    if champion.data_digest is not None:
+        where += f"; champion trained on dataset {champion.data_digest}"
+    return Decision(
+        promoted,
+        f"{comparison.sentence()}; {budget}: {verdict} ({where})",
+        champion.version,
+        comparison,
+        k,
+        left,
+    )
+
+
+def _better_than_chance(evaluation: Evaluation, alpha: float) -> str:
+    """Whether the accuracy beats always answering the most frequent class, by an exact
+    one-sided binomial test at ``alpha``: a sentence starting "better" or "not better"."""
+    confusion = np.asarray(evaluation.confusion, dtype=np.int64)
+    counts = confusion.sum(axis=1) if confusion.ndim == 2 else np.array([evaluation.num_images])
+    n = int(counts.sum())
+    majority = float(counts.max() / n) if n else 1.0
+    right = int(np.sum(evaluation.correct))
+    p = binomtest(right, n, majority, alternative="greater").pvalue if n and majority < 1 else 1.0
+    relation = "better" if p < alpha else "not better"
+    return (
+        f"{relation} than chance: test accuracy {evaluation.accuracy:.4f} against the most "
+        f"frequent class's rate {majority:.4f} (exact binomial test, one-sided p={p:.3g}, "
+        f"alpha {alpha:g})"
+    )
+
+
+def judge(
+    model_name: str,
+    evaluation: Evaluation,
+    rule: PromotionRule,
+    tracking_uri: str,
+    champion: ChampionScore | None,
+    synthetic: bool,
+) -> tuple[Decision, tuple[Gate, ...]]:
+    """The decision for a version of ``model_name`` (``decide``), as the next comparison in the
+    ledger of the champion's test split, and the release gates' outcomes it used."""
+    gates = rule.gates(evaluation, champion)
+    k = 1
+    if champion is not None:
+        k = ledger.next_k(MlflowClient(tracking_uri), model_name, champion.test_digest)
+    return decide(evaluation, rule, champion, synthetic, gates, k), gates
 
 
 def promote(
@@ -74,30 +188,81 @@ def promote(
     champion: ChampionScore | None = None,
     synthetic: bool = False,
     data: DataFacts | None = None,
+    recipe: str = "",
 ) -> Promotion:
-    """Give ``version`` (``evaluation``: on the champion's test split) the champion alias if it
-    passes the release gates and beats ``champion`` as ``rule`` asks; otherwise it becomes the
-    challenger (``decide``).
+    """Judge ``version`` (``judge``) and apply the decision (``apply_decision``)."""
+    decision, gates = judge(model_name, evaluation, rule, tracking_uri, champion, synthetic)
+    return apply_decision(
+        model_name,
+        version,
+        evaluation,
+        decision,
+        tracking_uri,
+        gates=gates,
+        champion=champion,
+        data=data,
+        recipe=recipe,
+    )
 
-    Each gate's outcome and the reason are recorded on the version, and its description becomes
-    its model card (``mlops.model_card``; ``data``: what it learnt from), before an alias
-    moves: the alias is the last change, so a failure leaves every alias where it was.
+
+def apply_decision(
+    model_name: str,
+    version: str,
+    evaluation: Evaluation,
+    decision: Decision,
+    tracking_uri: str,
+    *,
+    gates: tuple[Gate, ...] = (),
+    champion: ChampionScore | None = None,
+    data: DataFacts | None = None,
+    recipe: str = "",
+) -> Promotion:
+    """Apply ``decision`` to ``version``: its comparison in the ledger, each gate's outcome and
+    the reason on the version, its model card (``mlops.model_card``; ``data``: what it learnt
+    from), then the alias, last, so a failure leaves every alias where it was.
+
+    Raises:
+        ChampionMoved: ``@champion`` is no longer where the decision assumed (a concurrent
+            publish moved it): nothing is applied; decide again.
     """
     client = MlflowClient(tracking_uri)
-    gates = rule.gates(evaluation, champion)
+    if version_at_alias(model_name, CHAMPION, tracking_uri) != decision.champion:
+        raise ChampionMoved(
+            f"@champion of {model_name} moved after version {version} was judged against "
+            f"version {decision.champion}: judged again"
+        )
+    if decision.comparison is not None and decision.k is not None and champion is not None:
+        c = decision.comparison
+        ledger.record(
+            client,
+            model_name,
+            ledger.Entry(
+                k=decision.k,
+                split=champion.test_digest,
+                version=version,
+                champion=champion.version,
+                recipe=recipe,
+                num_images=c.num_images,
+                only_new=c.only_new,
+                only_champion=c.only_champion,
+                alpha=1 - c.confidence,
+                low=c.low,
+                high=c.high,
+                verdict=c.verdict,
+            ),
+        )
     for gate in gates:
         outcome = f"{'passed' if gate.passed else 'failed'}: {gate.detail}"
         client.set_model_version_tag(model_name, version, f"gate/{gate.name}", outcome)
-    promoted, reason = decide(evaluation.correct, rule, champion, synthetic, gates)
-    alias = CHAMPION if promoted else CHALLENGER
-    client.set_model_version_tag(model_name, version, PROMOTION_TAG, f"@{alias}: {reason}")
+    alias = decision.alias
+    client.set_model_version_tag(model_name, version, PROMOTION_TAG, f"@{alias}: {decision.reason}")
     run_id = client.get_model_version(model_name, version).run_id
     run = client.get_run(run_id) if run_id else None
     card = model_card(
         model_name,
         version,
         alias,
-        f"{'Promoted' if promoted else 'Not promoted'}: {reason}",
+        f"{'Promoted' if decision.promoted else 'Not promoted'}: {decision.reason}",
         data=data,
         params=run.data.params if run else {},
         code={key: run.data.tags[key] for key in CODE_TAGS if run and key in run.data.tags},
@@ -105,53 +270,13 @@ def promote(
         per_class=evaluation.per_class_accuracy,
         champion_per_class=champion.per_class_accuracy if champion else None,
         gates=gates,
+        comparison=decision.comparison,
+        budget_left=decision.budget_left,
     )
     client.update_model_version(model_name, version, description=card)
     client.set_registered_model_alias(model_name, alias, version)
-    logger.info("%s version %s -> @%s (%s)", model_name, version, alias, reason)
-    return Promotion(version, alias, promoted, reason)
-
-
-def decide(
-    correct: np.ndarray,
-    rule: PromotionRule,
-    champion: ChampionScore | None,
-    synthetic: bool,
-    gates: tuple[Gate, ...] = (),
-) -> tuple[bool, str]:
-    """Whether a version with per-image results ``correct`` replaces ``champion``, and why,
-    in a sentence: only if it passed every release gate, a paired test finds it better at
-    significance level ``rule.alpha`` and its accuracy is higher by more than ``rule.margin``."""
-    margin, alpha = rule.margin, rule.alpha
-    if not 0.0 < alpha < 1.0:
-        raise ValueError(f"promote_alpha={alpha:g} must be between 0 and 1 (e.g. 0.05)")
-    failed = "; ".join(
-        f"failed the release gate {g.name}: {g.detail}" for g in gates if not g.passed
-    )
-    if champion is None:
-        return (False, f"{failed}; no champion yet") if failed else (True, "no champion yet")
-    if synthetic and not champion.synthetic:
-        return False, (
-            f"trained on synthetic data: never promoted over champion version "
-            f"{champion.version}, trained on real data"
-        )
-    comparison = compare(correct, champion.correct, alpha)
-    significant = comparison.p_value < alpha
-    promoted = significant and comparison.difference > margin and not failed
-    if failed:
-        verdict = failed
-    elif promoted:
-        verdict = f"significant at alpha {alpha:g} and above the margin {margin:g}: promoted"
-    elif significant:
-        verdict = f"significant at alpha {alpha:g} but not above the margin {margin:g}"
-    else:
-        verdict = f"not significant at alpha {alpha:g}"
-    where = f"test split {champion.test_digest}"
-    if champion.data_digest is not None:
-        where += f"; champion trained on dataset {champion.data_digest}"
-    if not promoted:
-        verdict += f": champion version {champion.version} stays"
-    return promoted, f"{comparison.sentence()}: {verdict} ({where})"
+    logger.info("%s version %s -> @%s (%s)", model_name, version, alias, decision.reason)
+    return Promotion(version, alias, decision.promoted, decision.reason)
 
 
 def aliases_of(model_name: str, tracking_uri: str) -> dict[str, str | None]:

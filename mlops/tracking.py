@@ -18,7 +18,7 @@ from mlflow.entities import Metric, RunStatus
 from mlflow.tracking import MlflowClient
 
 import trainlib
-from mlops import outages
+from mlops import ledger, outages
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
@@ -114,6 +114,13 @@ def start_run(
     for key, value in params.items():
         client.log_param(run.info.run_id, key, value)
     return run.info.run_id
+
+
+def run_recipe(tracking_uri: str, run_id: str, data_digest: str) -> str:
+    """What made the training run's model (``mlops.ledger.recipe``): the data, its recorded
+    commit and its params."""
+    run = MlflowClient(tracking_uri).get_run(run_id)
+    return ledger.recipe(data_digest, run.data.tags.get("git_sha", "unknown"), run.data.params)
 
 
 class MLflowCallback(trainlib.TrackingCallback):

@@ -1,5 +1,6 @@
-"""The promote step: the decision (``mlops.promotion``) said in a Prefect artifact; in the
-publishing transaction, a rollback puts the aliases back where they were."""
+"""The promote step: the decision (``mlops.promotion``), made once, said in a Prefect artifact,
+then applied if ``@champion`` is still where it assumed (else judged again against the new
+champion); in the publishing transaction, a rollback puts the aliases back where they were."""
 
 from __future__ import annotations
 
@@ -8,11 +9,21 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.transactions import Transaction, get_transaction
 
-from mlops.evaluation import ChampionScore, Evaluation
-from mlops.model_card import DataFacts
-from mlops.promotion import Promotion, PromotionRule, aliases_of, decide, promote, restore_aliases
-from mlops.registry import CHALLENGER, CHAMPION
+from cifar.dataset import Dataset
+from mlops.evaluation import ChampionScore, Evaluation, champion_score
+from mlops.model_card import data_facts
+from mlops.promotion import (
+    ChampionMoved,
+    Promotion,
+    PromotionRule,
+    aliases_of,
+    apply_decision,
+    judge,
+    restore_aliases,
+)
 from tasks.retrying import TRANSIENT_RETRIES
+
+JUDGEMENTS = 3  # a champion that moves this often while one version is judged: the task fails
 
 
 @task(name="promote", cache_policy=NO_CACHE, **TRANSIENT_RETRIES)
@@ -23,34 +34,41 @@ def promote_task(
     rule: PromotionRule,
     tracking_uri: str,
     champion: ChampionScore | None,
-    synthetic: bool,
-    data: DataFacts | None = None,
+    dataset: Dataset,
+    recipe: str = "",
 ) -> Promotion:
     """Promote or not, and say why in a Prefect artifact; in a transaction, a rollback puts
     the aliases back where they were."""
     if (txn := get_transaction()) is not None:
         txn.set("aliases", (model_name, aliases_of(model_name, tracking_uri), tracking_uri))
-    gates = rule.gates(evaluation, champion)
-    promoted, reason = decide(evaluation.correct, rule, champion, synthetic, gates)
-    alias = CHAMPION if promoted else CHALLENGER
-    create_markdown_artifact(  # first: the alias is the transaction's last change
-        key="promotion",
-        markdown=(
-            f"# {model_name} version {version}: @{alias}\n\n"
-            f"{'Promoted' if promoted else 'Not promoted'}: {reason}."
-        ),
-        description="Promotion decision",
-    )
-    return promote(
-        model_name,
-        version,
-        evaluation,
-        rule,
-        tracking_uri,
-        champion=champion,
-        synthetic=synthetic,
-        data=data,
-    )
+    synthetic = dataset.manifest.synthetic
+    for judgement in range(JUDGEMENTS):
+        decision, gates = judge(model_name, evaluation, rule, tracking_uri, champion, synthetic)
+        create_markdown_artifact(  # first: the alias is the transaction's last change
+            key="promotion",
+            markdown=(
+                f"# {model_name} version {version}: @{decision.alias}\n\n"
+                f"{'Promoted' if decision.promoted else 'Not promoted'}: {decision.reason}."
+            ),
+            description="Promotion decision",
+        )
+        try:
+            return apply_decision(
+                model_name,
+                version,
+                evaluation,
+                decision,
+                tracking_uri,
+                gates=gates,
+                champion=champion,
+                data=data_facts(dataset),
+                recipe=recipe,
+            )
+        except ChampionMoved:
+            if judgement == JUDGEMENTS - 1:
+                raise
+            champion = champion_score(model_name, dataset, tracking_uri)  # the new one
+    raise AssertionError("unreachable: the last judgement returns or raises")
 
 
 @promote_task.on_rollback

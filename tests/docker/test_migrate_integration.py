@@ -36,7 +36,7 @@ def test_migrate_creates_every_schema_once_then_changes_nothing(
     }
     runs = [
         subprocess.run(
-            [sys.executable, "docker/migrate.py"],
+            [sys.executable, "docker/migrate.py", "prefect", "mlflow"],
             cwd=REPO,
             env=env,
             capture_output=True,
@@ -57,7 +57,7 @@ def test_migrate_creates_every_schema_once_then_changes_nothing(
 def test_migrate_names_the_step_that_failed(tmp_path: Path) -> None:
     dead = f"postgresql://nobody:pw@127.0.0.1:{free_port()}/none"
     done = subprocess.run(
-        [sys.executable, "docker/migrate.py"],
+        [sys.executable, "docker/migrate.py", "prefect"],
         cwd=REPO,
         env={
             **os.environ,

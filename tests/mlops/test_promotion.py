@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from cifar.checkpoint import ModelSpec, save_training_state
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from cifar.models import build_model
+from mlops import ledger
 from mlops.evaluation import (
     ChampionScore,
     Evaluation,
@@ -60,7 +62,14 @@ def _score(version: str, correct: np.ndarray, synthetic: bool = False) -> Champi
 
 
 def _evaluation(correct: np.ndarray) -> Evaluation:
-    return Evaluation(float(correct.mean()), _per_class(correct), [], len(correct), correct)
+    """An evaluation with these per-image results (image i of class i % 10; a wrong one taken
+    for the next class)."""
+    labels = LABELS[: len(correct)]
+    confusion = np.zeros((10, 10), dtype=int)
+    np.add.at(confusion, (labels, np.where(correct, labels, (labels + 1) % 10)), 1)
+    return Evaluation(
+        float(correct.mean()), _per_class(correct), confusion.tolist(), len(correct), correct
+    )
 
 
 def _rule(margin: float = 0.0, **gates: float) -> PromotionRule:
@@ -92,18 +101,19 @@ def test_promotion_first_version_becomes_champion(tracking_uri: str) -> None:
     decision = promote(
         "first", version, _evaluation(_correct(500)), _rule(0.0), tracking_uri, champion=None
     )
-    assert (decision.promoted, decision.alias, decision.reason) == (
-        True,
-        "champion",
-        "no champion yet",
+    assert (decision.promoted, decision.alias) == (True, "champion")
+    assert decision.reason.startswith(
+        "better than chance: test accuracy 0.5000 against the most frequent class's rate "
+        "0.1000 (exact binomial test, one-sided p="
     )
+    assert decision.reason.endswith(", alpha 0.05); no champion yet")
     assert aliases_of("first", tracking_uri) == {"champion": version, "challenger": None}
 
 
-def test_promotion_needs_a_significant_gain_above_the_margin(tracking_uri: str) -> None:
+def test_promotion_needs_the_gains_lower_limit_above_the_margin(tracking_uri: str) -> None:
     champion = _register(tracking_uri, "duel")
     promote("duel", champion, _evaluation(_correct(800)), _rule(0.0), tracking_uri)
-    # Right on the champion's 800 images and 10 more: p = 0.5**10, but +0.01 < the margin.
+    # Right on the champion's 800 images and 10 more: a gain, but its lower limit is below 0.05.
     newcomer = _register(tracking_uri, "duel")
     decision = promote(
         "duel",
@@ -114,12 +124,15 @@ def test_promotion_needs_a_significant_gain_above_the_margin(tracking_uri: str) 
         champion=_score(champion, _correct(800)),
     )
     assert (decision.promoted, decision.alias) == (False, "challenger")
-    assert decision.reason == (
-        "test accuracy 0.8100 against the champion's 0.8000 on the same 1000 images: +0.0100 "
-        "(95% CI +0.0038 to +0.0162); 10 images only this version gets right, 0 only the "
-        "champion; McNemar's exact test (one-sided) p=0.000977: significant at alpha 0.05 but "
-        "not above the margin 0.05: champion version 1 stays (test split tttttttttttttttt; "
-        "champion trained on dataset dddddddddddddddd)"
+    assert decision.reason.startswith(
+        "test accuracy 0.8100 against the champion's 0.8000 on the same 1000 images: +0.0100; "
+        "10 images only this version gets right, 0 only the champion; the gain is at least "
+    )
+    assert "margin 0.05: not shown" in decision.reason
+    assert "comparison 1 on this test split, alpha 0.0304 of promote_alpha 0.05" in decision.reason
+    assert decision.reason.endswith(
+        "champion version 1 stays (test split tttttttttttttttt; champion trained on dataset "
+        "dddddddddddddddd)"
     )
     tag = MlflowClient(tracking_uri).get_model_version("duel", newcomer).tags["promotion"]
     assert tag == f"@challenger: {decision.reason}"
@@ -132,8 +145,15 @@ def test_promotion_needs_a_significant_gain_above_the_margin(tracking_uri: str) 
         tracking_uri,
         champion=_score(champion, _correct(800)),
     )
-    assert promoted.promoted and "significant at alpha 0.05 and above the margin" in promoted.reason
+    assert promoted.promoted and "margin 0.05: better" in promoted.reason
+    assert "comparison 2 on this test split, alpha 0.007599" in promoted.reason
     assert aliases_of("duel", tracking_uri) == {"champion": better, "challenger": newcomer}
+    recorded = ledger.entries(MlflowClient(tracking_uri), "duel", "t" * 16)
+    assert [(e.k, e.version, e.verdict) for e in recorded] == [
+        (1, newcomer, "not shown"),
+        (2, better, "better"),
+    ]
+    assert recorded[1].alpha == pytest.approx(0.05 * 6 / (math.pi**2 * 4))
 
 
 def test_promotion_synthetic_never_replaces_a_real_champion(tracking_uri: str) -> None:
@@ -280,10 +300,11 @@ def test_promotion_a_first_version_below_the_floor_is_only_a_challenger(
         "floored", version, _evaluation(_correct(200)), _rule(min_test_accuracy=0.5), tracking_uri
     )
     assert (decision.promoted, decision.alias) == (False, "challenger")
-    assert decision.reason == (
+    assert decision.reason.startswith(
         "failed the release gate accuracy_floor: test accuracy 0.2000 is below the floor 0.5 "
-        "(min_test_accuracy); no champion yet"
+        "(min_test_accuracy); better than chance: "
     )
+    assert decision.reason.endswith("; no champion yet")
 
 
 def test_promotion_writes_the_model_card_on_the_version(tracking_uri: str, tmp_path: Path) -> None:
@@ -312,3 +333,4 @@ def test_promotion_writes_the_model_card_on_the_version(tracking_uri: str, tmp_p
     # Image i is of class i % 10: images 800-802 (one more right in classes 0-2) decide.
     assert "| airplane | 0.810 | 0.800 |" in card and "| truck | 0.800 | 0.800 |" in card
     assert "| class_drop | passed | the class that lost most" in card
+    assert "| +0.0030 | " in card and "| 0 | not shown | 0.0304 |" in card

@@ -38,12 +38,12 @@ class Outage(trainlib.Callback):
 
     def on_report(self, report: trainlib.Report) -> None:
         self.times.append(time.monotonic())
-        if report.index == DOWN_AT:
-            self.server.stop()
-            self.restarted = threading.Thread(target=self._restart)
+        if report.index == DOWN_AT:  # (stopping it here would hold this report, not MLflow)
+            self.restarted = threading.Thread(target=self._outage)
             self.restarted.start()
 
-    def _restart(self) -> None:
+    def _outage(self) -> None:
+        self.server.stop()
         time.sleep(DOWN_S)
         self.server.start()
 
