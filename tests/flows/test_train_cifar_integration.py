@@ -225,8 +225,9 @@ def test_flow_another_seed_is_not_promoted_and_says_why_in_numbers(
         f"{first_run['test_accuracy']:.4f} on the same 200 images: "
     )
     assert reason.startswith(figures), reason
-    assert "(95% CI " in reason and "McNemar's exact test (one-sided) p=" in reason
-    assert "not significant at alpha 0.05: champion version 1 stays" in reason
+    assert "the gain is at least " in reason and "one-sided 96.96% score limits" in reason
+    assert "comparison 1 on this test split, alpha 0.0304 of promote_alpha 0.05" in reason
+    assert "champion version 1 stays" in reason and (": not shown" in reason or ": worse" in reason)
     assert client.get_run(second["mlflow_run_id"]).data.params["seed"] == "8"
     card = version.description  # the model card, in the MLflow UI
     assert f"Not promoted: {reason.removeprefix('@challenger: ')}." in card
