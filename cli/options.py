@@ -204,14 +204,14 @@ def add_registry_options(made: argparse.ArgumentParser) -> None:
         "--promote-margin",
         type=number,
         default=0.0,
-        help="test accuracy by which a new version must beat @champion to replace it",
+        help="the accuracy gain over @champion the lower confidence limit must clear",
     )
     made.add_argument(
         "--promote-alpha",
         type=probability,
         default=0.05,
-        help="significance level of the paired test (McNemar's exact test on the same test "
-        "images) a new version must pass to replace @champion",
+        help="the lifetime false-promotion budget: the k-th comparison with @champion on a test "
+        "split tests at promote_alpha*6/(pi^2 k^2)",
     )
     made.add_argument(
         "--min-test-accuracy",

@@ -88,9 +88,10 @@ def train_cifar(
     saying why, unless ``force`` (``tasks.retraining``).
     ``timeout_minutes``: a run that takes longer fails, its training stopped
     (``flows.time_limit``; None: no limit).
-    The new version is promoted to ``@champion`` only if it beats the champion on the same test
-    images by a paired test (McNemar's exact test) significant at ``promote_alpha`` and by more
-    than ``promote_margin`` in accuracy (``mlops.promotion``), and only if it passes the release
+    The new version is promoted to ``@champion`` only if the one-sided lower confidence limit of
+    its accuracy gain over the champion, on the same test images, clears ``promote_margin``, at
+    the share of ``promote_alpha`` (the lifetime false-promotion budget) this comparison may
+    spend (``mlops.promotion``), and only if it passes the release
     gates: test accuracy at least ``min_test_accuracy``, no class's accuracy lower than the
     champion's by more than ``max_class_drop``, and, with ``check_fresh_load``, the registered
     model loaded in a new process scores like the evaluation (``mlops.release_gates``); else
