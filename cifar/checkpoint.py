@@ -99,3 +99,9 @@ def load_classifier(checkpoint_uri: str) -> Classifier:
     model = ModelSpec(spec["name"], tuple(spec["mean"]), tuple(spec["std"])).build()
     model.load_state_dict(state["model"])
     return model.eval()
+
+
+def checkpoint_epoch(checkpoint_uri: str) -> int:
+    """The epoch after which the training checkpoint at ``checkpoint_uri`` was saved."""
+    with Checkpoint(checkpoint_uri).as_directory() as directory:
+        return int(load_training_state(directory)["epoch"])

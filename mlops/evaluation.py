@@ -1,13 +1,18 @@
 """Evaluation of a registered model on the held-out test split (``score``: a model's class
 probabilities for images, also what predict-cifar writes).
 
-Besides its figures, each evaluation keeps which test images the model classified correctly,
-as the artifact ``evaluation/correct-<test split digest>.npy`` of the version's MLflow run: the
-promotion's paired test reads the champion's from there instead of scoring it again.
+Besides its figures, each evaluation keeps which test images the model classified correctly:
+the evidence, stored with the model that produced it, as the artifact
+``evaluation/correct-<test split digest>.npy`` of the version's LoggedModel, its sha256 on the
+version (tag ``evidence/<test split digest>``). The promotion's paired test reads the champion's
+from there instead of scoring it again, and trusts it only if the hash matches. Keyed by the
+model, not by the training run: two versions of one run (the same ``run_name`` published
+again) never share or overwrite each other's evidence.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import tempfile
@@ -17,6 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 from matplotlib.figure import Figure
+from mlflow.artifacts import download_artifacts
 from mlflow.entities import Metric
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
@@ -138,7 +144,7 @@ def record_evaluation(
     )
     client.set_model_version_tag(model_name, version, "test_accuracy", f"{evaluation.accuracy:.6f}")
     client.set_model_version_tag(model_name, version, "test_images", str(evaluation.num_images))
-    save_correct(client, run_id, test_digest, evaluation.correct)
+    keep_evidence(client, model_name, version, test_digest, evaluation.correct)
     client.set_model_version_tag(
         model_name, version, accuracy_tag(test_digest), f"{evaluation.accuracy:.6f}"
     )
@@ -153,31 +159,67 @@ def _correct_file(test_digest: str) -> str:
     return f"correct-{test_digest}.npy"
 
 
-def save_correct(client: MlflowClient, run_id: str, test_digest: str, correct: np.ndarray) -> None:
-    """Keep the per-image results on ``test_digest`` as an artifact of the run."""
+def evidence_tag(test_digest: str) -> str:
+    """The version tag holding the sha256 of its per-image results on that test split."""
+    return f"evidence/{test_digest}"
+
+
+def _digest(correct: np.ndarray) -> str:
+    return hashlib.sha256(np.asarray(correct, dtype=bool).tobytes()).hexdigest()
+
+
+def keep_evidence(
+    client: MlflowClient, model_name: str, version: str, test_digest: str, correct: np.ndarray
+) -> None:
+    """Store the version's per-image results on ``test_digest`` with its LoggedModel, and their
+    hash on the version. A version with no LoggedModel (registered before MLflow 3's model API)
+    keeps none: it is scored again when needed."""
+    model_id = logged_model_id(model_name, version, client.tracking_uri)
+    if model_id is None:
+        return
     with tempfile.TemporaryDirectory() as directory:
         path = os.path.join(directory, _correct_file(test_digest))
         np.save(path, np.asarray(correct, dtype=bool))
-        client.log_artifact(run_id, path, "evaluation")
+        client.log_model_artifact(model_id, path, "evaluation")
+    client.set_model_version_tag(model_name, version, evidence_tag(test_digest), _digest(correct))
 
 
-def load_correct(client: MlflowClient, run_id: str, test_digest: str) -> np.ndarray | None:
-    """The per-image results ``save_correct`` kept, or None if there are none."""
+def read_evidence(
+    client: MlflowClient, model_name: str, version: str, test_digest: str
+) -> np.ndarray | None:
+    """The per-image results ``keep_evidence`` stored, or None when there are none or they do
+    not match the hash recorded on the version."""
+    expected = client.get_model_version(model_name, version).tags.get(evidence_tag(test_digest))
+    model_id = logged_model_id(model_name, version, client.tracking_uri)
+    if expected is None or model_id is None:
+        return None
+    location = client.get_logged_model(model_id).artifact_location
     with tempfile.TemporaryDirectory() as directory:
         try:
-            path = client.download_artifacts(
-                run_id, f"evaluation/{_correct_file(test_digest)}", directory
+            path = download_artifacts(
+                artifact_uri=f"{location.rstrip('/')}/evaluation/{_correct_file(test_digest)}",
+                dst_path=directory,
+                tracking_uri=client.tracking_uri,
             )
         except (MlflowException, OSError):
             return None
-        return np.load(path, allow_pickle=False)
+        correct = np.load(path, allow_pickle=False)
+    if _digest(correct) != expected:
+        logger.warning(
+            "%s version %s: its evidence on test split %s does not match its hash; scored again",
+            model_name,
+            version,
+            test_digest,
+        )
+        return None
+    return correct
 
 
 def champion_score(model_name: str, dataset: Dataset, tracking_uri: str) -> ChampionScore | None:
     """The ``@champion`` version's per-image results and accuracy on this dataset's test split
     (None: no champion).
 
-    Read from its run's artifact for the split's digest when it was evaluated on it already;
+    Read from its evidence on the split (``read_evidence``) when it was evaluated on it already;
     otherwise evaluated now and kept, so each version is evaluated once per test split.
     """
     version = version_at_alias(model_name, CHAMPION, tracking_uri)
@@ -186,14 +228,12 @@ def champion_score(model_name: str, dataset: Dataset, tracking_uri: str) -> Cham
     test_digest = dataset.manifest.digest("test")
     test = read_split(dataset, "test")
     client = MlflowClient(tracking_uri)
-    found = client.get_model_version(model_name, version)
-    tags, run_id = found.tags, found.run_id
-    correct = load_correct(client, run_id, test_digest) if run_id else None
+    tags = client.get_model_version(model_name, version).tags
+    correct = read_evidence(client, model_name, version, test_digest)
     if correct is None or len(correct) != dataset.manifest.rows("test"):
         model = load_version(model_name, version, tracking_uri)
         correct = evaluate_model(model, test, dataset.manifest.class_names).correct
-        if run_id:
-            save_correct(client, run_id, test_digest, correct)
+        keep_evidence(client, model_name, version, test_digest, correct)
         client.set_model_version_tag(
             model_name, version, accuracy_tag(test_digest), f"{correct.mean():.6f}"
         )

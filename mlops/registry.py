@@ -21,7 +21,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from torch import nn
 
-from cifar.checkpoint import load_classifier
+from cifar.checkpoint import checkpoint_epoch, load_classifier
 from cifar.dataset import Dataset
 from mlops.lineage import DIGEST_TAG, SYNTHETIC_TAG
 
@@ -51,12 +51,14 @@ def register_model(
     model_name: str,
     tracking_uri: str,
     request_id: str | None = None,
+    step: int = 0,
 ) -> str:
     """Log ``model`` as an MLflow model of the run (``mlflow.pytorch.log_model``: a LoggedModel
     with its signature, input example and pinned requirements) and register it; return the new
     version.
 
-    The model takes uint8 images (N, 3, 32, 32) and returns (N, 10) class scores. With
+    The model takes uint8 images (N, 3, 32, 32) and returns (N, 10) class scores; the
+    LoggedModel carries the run's metrics of ``step`` (the epoch of the checkpoint it is). With
     ``request_id`` (the flow run's id), registering is idempotent: the version is created with
     that id as a tag, and a retry after a failure (the registry answered, the reply was lost)
     finds the version its first attempt made instead of making another.
@@ -92,6 +94,7 @@ def register_model(
             input_example=example,
             serialization_format="pickle",  # "pt2" loads as a GraphModule without .eval()
             pip_requirements=_REQUIREMENTS,
+            step=step,  # its metrics: the checkpoint's epoch, not the run's first
         )
         # register_model, not log_model's registered_model_name: the version needs its tags
         # from the start (the idempotency above finds it by them).
@@ -261,7 +264,8 @@ def register_checkpoint(
     (idempotent per ``request_id``: see ``register_model``), tagged with the digest of the data
     it was trained on and whether that data is synthetic."""
     classifier = load_classifier(checkpoint_uri)
-    version = register_model(classifier, run_id, model_name, tracking_uri, request_id)
+    epoch = checkpoint_epoch(checkpoint_uri)
+    version = register_model(classifier, run_id, model_name, tracking_uri, request_id, epoch)
     client = MlflowClient(tracking_uri)
     client.set_model_version_tag(model_name, version, DIGEST_TAG, dataset.manifest.digest())
     synthetic = str(dataset.manifest.synthetic).lower()

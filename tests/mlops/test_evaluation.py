@@ -3,6 +3,7 @@ process-wide MLflow setting says."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +16,13 @@ from mlflow.tracking import MlflowClient
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from cifar.models import build_model
-from mlops.evaluation import confusion_figure, evaluate_version, fresh_load_gate, load_correct
+from mlops.evaluation import (
+    confusion_figure,
+    evaluate_version,
+    evidence_tag,
+    fresh_load_gate,
+    read_evidence,
+)
 from mlops.registry import register_model
 from mlops.release_gates import GateCannotRunError
 from mlops.tracking import start_run
@@ -57,9 +64,10 @@ def test_evaluate_records_in_the_given_store(tmp_path: Path, elsewhere: Path) ->
     assert float(tags["test_accuracy"]) == pytest.approx(evaluation.accuracy)
     stored = sorted(a.path for a in client.list_artifacts(run_id, "evaluation"))
     test_digest = _test_split(tmp_path / "data").manifest.digest("test")
-    assert stored == ["evaluation/confusion_matrix.png", f"evaluation/correct-{test_digest}.npy"]
-    kept = load_correct(client, run_id, test_digest)
+    assert stored == ["evaluation/confusion_matrix.png"]  # the evidence is the model's
+    kept = read_evidence(client, "evaluated", version, test_digest)
     assert kept is not None and kept.dtype == bool and kept.mean() == evaluation.accuracy
+    assert tags[evidence_tag(test_digest)] == hashlib.sha256(kept.tobytes()).hexdigest()
     assert evaluation.fresh_load is not None and evaluation.fresh_load.passed, evaluation
     assert not elsewhere.exists()
     assert mlflow.get_tracking_uri() == f"sqlite:///{elsewhere}"  # put back

@@ -20,9 +20,9 @@ from mlops.evaluation import (
     Evaluation,
     accuracy_tag,
     champion_score,
-    load_correct,
+    keep_evidence,
     per_class_accuracy,
-    save_correct,
+    read_evidence,
 )
 from mlops.model_card import data_facts
 from mlops.promotion import PromotionRule, aliases_of, promote, restore_aliases
@@ -215,10 +215,10 @@ def test_champion_score_evaluates_once_per_test_split(tracking_uri: str, tmp_pat
     assert float(client.get_model_version("scored", version).tags[tag]) == pytest.approx(
         score.accuracy
     )
-    # The per-image results kept on the version's run are read, not computed again.
-    kept = load_correct(client, run_id, score.test_digest)
+    # The per-image results kept with the version's model are read, not computed again.
+    kept = read_evidence(client, "scored", version, score.test_digest)
     assert kept is not None and (kept == score.correct).all()
-    save_correct(client, run_id, score.test_digest, _correct(7, 20))
+    keep_evidence(client, "scored", version, score.test_digest, _correct(7, 20))
     again_first = champion_score("scored", first, tracking_uri)
     assert again_first is not None and again_first.accuracy == 7 / 20
     # Another test split, labelled so that the model is right on exactly 13 of its 20 images:
@@ -232,8 +232,9 @@ def test_champion_score_evaluates_once_per_test_split(tracking_uri: str, tmp_pat
     assert again is not None and again.accuracy == pytest.approx(13 / 20)
 
 
-def write_checkpoint(directory: Path) -> str:
-    """A training checkpoint of an untrained small_cnn (what a run's best checkpoint holds)."""
+def write_checkpoint(directory: Path, epoch: int = 0) -> str:
+    """A training checkpoint of an untrained small_cnn (what a run's best checkpoint holds),
+    saved after ``epoch``."""
     spec = ModelSpec("small_cnn", (0.5,) * 3, (0.25,) * 3)
     model = spec.build()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -245,7 +246,7 @@ def write_checkpoint(directory: Path) -> str:
         spec=spec,
         optimizer=optimizer,
         scheduler=scheduler,
-        epoch=0,
+        epoch=epoch,
         hyperparameters={},
     )
     return str(directory)
@@ -334,3 +335,37 @@ def test_promotion_writes_the_model_card_on_the_version(tracking_uri: str, tmp_p
     assert "| airplane | 0.810 | 0.800 |" in card and "| truck | 0.800 | 0.800 |" in card
     assert "| class_drop | passed | the class that lost most" in card
     assert "| +0.0030 | " in card and "| 0 | not shown | 0.0304 |" in card
+
+
+def test_evidence_of_two_versions_of_one_run_is_kept_apart(tracking_uri: str) -> None:
+    """The same run_name published again makes a second version of the same training run: its
+    evidence never overwrites the first's, and evidence that does not match its hash is not
+    trusted."""
+    run_id = start_run(tracking_uri, "promotion-test", "twice", {}, {})
+    model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    client = MlflowClient(tracking_uri)
+    first = register_model(model, run_id, "twice", tracking_uri)
+    second = register_model(model, run_id, "twice", tracking_uri)
+    keep_evidence(client, "twice", first, "s" * 16, _correct(12, 20))
+    keep_evidence(client, "twice", second, "s" * 16, _correct(17, 20))
+    kept_first = read_evidence(client, "twice", first, "s" * 16)
+    kept_second = read_evidence(client, "twice", second, "s" * 16)
+    assert kept_first is not None and kept_first.sum() == 12
+    assert kept_second is not None and kept_second.sum() == 17
+    client.set_model_version_tag("twice", first, "evidence/" + "s" * 16, "0" * 64)  # tampered
+    assert read_evidence(client, "twice", first, "s" * 16) is None
+
+
+def test_register_gives_the_logged_model_the_metrics_of_its_checkpoints_epoch(
+    tracking_uri: str, tmp_path: Path
+) -> None:
+    run_id = start_run(tracking_uri, "promotion-test", "stepped", {}, {})
+    client = MlflowClient(tracking_uri)
+    for epoch in range(3):
+        client.log_metric(run_id, "val_accuracy", 0.5 + 0.1 * epoch, step=epoch)
+    checkpoint = write_checkpoint(tmp_path / "epoch-2", epoch=2)
+    dataset = _dataset(tmp_path / "data", 6)
+    version = register_checkpoint(checkpoint, run_id, "stepped", tracking_uri, dataset)
+    model_id = client.get_model_version("stepped", version).source.removeprefix("models:/")
+    metrics = {m.key: (m.value, m.step) for m in client.get_logged_model(model_id).metrics or []}
+    assert metrics["val_accuracy"] == (pytest.approx(0.7), 2)
