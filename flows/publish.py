@@ -83,9 +83,7 @@ def publish(
             version = register_task(
                 trained.best_checkpoint_uri, trained.run_id, name, tracking_uri, dataset
             )
-            evaluation = evaluate_task(
-                name, version, dataset, trained.run_id, tracking_uri, rule.check_fresh_load
-            )
+            evaluation = evaluate_task(name, version, dataset, tracking_uri, rule.check_fresh_load)
             champion = champion_score_task(name, dataset, tracking_uri)
             promotion = promote_task(
                 name,

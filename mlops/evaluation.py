@@ -115,21 +115,38 @@ def confusion_figure(evaluation: Evaluation, class_names: tuple[str, ...]) -> Fi
     return figure
 
 
+EVALUATION_RUN_TAG = "evaluation_run"  # the version's tag naming its evaluation's MLflow run
+
+
 def record_evaluation(
     evaluation: Evaluation,
     dataset: Dataset,
-    run_id: str,
     model_name: str,
     version: str,
     tracking_uri: str,
-) -> None:
-    """Put the figures on the MLflow run, linked to the version's LoggedModel and to the test
-    split (logged as the run's input, context ``test``), and on the model version
-    (``test_accuracy``, and ``test_accuracy/{test digest}``: its accuracy on that split)."""
+) -> str:
+    """Record the evaluation as an MLflow run of its own, nested under the version's training
+    run: the test split and the evaluated LoggedModel as its inputs, the figures as its metrics
+    linked to both, the confusion matrix; on the version, the figures (``test_accuracy``, and
+    ``test_accuracy/{test digest}``: its accuracy on that split), the evidence and the run's id.
+    The training run lists its training and validation data only. Returns the run's id."""
     client = MlflowClient(tracking_uri)
     test_digest = dataset.manifest.digest("test")
     model_id = logged_model_id(model_name, version, tracking_uri)
-    test_name = log_test_input(tracking_uri, run_id, dataset, model_id)
+    found = client.get_model_version(model_name, version)
+    training = client.get_run(found.run_id) if found.run_id else None
+    run = client.create_run(
+        training.info.experiment_id if training else "0",
+        run_name=f"evaluate {model_name} v{version} on {test_digest}",
+        tags={
+            **({"mlflow.parentRunId": training.info.run_id} if training else {}),
+            "model_name": model_name,
+            "model_version": version,
+        },
+    )
+    run_id = run.info.run_id
+    source = training.info.run_id if training else None
+    test_name = log_test_input(tracking_uri, run_id, dataset, model_id, source_run_id=source)
     figures = {"test_accuracy": evaluation.accuracy} | {
         f"test_accuracy_{name}": accuracy
         for name, accuracy in evaluation.per_class_accuracy.items()
@@ -142,12 +159,15 @@ def record_evaluation(
         confusion_figure(evaluation, dataset.manifest.class_names),
         "evaluation/confusion_matrix.png",
     )
+    client.set_terminated(run_id)
     client.set_model_version_tag(model_name, version, "test_accuracy", f"{evaluation.accuracy:.6f}")
     client.set_model_version_tag(model_name, version, "test_images", str(evaluation.num_images))
+    client.set_model_version_tag(model_name, version, EVALUATION_RUN_TAG, run_id)
     keep_evidence(client, model_name, version, test_digest, evaluation.correct)
     client.set_model_version_tag(
         model_name, version, accuracy_tag(test_digest), f"{evaluation.accuracy:.6f}"
     )
+    return run_id
 
 
 def accuracy_tag(test_digest: str) -> str:
@@ -232,11 +252,9 @@ def champion_score(model_name: str, dataset: Dataset, tracking_uri: str) -> Cham
     correct = read_evidence(client, model_name, version, test_digest)
     if correct is None or len(correct) != dataset.manifest.rows("test"):
         model = load_version(model_name, version, tracking_uri)
-        correct = evaluate_model(model, test, dataset.manifest.class_names).correct
-        keep_evidence(client, model_name, version, test_digest, correct)
-        client.set_model_version_tag(
-            model_name, version, accuracy_tag(test_digest), f"{correct.mean():.6f}"
-        )
+        evaluation = evaluate_model(model, test, dataset.manifest.class_names)
+        record_evaluation(evaluation, dataset, model_name, version, tracking_uri)
+        correct = evaluation.correct
         logger.info(
             "Champion %s version %s evaluated on test split %s: %.4f",
             model_name,
@@ -263,11 +281,11 @@ def evaluate_version(
     model_name: str,
     version: str,
     dataset: Dataset,
-    run_id: str,
     tracking_uri: str,
     check_fresh_load: bool = True,
 ) -> Evaluation:
-    """Evaluate the registered version (loaded from the registry) and record the figures;
+    """Evaluate the registered version (loaded from the registry) and record the figures
+    (``record_evaluation``: a run of its own, nested under the version's training run);
     with ``check_fresh_load``, also load it in a new process and compare its scores of the
     first ``PROBE_IMAGES`` test images (the release gate ``fresh_load``).
 
@@ -282,7 +300,7 @@ def evaluate_version(
         probe = test.images[:PROBE_IMAGES]
         gate = fresh_load_gate(model_name, version, tracking_uri, probe, score(model, probe))
         evaluation = replace(evaluation, fresh_load=gate)
-    record_evaluation(evaluation, dataset, run_id, model_name, version, tracking_uri)
+    record_evaluation(evaluation, dataset, model_name, version, tracking_uri)
     return evaluation
 
 

@@ -3,9 +3,10 @@
 Each training run (each trial of a search) logs its train and validation splits with
 ``log_inputs``: MLflow datasets whose source is the archive's URL and whose digest is the
 split's fingerprint from the dataset manifest (``Manifest.digest``), so the MLflow UI lists
-them under "Datasets used" on the run, and on a registered version's source run. The
-evaluation adds the test split (context ``test``) with the model it evaluated, and links its
-metrics to both. The version itself carries the digest of the whole dataset as the tag
+them under "Datasets used" on the run, and on a registered version's source run. Each
+evaluation is a run of its own, nested under the training run, with the test split (context
+``test``) and the model it evaluated as its inputs, its metrics linked to both: a training run
+never lists the test split. The version itself carries the digest of the whole dataset as the tag
 ``data_digest``.
 """
 
@@ -75,16 +76,25 @@ def log_dataset_inputs(
     client.set_tag(run_id, SYNTHETIC_TAG, str(dataset.manifest.synthetic).lower())
 
 
-def log_test_input(tracking_uri: str, run_id: str, dataset: Dataset, model_id: str | None) -> str:
-    """Log the test split as an input of the run (context ``test``), with the LoggedModel
-    ``model_id`` it evaluated; return the MLflow dataset's name. Its source is the one the
-    run's training splits name (the archive's URL), else the dataset's folder."""
+def log_test_input(
+    tracking_uri: str,
+    run_id: str,
+    dataset: Dataset,
+    model_id: str | None,
+    source_run_id: str | None = None,
+) -> str:
+    """Log the test split as an input of the evaluation run ``run_id`` (context ``test``), with
+    the LoggedModel ``model_id`` it evaluated; return the MLflow dataset's name. Its source is
+    the one the training run ``source_run_id``'s splits name (the archive's URL), else the
+    dataset's folder."""
     client = MlflowClient(tracking_uri)
     run = client.get_run(run_id)
     logged = run.inputs.dataset_inputs if run.inputs else []
+    training = client.get_run(source_run_id) if source_run_id else None
+    trained_on = training.inputs.dataset_inputs if training and training.inputs else []
     test = split_dataset(dataset, "test", dataset.uri)._to_mlflow_entity()
-    if logged:  # the same archive: its source as the training splits recorded it
-        first = logged[0].dataset
+    if trained_on:  # the same archive: its source as the training splits recorded it
+        first = trained_on[0].dataset
         test = MlflowDataset(test.name, test.digest, first.source_type, first.source)
     if not any((d.dataset.name, d.dataset.digest) == (test.name, test.digest) for d in logged):
         client.log_inputs(

@@ -22,14 +22,11 @@ def evaluate_task(
     model_name: str,
     version: str,
     dataset: Dataset,
-    run_id: str,
     tracking_uri: str,
     check_fresh_load: bool = True,
 ) -> Evaluation:
     """Evaluate and record, with the confusion matrix as a Prefect table."""
-    evaluation = evaluate_version(
-        model_name, version, dataset, run_id, tracking_uri, check_fresh_load
-    )
+    evaluation = evaluate_version(model_name, version, dataset, tracking_uri, check_fresh_load)
     class_names = dataset.manifest.class_names
     create_table_artifact(
         key="confusion-matrix",

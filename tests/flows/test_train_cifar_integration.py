@@ -163,14 +163,17 @@ def test_flow_run_logs_its_datasets_and_digest(
     (dataset_dir,) = (workspace.root / "store" / "datasets").iterdir()
     manifest = read_manifest(str(dataset_dir))
     assert manifest is not None and manifest.synthetic
+    version = client.get_model_version(MODEL, first_run["model_version"])
     inputs = client.get_run(first_run["mlflow_run_id"]).inputs.dataset_inputs
+    evaluated = client.get_run(version.tags["evaluation_run"])  # the evaluation's own run
+    assert evaluated.data.tags["mlflow.parentRunId"] == first_run["mlflow_run_id"]
+    inputs += evaluated.inputs.dataset_inputs
     logged = {d.dataset.name.rsplit("/", 1)[-1]: d.dataset for d in inputs}
-    assert sorted(logged) == ["test", "train", "val"]  # test: by the evaluation
+    assert sorted(logged) == ["test", "train", "val"]  # the training run: train and val only
     for split, dataset in logged.items():
         assert dataset.digest == manifest.digest(split)
         assert json.loads(dataset.source)["url"] == workspace.archive_url
     assert {t.value for d in inputs for t in d.tags} == {"training", "validation", "test"}
-    version = client.get_model_version(MODEL, first_run["model_version"])
     assert version.tags["data_digest"] == manifest.digest()
     assert version.tags["synthetic_data"] == "true"
 

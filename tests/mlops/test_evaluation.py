@@ -52,17 +52,19 @@ def test_evaluate_records_in_the_given_store(tmp_path: Path, elsewhere: Path) ->
     run_id = start_run(uri, "evaluate-test", "run", {}, {})
     model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
     version = register_model(model, run_id, "evaluated", uri)
-    evaluation = evaluate_version("evaluated", version, _test_split(tmp_path / "data"), run_id, uri)
+    evaluation = evaluate_version("evaluated", version, _test_split(tmp_path / "data"), uri)
     assert evaluation.num_images == 20 and sum(map(sum, evaluation.confusion)) == 20
     client = MlflowClient(uri)
-    metrics = client.get_run(run_id).data.metrics
+    evaluated = client.get_model_version("evaluated", version).tags["evaluation_run"]
+    metrics = client.get_run(evaluated).data.metrics
     assert metrics["test_accuracy"] == evaluation.accuracy
+    assert client.get_run(evaluated).data.tags["mlflow.parentRunId"] == run_id
     prefix = "test_accuracy_"
     per_class = {k.removeprefix(prefix): v for k, v in metrics.items() if k.startswith(prefix)}
     assert per_class == evaluation.per_class_accuracy and len(per_class) == 10
     tags = client.get_model_version("evaluated", version).tags
     assert float(tags["test_accuracy"]) == pytest.approx(evaluation.accuracy)
-    stored = sorted(a.path for a in client.list_artifacts(run_id, "evaluation"))
+    stored = sorted(a.path for a in client.list_artifacts(evaluated, "evaluation"))
     test_digest = _test_split(tmp_path / "data").manifest.digest("test")
     assert stored == ["evaluation/confusion_matrix.png"]  # the evidence is the model's
     kept = read_evidence(client, "evaluated", version, test_digest)
@@ -81,15 +83,17 @@ def test_evaluate_links_its_metrics_to_the_logged_model_and_the_test_split(
     model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
     version = register_model(model, run_id, "linked", uri)
     dataset = _test_split(tmp_path / "data")
-    evaluation = evaluate_version("linked", version, dataset, run_id, uri, check_fresh_load=False)
+    evaluation = evaluate_version("linked", version, dataset, uri, check_fresh_load=False)
     client = MlflowClient(uri)
     registered = client.get_model_version("linked", version)
     logged = client.get_logged_model(registered.source.removeprefix("models:/"))
     assert logged.source_run_id == run_id and registered.source == f"models:/{logged.model_id}"
     assert logged.experiment_id == client.get_run(run_id).info.experiment_id  # not Default's
     assert str(logged.status) in ("READY", "LoggedModelStatus.READY")
-    run = client.get_run(run_id)
-    assert [o.model_id for o in run.outputs.model_outputs] == [logged.model_id]
+    training = client.get_run(run_id)
+    assert [o.model_id for o in training.outputs.model_outputs] == [logged.model_id]
+    assert not training.inputs.dataset_inputs  # never the test split: its own run has it
+    run = client.get_run(registered.tags["evaluation_run"])
     (test_input,) = run.inputs.dataset_inputs
     assert test_input.dataset.digest == dataset.manifest.digest("test")
     assert [(t.key, t.value) for t in test_input.tags] == [("mlflow.data.context", "test")]
@@ -117,9 +121,7 @@ def test_evaluate_a_model_a_new_process_cannot_load_fails_the_fresh_load_gate(
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     run_id = start_run(uri, "evaluate-test", "local", {}, {})
     version = register_model(_LocalNet(), run_id, "local-code", uri)
-    evaluation = evaluate_version(
-        "local-code", version, _test_split(tmp_path / "data"), run_id, uri
-    )
+    evaluation = evaluate_version("local-code", version, _test_split(tmp_path / "data"), uri)
     gate = evaluation.fresh_load
     assert gate is not None and not gate.passed
     assert "a new process could not load and run it" in gate.detail
