@@ -48,6 +48,7 @@ class Evaluation:
     num_images: int
     correct: np.ndarray  # per test image, in the split's order: classified correctly
     fresh_load: Gate | None = None  # the version loaded in a new process: the same scores?
+    labels: np.ndarray | None = None  # per test image: its class (the class gate needs it)
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ def evaluate_model(model: nn.Module, test: Batch, class_names: tuple[str, ...]) 
         confusion=confusion.tolist(),
         num_images=len(test.labels),
         correct=predicted == test.labels,
+        labels=np.asarray(test.labels),
     )
 
 

@@ -17,13 +17,30 @@ from mlops.registry import CHAMPION, using_store, version_at_alias
 FRESH_PROCESS_TIMEOUT_S = 300.0
 
 
+# A service's process: the project is not importable (only the code the model carries, under
+# the folder it is downloaded to), and no GPU (the gate scores on CPU whatever trained it).
 _SCORE_IN_FRESH_PROCESS = """
-import sys
+import importlib.abc, importlib.machinery, sys
 import numpy as np
 import mlflow.pyfunc
-model = mlflow.pyfunc.load_model(sys.argv[1])
+
+PROJECT, CARRIED = {project!r}, sys.argv[4]
+
+class ProjectHidden(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] not in PROJECT:
+            return None
+        carried = [p for p in (path or sys.path) if str(p).startswith(CARRIED)]
+        spec = importlib.machinery.PathFinder.find_spec(name, carried)
+        if spec is None:
+            raise ModuleNotFoundError(f"No module named {{name!r}} (not in the model's code)")
+        return spec
+
+sys.meta_path.insert(0, ProjectHidden())
+model = mlflow.pyfunc.load_model(sys.argv[1], dst_path=CARRIED)
 np.save(sys.argv[3], np.asarray(model.predict(np.load(sys.argv[2]))))
 """
+PROJECT_PACKAGES = ("cifar", "trainlib", "mlops", "tasks", "flows", "cli")
 
 
 class ModelNotFoundError(PipelineError, LookupError):
@@ -35,19 +52,23 @@ def scores_in_fresh_process(
 ) -> np.ndarray:
     """The class scores a new Python process gets for ``images`` from ``version`` loaded from
     the registry (``mlflow.pyfunc.load_model("models:/NAME/VERSION")``): what a service that
-    loads the model sees, with nothing of this process's state.
+    loads the model sees, with nothing of this process's state, none of the project's packages
+    importable but the code the model carries (``code_paths``), and no GPU.
 
     Raises:
         RuntimeError: The process could not load or run the model (its error's last lines).
     """
     with tempfile.TemporaryDirectory() as directory:
         inputs, outputs = os.path.join(directory, "in.npy"), os.path.join(directory, "out.npy")
+        carried = os.path.join(directory, "model")
+        os.mkdir(carried)
         np.save(inputs, images)
         uri = f"models:/{model_name}/{version}"
+        script = _SCORE_IN_FRESH_PROCESS.format(project=set(PROJECT_PACKAGES))
         done = subprocess.run(
-            [sys.executable, "-c", _SCORE_IN_FRESH_PROCESS, uri, inputs, outputs],
+            [sys.executable, "-c", script, uri, inputs, outputs, carried],
             cwd=directory,
-            env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri},
+            env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "CUDA_VISIBLE_DEVICES": ""},
             capture_output=True,
             text=True,
             timeout=FRESH_PROCESS_TIMEOUT_S,

@@ -86,10 +86,16 @@ class PromotionRule:
 
     def gates(self, evaluation: Evaluation, champion: ChampionScore | None) -> tuple[Gate, ...]:
         """The release gates' outcomes for ``evaluation`` against ``champion``."""
-        champion_classes = champion.per_class_accuracy if champion is not None else None
         found = (
             accuracy_floor(evaluation.accuracy, self.min_test_accuracy),
-            class_drop(evaluation.per_class_accuracy, champion_classes, self.max_class_drop),
+            class_drop(
+                evaluation.correct,
+                champion.correct if champion is not None else None,
+                evaluation.labels,
+                list(evaluation.per_class_accuracy),
+                self.max_class_drop,
+                self.alpha,
+            ),
         )
         return found if evaluation.fresh_load is None else (*found, evaluation.fresh_load)
 

@@ -21,6 +21,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from torch import nn
 
+import cifar
 from cifar.checkpoint import checkpoint_epoch, load_classifier
 from cifar.dataset import Dataset
 from mlops.lineage import DIGEST_TAG, SYNTHETIC_TAG
@@ -43,6 +44,9 @@ _REQUIREMENTS = [
     f"numpy=={np.__version__}",
 ]
 _STORE_LOCK = threading.Lock()
+# The model's code, carried with it: its pickle names cifar.models' classes, which a service
+# loading the model (mlflow models serve, the fresh_load gate) need not have installed.
+MODEL_CODE = os.path.dirname(os.path.abspath(cifar.__file__))
 
 
 def register_model(
@@ -94,6 +98,7 @@ def register_model(
             input_example=example,
             serialization_format="pickle",  # "pt2" loads as a GraphModule without .eval()
             pip_requirements=_REQUIREMENTS,
+            code_paths=[MODEL_CODE],  # the classes it is pickled by reference to
             step=step,  # its metrics: the checkpoint's epoch, not the run's first
         )
         # register_model, not log_model's registered_model_name: the version needs its tags

@@ -68,7 +68,12 @@ def _evaluation(correct: np.ndarray) -> Evaluation:
     confusion = np.zeros((10, 10), dtype=int)
     np.add.at(confusion, (labels, np.where(correct, labels, (labels + 1) % 10)), 1)
     return Evaluation(
-        float(correct.mean()), _per_class(correct), confusion.tolist(), len(correct), correct
+        float(correct.mean()),
+        _per_class(correct),
+        confusion.tolist(),
+        len(correct),
+        correct,
+        labels=labels,
     )
 
 
@@ -282,11 +287,15 @@ def test_promotion_a_version_that_collapses_on_one_class_fails_its_gate(
     )
     assert (decision.promoted, decision.alias) == (False, "challenger")
     assert (
-        "failed the release gate class_drop: the class that lost most against the champion is "
-        "cat (0.700 to 0.000), beyond the bound 0.1 (max_class_drop): champion version 1 stays"
+        "failed the release gate class_drop: classes shown to lose more than 0.1 "
+        "(max_class_drop) against the champion: cat (0.700 to 0.000, p="
     ) in decision.reason
+    assert decision.reason.endswith(
+        "champion version 1 stays (test split tttttttttttttttt; champion trained on dataset "
+        "dddddddddddddddd)"
+    )
     tags = MlflowClient(tracking_uri).get_model_version("gated", newcomer).tags
-    assert tags["gate/class_drop"].startswith("failed: the class that lost most")
+    assert tags["gate/class_drop"].startswith("failed: classes shown to lose more than 0.1")
     assert tags["gate/accuracy_floor"] == (
         "passed: test accuracy 0.9000 is at least the floor 0.5 (min_test_accuracy)"
     )
@@ -333,7 +342,7 @@ def test_promotion_writes_the_model_card_on_the_version(tracking_uri: str, tmp_p
     assert "git_sha `" in card and "torch_version `" in card
     # Image i is of class i % 10: images 800-802 (one more right in classes 0-2) decide.
     assert "| airplane | 0.810 | 0.800 |" in card and "| truck | 0.800 | 0.800 |" in card
-    assert "| class_drop | passed | the class that lost most" in card
+    assert "| class_drop | passed | no class shown to lose more than 0.02" in card
     assert "| +0.0030 | " in card and "| 0 | not shown | 0.0304 |" in card
 
 

@@ -16,9 +16,9 @@ from mlflow.tracking import MlflowClient
 
 from cifar.models import build_model
 from mlops.evaluation import Evaluation
-from mlops.model_loading import ModelNotFoundError, load_model
+from mlops.model_loading import ModelNotFoundError, load_model, scores_in_fresh_process
 from mlops.promotion import PromotionRule, promote
-from mlops.registry import WITHDRAWN_TAG, model_name_for, register_model
+from mlops.registry import WITHDRAWN_TAG, model_name_for, register_model, using_store
 from mlops.tracking import start_run
 
 
@@ -103,3 +103,29 @@ def test_registry_a_retried_request_reuses_its_version(tracking_uri: str) -> Non
     ]
     client.set_model_version_tag("retried", first, WITHDRAWN_TAG, "rolled back")
     assert register_model(model, run_id, "retried", tracking_uri, request_id="flow-run-1") == "3"
+
+
+def test_registry_model_carries_its_code_so_a_process_without_the_project_loads_it(
+    tracking_uri: str,
+) -> None:
+    """The fresh-load gate's process cannot import the project: a classifier logged without
+    its code fails there, registered as the pipeline registers it (code_paths), it loads."""
+    import mlflow.pytorch
+
+    images = np.zeros((2, 3, 32, 32), dtype=np.uint8)
+    model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    run_id = start_run(tracking_uri, "registry-test", "codeless", {}, {})
+    with using_store(tracking_uri):
+        logged = mlflow.pytorch.log_model(
+            model,
+            name="model",
+            run_id=run_id,
+            serialization_format="pickle",
+            pip_requirements=["torch"],
+        )
+        bare = str(mlflow.register_model(logged.model_uri, "codeless").version)
+    with pytest.raises(RuntimeError, match="No module named 'cifar'"):
+        scores_in_fresh_process("codeless", bare, tracking_uri, images)
+    carried = register_model(model, run_id, "carried", tracking_uri)
+    scores = scores_in_fresh_process("carried", carried, tracking_uri, images)
+    assert scores.shape == (2, 10)
