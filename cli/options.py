@@ -222,7 +222,7 @@ def add_registry_options(made: argparse.ArgumentParser) -> None:
     made.add_argument(
         "--max-class-drop",
         type=number,
-        default=0.1,
+        default=0.02,
         help="release gate: a version that loses more than this in one class's test accuracy "
         "against @champion never replaces it",
     )

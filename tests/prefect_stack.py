@@ -93,6 +93,13 @@ class PrefectServer:
         self._process = None
 
 
+# Concurrency slots' leases on disk (in PREFECT_HOME), not in the server's memory: a server
+# restarted while a run held a slot then expires the lease and frees the slot; in memory, the
+# lease was lost and the slot stayed taken for good (seen in the soak: the next training waited
+# forever for the `dask-training` tag's only slot)
+LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
+
+
 def prefect_environment(home: Path, database_url: str) -> dict[str, str]:
     """The environment of a Prefect server on a free port with its database (PostgreSQL:
     ``postgresql://user:password@host/db``), its workers and clients."""
@@ -111,6 +118,7 @@ def prefect_environment(home: Path, database_url: str) -> dict[str, str]:
         "PREFECT_FLOWS_HEARTBEAT_FREQUENCY": "30",  # as the stack's worker sets it
         # A run held back by a deployment's concurrency limit is retried after this (default 30)
         "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": "2",
+        "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": LEASE_STORAGE,  # as the stack's server
         "PWD": str(REPO),
     }
 

@@ -92,7 +92,7 @@ def test_mlflow_access_trainer_registers_and_promotes_but_deletes_nothing(
     run_id = start_run(granted, "train-cifar", "access", {}, {})
     model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
     version = register_model(model, run_id, MODEL, granted)
-    evaluation = Evaluation(1.0, {}, [], 4, np.ones(4, bool))
+    evaluation = Evaluation(1.0, {}, [[20, 0], [0, 20]], 40, np.ones(40, bool))
     assert promote(MODEL, version, evaluation, PromotionRule(), granted).alias == "champion"
     client = MlflowClient(granted)
     assert client.get_model_version_by_alias(MODEL, "champion").version == version

@@ -18,6 +18,7 @@ from cifar.checkpoint import load_classifier
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from flows.publish import PublishError, publish
+from mlops.evaluation import score
 from mlops.promotion import PromotionRule
 from mlops.registry import WITHDRAWN_TAG, register_model
 from mlops.tracking import start_run
@@ -25,7 +26,7 @@ from tasks.download import Archive
 from tasks.train import TrainedRun
 from tests.lossy_proxy import lossy_proxy
 from tests.mlflow_rig import mlflow_server
-from tests.mlops.test_promotion import write_checkpoint
+from tests.mlops.test_promotion import untrained_model, write_checkpoint
 from tests.prefect_records import task_runs
 
 
@@ -37,14 +38,27 @@ def publish_flow(
     return publish(trained, archive, dataset, model_name, PromotionRule(), tracking_uri)
 
 
+def _recognisable(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """20 test images labelled as ``untrained_model()`` classifies them, 10 in each of its two
+    most frequent answers: the checkpoints published here beat chance (a first version must)."""
+    colours = rng.integers(0, 256, (400, 3, 1, 1), dtype=np.uint8)  # plain: varied answers
+    pool = np.ascontiguousarray(np.broadcast_to(colours, (400, 3, 32, 32)))
+    answers = score(untrained_model(), pool).argmax(1)
+    two = np.argsort(np.bincount(answers, minlength=10))[-2:]
+    chosen = np.concatenate([np.flatnonzero(answers == label)[:10] for label in two])
+    assert len(chosen) == 20, "the untrained model answers fewer than two classes 10 times"
+    return pool[chosen], answers[chosen]
+
+
 def _dataset(root: Path, synthetic: bool) -> Dataset:
     rng = np.random.default_rng(0)
     splits = {}
     for split in ("train", "val", "test"):
         images = rng.integers(0, 256, (20, 3, 32, 32), dtype=np.uint8)
-        splits[split] = [
-            write_file(str(root / f"{split}-00000.parquet"), images, np.arange(20) % 10)
-        ]
+        labels = np.arange(20) % 10
+        if split == "test":
+            images, labels = _recognisable(rng)
+        splits[split] = [write_file(str(root / f"{split}-00000.parquet"), images, labels)]
     manifest = Manifest(
         "md5", True, CLASS_NAMES, (0.5,) * 3, (0.25,) * 3, 0.1, 0, splits, synthetic
     )

@@ -25,7 +25,15 @@ from mlops.evaluation import (
     read_evidence,
 )
 from mlops.model_card import data_facts
-from mlops.promotion import PromotionRule, aliases_of, promote, restore_aliases
+from mlops.promotion import (
+    ChampionMoved,
+    PromotionRule,
+    aliases_of,
+    apply_decision,
+    judge,
+    promote,
+    restore_aliases,
+)
 from mlops.registry import register_checkpoint, register_model
 from mlops.tracking import start_run
 
@@ -237,11 +245,21 @@ def test_champion_score_evaluates_once_per_test_split(tracking_uri: str, tmp_pat
     assert again is not None and again.accuracy == pytest.approx(13 / 20)
 
 
-def write_checkpoint(directory: Path, epoch: int = 0) -> str:
-    """A training checkpoint of an untrained small_cnn (what a run's best checkpoint holds),
-    saved after ``epoch``."""
-    spec = ModelSpec("small_cnn", (0.5,) * 3, (0.25,) * 3)
-    model = spec.build()
+SPEC = ModelSpec("small_cnn", (0.5,) * 3, (0.25,) * 3)
+
+
+def untrained_model(seed: int = 0) -> torch.nn.Module:
+    """An untrained small_cnn, the same one for the same ``seed``."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return SPEC.build()
+
+
+def write_checkpoint(directory: Path, epoch: int = 0, seed: int = 0) -> str:
+    """A training checkpoint of an untrained small_cnn (``untrained_model(seed)``: what a run's
+    best checkpoint holds), saved after ``epoch``."""
+    spec = SPEC
+    model = untrained_model(seed)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
     directory.mkdir(parents=True)
@@ -378,3 +396,16 @@ def test_register_gives_the_logged_model_the_metrics_of_its_checkpoints_epoch(
     model_id = client.get_model_version("stepped", version).source.removeprefix("models:/")
     metrics = {m.key: (m.value, m.step) for m in client.get_logged_model(model_id).metrics or []}
     assert metrics["val_accuracy"] == (pytest.approx(0.7), 2)
+
+
+def test_promotion_is_not_applied_once_the_champion_moved(tracking_uri: str) -> None:
+    """Judged against no champion, but another publish made one meanwhile: nothing applied."""
+    first, second = _register(tracking_uri, "raced"), _register(tracking_uri, "raced")
+    decision, _ = judge("raced", _evaluation(_correct(600)), _rule(), tracking_uri, None, False)
+    assert decision.promoted and decision.champion is None
+    promote("raced", second, _evaluation(_correct(700)), _rule(), tracking_uri)  # the other run
+    with pytest.raises(ChampionMoved, match="moved after version 1 was judged"):
+        apply_decision("raced", first, _evaluation(_correct(600)), decision, tracking_uri)
+    assert aliases_of("raced", tracking_uri) == {"champion": second, "challenger": None}
+    tags = MlflowClient(tracking_uri).get_model_version("raced", first).tags
+    assert "promotion" not in tags

@@ -138,6 +138,9 @@ def _nights(
             f"night {number}: {night.fault} at {night.phase} ({night.detail}): "
             f"{night.outcomes}, {night.seconds:.0f} s{problems}"
         )
+        if "lost" in night.outcomes.values():  # the stack is stuck: later nights only wait too
+            log(f"stopped after night {number}: a run did not end")
+            return
 
 
 def _night(
