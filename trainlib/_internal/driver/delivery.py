@@ -153,6 +153,9 @@ class Delivery(Callback):
                     self._outage_since = None
                     self._told_past_bound = False
                 self._changed.notify_all()
+                if record.method == "on_end" and not self._queue:
+                    self._thread = None  # the run's last record: a later one starts a thread
+                    return
 
     def _deliver(self, record: _Record) -> bool:
         """Deliver one record, retrying through an outage; False if it was dropped."""

@@ -80,6 +80,18 @@ def test_delivery_records_arrive_in_order_each_once_through_an_outage() -> None:
     assert delivery.waiting == 0
 
 
+def test_delivery_thread_ends_with_the_run() -> None:
+    """A run's delivery thread ends once the run's end is delivered: a process that runs many
+    fits (a worker, a notebook, a test session) keeps no idle thread per run."""
+    delivery = Delivery(Service())
+    delivery.on_start(RunInfo("run", "/nowhere", 2))
+    thread = delivery._thread
+    assert thread is not None and thread.is_alive()
+    end_run([delivery], _result())
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
 def test_delivery_a_refused_record_is_dropped_saying_so(caplog: pytest.LogCaptureFixture) -> None:
     service = Service(refuse=1)
     delivery = Delivery(service)
