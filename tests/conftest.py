@@ -3,6 +3,7 @@ endpoint (moto's server), an HTTP file server and a SLURM cluster."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import threading
 import uuid
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import TextIO
 
 import pytest
 import s3fs
@@ -51,6 +53,42 @@ def command_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("CIFAR_LOG_FILE", str(path))
         yield path
+
+
+@pytest.fixture(scope="session")
+def _terminal_stderr(request: pytest.FixtureRequest) -> Iterator[TextIO]:
+    """The session's real stderr (pytest captures fd 2 around each test)."""
+    capture = request.config.pluginmanager.getplugin("capturemanager")
+    if capture is not None:
+        capture.suspend_global_capture()
+    try:
+        stream = os.fdopen(os.dup(2), "w")
+    finally:
+        if capture is not None:
+            capture.resume_global_capture()
+    with stream:
+        yield stream
+
+
+@pytest.fixture(autouse=True)
+def frozen_process_watchdog(
+    request: pytest.FixtureRequest, _terminal_stderr: TextIO
+) -> Iterator[None]:
+    """A test still running 60 s past its pytest-timeout dumps every thread's stack to the
+    terminal and ends the session. pytest-timeout's alarm is a Python signal handler: it never
+    runs while the process is frozen (a thread holding the GIL in a C call), which once left a
+    full run hanging without a word; faulthandler's watchdog is a C thread that needs no GIL."""
+    marker = request.node.get_closest_marker("timeout")
+    configured = marker.args[0] if marker and marker.args else request.config.getini("timeout")
+    limit = float(configured or 0)
+    if limit <= 0:
+        yield
+        return
+    faulthandler.dump_traceback_later(limit + 60, exit=True, file=_terminal_stderr)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.fixture(scope="session")
