@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
 from pathlib import Path
 
@@ -56,6 +57,18 @@ def read_env_file(path: Path) -> dict[str, str]:
                 name, value = line.split("=", 1)
                 found[name.strip()] = value.strip()
     return found
+
+
+def owner_only(path: Path) -> str | None:
+    """``path`` (docker/.env: every credential) made readable by its owner only; what was
+    changed, if anything."""
+    if not path.exists():
+        return None
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if not mode & 0o077:
+        return None
+    path.chmod(mode & 0o700)
+    return f"{path} was open to other users (mode {mode:o}): made {mode & 0o700:o}"
 
 
 def problems(values: dict[str, str], names: list[str]) -> list[str]:
@@ -105,6 +118,8 @@ def secret_files(v: dict[str, str]) -> dict[str, str]:
 
 
 def main() -> None:
+    if changed := owner_only(ENV_FILE):
+        print(changed)
     names = variables()
     values = {**read_env_file(ENV_FILE), **{n: os.environ[n] for n in names if n in os.environ}}
     if found := problems(values, names):

@@ -1,34 +1,23 @@
-"""Which Dask cluster a flow run may start: the operator's allowlist, not the caller's choice.
+"""Which Dask cluster a flow run may start: the operator's choice, not the caller's.
 
 ``dask_cluster_class`` names a class that the flow imports and calls with
 ``dask_cluster_kwargs``: unchecked, whoever may start a run could run any code as the worker.
-The classes a run may start are set where the flows run (the Prefect worker's environment):
-
-    CIFAR_ALLOWED_CLUSTER_CLASSES="distributed.LocalCluster,dask_jobqueue.*"
-
-comma-separated dotted names, ``package.*`` allowing every class of a package. Default: Dask's
-``LocalCluster`` and the classes of dask-jobqueue, dask-kubernetes and dask-cuda. Keyword
-arguments that make a cluster run code of their own (a worker preload, a job script's
-prologue, another Python, another worker class) are refused as parameters: the operator puts
-them in the worker's Dask configuration (e.g. ``jobqueue.slurm.job-script-prologue``).
+The classes a run may start are the run policy's ``dask_cluster_classes`` (``flows.run_policy``;
+default: Dask's ``LocalCluster`` and the classes of dask-jobqueue, dask-kubernetes and
+dask-cuda). Keyword arguments that make a cluster run code of their own (a worker preload, a
+job script's prologue, another Python, another worker class) are refused as parameters: the
+operator puts them in the worker's Dask configuration (e.g. ``jobqueue.slurm.job-script-prologue``).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from typing import Any
 
 from cifar.errors import InvalidParameterError
+from flows.run_policy import RunPolicy
 from trainlib import DaskConfig
 
-ALLOWED_VARIABLE = "CIFAR_ALLOWED_CLUSTER_CLASSES"
-DEFAULT_ALLOWED = (
-    "distributed.LocalCluster",
-    "dask_jobqueue.*",
-    "dask_kubernetes.*",
-    "dask_cuda.LocalCUDACluster",
-)
 # Keyword arguments of Dask's and dask-jobqueue's clusters that run code or shell commands.
 CODE_KWARGS = frozenset(
     {
@@ -47,21 +36,6 @@ CODE_KWARGS = frozenset(
         "worker_command",
     }
 )
-
-
-def allowed_cluster_classes() -> tuple[str, ...]:
-    """The cluster classes runs may start here: ``$CIFAR_ALLOWED_CLUSTER_CLASSES`` or the
-    default."""
-    configured = os.environ.get(ALLOWED_VARIABLE)
-    if configured is None:
-        return DEFAULT_ALLOWED
-    return tuple(name.strip() for name in configured.split(",") if name.strip())
-
-
-def _allowed(name: str, allowed: tuple[str, ...]) -> bool:
-    return any(
-        name.startswith(entry[:-1]) if entry.endswith(".*") else name == entry for entry in allowed
-    )
 
 
 def _code_settings(value: Any, path: str = "") -> list[str]:
@@ -84,21 +58,18 @@ def allowed_dask_config(
     cluster_class: str | None,
     cluster_kwargs: Mapping[str, Any] | None,
     worker_timeout_s: float,
+    policy: RunPolicy,
 ) -> DaskConfig:
-    """The run's Dask settings, checked against the operator's allowlist before anything starts.
+    """The run's Dask settings, checked against the worker's run policy before anything starts.
 
     Raises:
-        InvalidParameterError: A cluster class that is not allowed here, or keyword arguments
-            that would run code.
+        PolicyError: A cluster class or scheduler address the policy does not allow.
+        InvalidParameterError: Keyword arguments that would run code.
     """
     kwargs = dict(cluster_kwargs or {})
-    allowed = allowed_cluster_classes()
-    if cluster_class is not None and not _allowed(cluster_class, allowed):
-        raise InvalidParameterError(
-            f"dask_cluster_class {cluster_class!r} is not allowed here; allowed: "
-            f"{', '.join(allowed) or 'none'}. An operator allows another class by adding it to "
-            f"{ALLOWED_VARIABLE} in the environment where the flows run."
-        )
+    policy.confine(dask_address=address)
+    if cluster_class is not None:
+        policy.check_cluster_class(cluster_class)
     if code := _code_settings(kwargs):
         raise InvalidParameterError(
             f"dask_cluster_kwargs may not set {', '.join(code)}: that runs code on the cluster. "

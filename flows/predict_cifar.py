@@ -6,6 +6,7 @@ from typing import Any
 
 from prefect import flow
 
+from flows.run_policy import run_policy
 from flows.time_limit import time_limit
 from mlops.registry import CHAMPION
 from mlops.tracking import resolve_tracking_uri
@@ -24,8 +25,10 @@ def predict_cifar(
     """Write predictions of the model ``registered_model_name`` at ``alias`` for the images at
     ``input`` (a folder, an image or a CIFAR batch file; any fsspec URL) to ``output`` (CSV,
     or Parquet for ``.parquet``); a run longer than ``timeout_minutes`` fails (None: no limit).
-    The parameters are the predict-cifar command's options."""
+    The parameters are the predict-cifar command's options; a worker's run policy confines
+    ``input``, ``output`` and ``mlflow_tracking_uri`` (``flows.run_policy``)."""
     with time_limit(timeout_minutes, "predict-cifar"):
+        run_policy().confine(input=input, output=output, mlflow_tracking_uri=mlflow_tracking_uri)
         tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
         summary = predict_task(registered_model_name, alias, input, output, tracking_uri)
         return {

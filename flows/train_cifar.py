@@ -12,6 +12,7 @@ from cifar.train_loop import TrainConfig
 from flows.clusters import allowed_dask_config
 from flows.prepare import prepared
 from flows.publish import publish
+from flows.run_policy import run_policy
 from flows.time_limit import time_limit
 from mlops.promotion import DEFAULT_ALPHA, PromotionRule
 from mlops.registry import CHAMPION, model_name_for
@@ -70,8 +71,9 @@ def train_cifar(
     (a work pool's environment can name all three: docs/containers.md). Dask:
     ``dask_address`` (an existing scheduler), else
     ``dask_cluster_class`` started with ``dask_cluster_kwargs`` (e.g.
-    ``"dask_jobqueue.SLURMCluster"``; only a class the worker allows, see
-    ``flows.clusters``), else $DASK_SCHEDULER_ADDRESS, else a LocalCluster.
+    ``"dask_jobqueue.SLURMCluster"``), else $DASK_SCHEDULER_ADDRESS, else a LocalCluster.
+    Where a worker has a run policy, the places, servers and cluster classes a run names must be
+    ones it allows (``flows.run_policy``), else the run fails before anything is read.
     ``compile`` wraps the model in ``torch.compile`` on every rank. ``seed`` seeds the model's
     initial weights and the order of the training images (recorded with the run's params); the
     split of the archive into train and validation images does not depend on it.
@@ -100,6 +102,13 @@ def train_cifar(
     promoted to ``@champion``.
     """
     with time_limit(timeout_minutes, "train-cifar"):
+        policy = run_policy()  # the worker's: what places and servers a run may name
+        policy.confine(
+            data_url=data_url,
+            storage_path=storage_path,
+            mlflow_tracking_uri=mlflow_tracking_uri,
+            predict_input=predict_input,
+        )
         config = TrainConfig(
             model=model,
             epochs=epochs,
@@ -111,7 +120,7 @@ def train_cifar(
         )
         tag_flow_run(run_tags(config, num_workers))
         dask_config = allowed_dask_config(
-            dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s
+            dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s, policy
         )
         with prepared(
             data_url,

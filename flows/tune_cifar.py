@@ -14,6 +14,7 @@ from cifar.train_loop import TrainConfig
 from flows.clusters import allowed_dask_config
 from flows.prepare import prepared
 from flows.publish import publish
+from flows.run_policy import run_policy
 from flows.time_limit import time_limit
 from mlops.promotion import DEFAULT_ALPHA, PromotionRule
 from mlops.release_gates import DEFAULT_MAX_CLASS_DROP, DEFAULT_MIN_TEST_ACCURACY
@@ -70,12 +71,19 @@ def tune_cifar(
     ``timeout_minutes`` are train-cifar's.
     """
     with time_limit(timeout_minutes, "tune-cifar"):
+        policy = run_policy()  # the worker's: what places and servers a run may name
+        policy.confine(
+            data_url=data_url,
+            storage_path=storage_path,
+            mlflow_tracking_uri=mlflow_tracking_uri,
+            study_storage=study_storage,
+        )
         space = search_space or DEFAULT_SEARCH_SPACE
         check_search_space(space)  # a mistake fails before anything is downloaded
         base = TrainConfig(epochs=epochs, seed=seed, use_gpu=use_gpu, compile=compile)
         tag_flow_run({"search": "tune-cifar", "trials": str(num_samples)})
         dask_config = allowed_dask_config(
-            dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s
+            dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s, policy
         )
         with prepared(
             data_url,

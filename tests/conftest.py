@@ -55,6 +55,16 @@ def command_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def prefect_logging_outside_any_test() -> None:
+    """Prefect's console handler is made once per process, on the ``sys.stderr`` of that moment:
+    made inside a test's ``capsys``, it wrote to a closed file in every later test (the
+    commands' "no traceback" checks then failed, depending on which test ran first)."""
+    from prefect.logging.configuration import ensure_logging_setup
+
+    ensure_logging_setup()
+
+
 @pytest.fixture(scope="session")
 def _terminal_stderr(request: pytest.FixtureRequest) -> Iterator[TextIO]:
     """The session's real stderr (pytest captures fd 2 around each test)."""

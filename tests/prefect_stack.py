@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 POOL = "cifar"
+POOL_TEMPLATE = REPO / "deployments" / "work-pool.json"  # production's: env, command fixed
 WORKER_PID = "CIFAR_TESTS_PREFECT_WORKER_PID"  # in the environment prefect_stack yields
 STARTUP_S = 120.0
 
@@ -44,9 +46,9 @@ def _healthy(url: str) -> bool:
         return False
 
 
-def _pool_ready(api_url: str) -> bool:
+def _pool_ready(api_url: str, pool: str = POOL) -> bool:
     try:
-        with urllib.request.urlopen(f"{api_url}/work_pools/{POOL}", timeout=2) as response:
+        with urllib.request.urlopen(f"{api_url}/work_pools/{pool}", timeout=2) as response:
             return b'"status":"READY"' in response.read().replace(b" ", b"")
     except OSError:
         return False
@@ -147,30 +149,58 @@ def prefect_stack(home: Path, database_url: str) -> Iterator[dict[str, str]]:
         server.stop()
 
 
-def create_pool(env: dict[str, str]) -> None:
-    """The process work pool the deployments name."""
+def create_pool(env: dict[str, str], name: str = POOL, injectable: bool = True) -> None:
+    """The process work pool the deployments name, from deployments/work-pool.json.
+
+    ``injectable``: a run may also set the job variables ``env`` and ``command`` (default: the
+    template's), as tests do to inject faults; production's template forbids both.
+    """
+    template = json.loads(POOL_TEMPLATE.read_text())
+    if injectable:
+        config, variables = template["job_configuration"], template["variables"]["properties"]
+        variables["env"] = {"type": "object", "default": config["env"]}
+        variables["command"] = {"anyOf": [{"type": "string"}, {"type": "null"}], "default": None}
+        config["env"], config["command"] = "{{ env }}", "{{ command }}"
+    file = Path(env["PREFECT_HOME"]) / f"pool-{name}.json"
+    file.write_text(json.dumps(template))
     subprocess.run(
-        _prefect("work-pool", "create", POOL, "--type", "process", "--overwrite"),
+        _prefect(
+            "work-pool",
+            "create",
+            name,
+            "--type",
+            "process",
+            "--overwrite",
+            "--base-job-template",
+            str(file),
+        ),
         env=env,
         check=True,
         capture_output=True,
     )
 
 
-def start_worker(env: dict[str, str], name: str, log: Path) -> subprocess.Popen[bytes]:
-    """A process worker of the pool, polling every second, ready when it returns; in a session
+def start_worker(
+    env: dict[str, str], name: str, log: Path, pool: str = POOL
+) -> subprocess.Popen[bytes]:
+    """A process worker of ``pool``, polling every second, ready when it returns; in a session
     of its own (a test may kill it with everything it started, as a host dies)."""
     with open(log, "ab") as out:
         worker = subprocess.Popen(
-            _prefect("worker", "start", "--pool", POOL, "--type", "process", "--name", name),
+            _prefect("worker", "start", "--pool", pool, "--type", "process", "--name", name),
             env=env,
             cwd=REPO,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    _wait_until(lambda: _pool_ready(env["PREFECT_API_URL"]), worker, log, "Prefect worker")
+    _wait_until(lambda: _pool_ready(env["PREFECT_API_URL"], pool), worker, log, "Prefect worker")
     return worker
+
+
+def stop_worker(worker: subprocess.Popen[bytes]) -> None:
+    """A worker of ``start_worker`` stopped as Ctrl-C stops it (it ignores SIGTERM)."""
+    _stop(worker, signal.SIGINT)
 
 
 def deploy_all(env: dict[str, str]) -> None:

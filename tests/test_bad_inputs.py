@@ -13,9 +13,11 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from cifar.models import build_model
 from cli import commands as cli
 from cli import local_run
 from cli.options import LOG_FILE_VARIABLE
+from flows.run_policy import POLICY_VARIABLE
 from mlops.registry import CHAMPION, register_model
 from tests.conftest import HttpDir
 from tests.helpers import WAIT_S, free_port
@@ -312,9 +315,116 @@ def test_code_named_by_a_parameter_is_refused(
         "--dask-cluster-kwargs",
         json.dumps(cluster_kwargs),
     )
-    _assert_failed(outcome, refused, "CIFAR_ALLOWED_CLUSTER_CLASSES" if "class" in refused else "")
+    _assert_failed(outcome, refused, "dask_cluster_classes" if "class" in refused else "")
     assert not workspace.store.exists()  # refused before anything was downloaded
     assert not (workspace.root / "pwned").exists()
+
+
+@pytest.fixture
+def worker_policy(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The run policy of a worker that serves others: reads from the test's HTTP server and
+    images, writes to the workspace's store and predictions, its own MLflow."""
+    file = workspace.root / "run-policy.toml"
+    file.write_text(
+        f'read = ["{workspace.http.url}/", "{workspace.root}/images"]\n'
+        f'write = ["{workspace.store}", "{workspace.root}/scored"]\n'
+    )
+    monkeypatch.setenv(POLICY_VARIABLE, str(file))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", workspace.tracking_uri)
+    return file
+
+
+@pytest.mark.parametrize(
+    ("parameter", "value"),
+    [
+        ("data_url", "file:///proc/self/environ"),
+        ("data_url", "http://169.254.169.254/latest/meta-data/iam/security-credentials/"),
+        ("storage_path", "{root}/elsewhere"),
+    ],
+    ids=["environment", "cloud-metadata", "storage-elsewhere"],
+)
+def test_a_place_outside_the_workers_run_policy_is_refused_before_anything_is_read(
+    workspace: Workspace,
+    worker_policy: Path,
+    capsys: pytest.CaptureFixture[str],
+    parameter: str,
+    value: str,
+) -> None:
+    value = value.format(root=workspace.root)
+    option = "--" + parameter.replace("_", "-")
+    outcome = train_cifar(capsys, *_train_args(workspace, option, value))
+    _assert_failed(outcome, f"{parameter} {value!r}", "allow")
+    assert not workspace.store.exists() and not (workspace.root / "elsewhere").exists()
+
+
+@dataclass
+class Listener:
+    """A TCP server on loopback that records every connection and byte it receives."""
+
+    url: str
+    received: list[bytes]
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    server = socket.create_server(("127.0.0.1", 0))
+    received: list[bytes] = []
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:  # closed: the test is over
+                return
+            with connection:
+                connection.settimeout(5)
+                received.append(connection.recv(65536))
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield Listener(f"127.0.0.1:{server.getsockname()[1]}", received)
+    finally:
+        server.close()
+        thread.join(timeout=10)
+
+
+def test_mlflow_or_the_study_pointed_at_a_listener_receives_no_credential(
+    workspace: Workspace,
+    worker_policy: Path,
+    listener: Listener,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "trainer")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "not-to-be-sent-42")
+    monkeypatch.setenv("PGPASSWORD", "not-to-be-sent-43")
+    uri = f"http://{listener.url}"
+    outcome = train_cifar(capsys, *_train_args(workspace, "--mlflow-tracking-uri", uri))
+    _assert_failed(outcome, f"mlflow_tracking_uri {uri!r} is not allowed by the run policy")
+    study = f"postgresql://optuna@{listener.url}/optuna"
+    outcome = Outcome(
+        cli.tune_main([*_workspace_args(workspace), "--study-storage", study]),
+        *capsys.readouterr(),
+    )
+    _assert_failed(outcome, f"study_storage {study!r} is not allowed by the run policy")
+    assert listener.received == []
+    assert not workspace.store.exists()
+
+
+def test_predictions_outside_the_allowed_output_root_are_refused(
+    workspace: Workspace,
+    worker_policy: Path,
+    capsys: pytest.CaptureFixture[str],
+    champion: str,
+) -> None:
+    images = _images(workspace.root / "images", 2)
+    output = workspace.root / "elsewhere.csv"
+    outcome = predict_cifar(
+        capsys, str(images), "--output", str(output), "--registered-model-name", MODEL
+    )
+    _assert_failed(outcome, f"output {str(output)!r} is not allowed by the run policy", "`write`")
+    assert not output.exists()
 
 
 def test_more_workers_than_the_cluster_has(

@@ -11,11 +11,12 @@ psql_admin() {
 }
 service() {  # service ROLE PASSWORD_FILE DATABASE...
     role=$1
-    password=$(cat "$2")
-    shift 2
-    psql_admin -v role="$role" -v password="$password" <<'SQL'
+    # the password goes from its file to psql's input, never on a command line (`ps` shows those)
+    psql_admin -v role="$role" -v file="$2" <<'SQL'
+\set password `cat :'file'`
 CREATE ROLE :"role" LOGIN PASSWORD :'password';
 SQL
+    shift 2
     for database in "$@"; do
         psql_admin -c "CREATE DATABASE \"$database\" OWNER \"$role\""
         psql_admin -c "REVOKE ALL ON DATABASE \"$database\" FROM PUBLIC"

@@ -229,11 +229,11 @@ def leftovers() -> list[str]:
     return found
 
 
-def run_deployment(
-    stack: Stack, deployment: str, parameters: dict[str, Any], env: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """``prefect deployment run`` through the stack's API, from the host: the final flow run's
-    id, state and message. ``env``: more environment for the run's process in the worker."""
+def start_run(
+    stack: Stack, deployment: str, parameters: dict[str, Any], job_variables: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """``prefect deployment run`` through the stack's API, from the host, waiting for the run to
+    end: its last stdout line is the final flow run's id, state and message (JSON)."""
     code = (
         "import json, sys\n"
         "from prefect.deployments import run_deployment\n"
@@ -242,19 +242,18 @@ def run_deployment(
         "print(json.dumps({'id': str(run.id), 'state': run.state.type.value, "
         "'message': run.state.message}))\n"
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            code,
-            json.dumps(parameters),
-            json.dumps({"env": env} if env else {}),
-        ],
+    return subprocess.run(
+        [sys.executable, "-c", code, json.dumps(parameters), json.dumps(job_variables)],
         env={**os.environ, **stack.prefect_env},
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT_S + 60,
     )
+
+
+def run_deployment(stack: Stack, deployment: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    """A run of ``deployment`` to its end: the final flow run's id, state and message."""
+    done = start_run(stack, deployment, parameters, {})
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result

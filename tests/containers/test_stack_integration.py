@@ -47,6 +47,7 @@ from tests.containers.stack import (
     psql,
     run_deployment,
     skip_reason,
+    start_run,
     wait_healthy,
 )
 
@@ -106,11 +107,10 @@ def _train(
     stack: Stack,
     archive: dict[str, str],
     deployment: str = "train-cifar/manual",
-    env: dict[str, str] | None = None,
     **extra: Any,
 ) -> dict[str, Any]:
     parameters = {**archive, "epochs": 1, "batch_size": 64, "rows_per_file": 500, **extra}
-    return run_deployment(stack, deployment, {"registered_model_name": MODEL, **parameters}, env)
+    return run_deployment(stack, deployment, {"registered_model_name": MODEL, **parameters})
 
 
 def _status(url: str, **headers: str) -> int:
@@ -270,30 +270,59 @@ def before_bad_input(stack: Stack) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    ("parameters", "env", "message"),
+    ("parameters", "message"),
     [
-        ({"data_url": "s3://no-such-bucket/cifar.tar.gz"}, None, "no-such-bucket"),
+        ({"data_url": "s3://cifar/inputs/no-such.tar.gz"}, "no-such.tar.gz"),
+        # an insider's paths to the worker's secrets: refused by the worker's run policy
+        # (docker/run-policy.toml) before anything is read
+        ({"data_url": "file:///proc/self/environ"}, "data_url 'file:///proc/self/environ' is"),
         (
-            {"dask_address": "tcp://no-such-scheduler:8786", "dask_worker_timeout_s": 5},
-            None,
-            "no-such-scheduler",
+            {"data_url": "file:///run/secrets/s3_data_secret_key"},
+            "data_url 'file:///run/secrets/s3_data_secret_key' is not allowed by the run policy",
         ),
-        ({}, {"AWS_SECRET_ACCESS_KEY": "not-the-secret-42"}, "Cannot write under storage_path"),
+        ({"data_url": "http://169.254.169.254/latest/"}, "names a link-local address"),
+        (
+            {"mlflow_tracking_uri": "http://prefect-server:4200"},
+            "mlflow_tracking_uri 'http://prefect-server:4200' is not allowed by the run policy",
+        ),
+        ({"dask_address": "tcp://elsewhere:8786"}, "dask_address 'tcp://elsewhere:8786' is not"),
+        ({"storage_path": "s3://mlflow/poisoned"}, "storage_path 's3://mlflow/poisoned' is not"),
     ],
-    ids=["missing-bucket", "unreachable-scheduler", "wrong-s3-credentials"],
+    ids=["missing-object", "environ", "secret-file", "metadata", "mlflow", "dask", "storage"],
 )
 def test_bad_input_fails_the_run_with_one_clear_message(
     stack: Stack,
     before_bad_input: dict[str, str],
     archive: dict[str, str],
     parameters: dict[str, Any],
-    env: dict[str, str] | None,
     message: str,
 ) -> None:
-    run = _train(stack, archive, env=env, **parameters)
+    raw = "cifar/data/raw"
+    before = set(stack.s3().ls(raw)) if stack.s3().exists(raw) else set()
+    run = _train(stack, archive, **parameters)
     assert run["state"] == "FAILED", run
     assert message in (run["message"] or ""), run
-    assert "not-the-secret-42" not in (run["message"] or "")
+    stack.s3().invalidate_cache()
+    assert (set(stack.s3().ls(raw)) if stack.s3().exists(raw) else set()) == before
+
+
+@pytest.mark.parametrize(
+    "job_variables",
+    [
+        {"env": {"CIFAR_RUN_POLICY": "/dev/null"}},
+        {"command": "sh -c 'cat /run/secrets/* > /tmp/leaked'"},
+    ],
+    ids=["env", "command"],
+)
+def test_a_run_may_not_set_its_environment_or_command(
+    stack: Stack, archive: dict[str, str], job_variables: dict[str, Any]
+) -> None:
+    """The work pool's template (deployments/work-pool.json) fixes both: Prefect refuses the
+    run, so the worker's run policy and command stay the operator's."""
+    done = start_run(stack, "train-cifar/manual", archive, job_variables)
+    assert done.returncode != 0
+    assert "Additional properties are not allowed" in done.stderr, done.stderr[-3000:]
+    assert f"'{next(iter(job_variables))}' was unexpected" in done.stderr, done.stderr[-3000:]
 
 
 def test_no_service_restarted_or_stopped_after_the_failed_runs(

@@ -79,6 +79,16 @@ def test_secrets_are_written_as_files_only_their_folder_owner_reaches(tmp_path: 
     assert read["s3_data_secret_key"] == values["S3_DATA_SECRET_KEY"] + "\n"
 
 
+def test_secrets_an_env_file_open_to_others_is_made_owner_only_saying_so(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    env_file.write_text("POSTGRES_PASSWORD=x\n")
+    env_file.chmod(0o644)  # as `cp docker/.env.example docker/.env` leaves it
+    said = _module("write_secrets").owner_only(env_file)
+    assert said == f"{env_file} was open to other users (mode 644): made 600"
+    assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+    assert _module("write_secrets").owner_only(env_file) is None  # nothing more to do
+
+
 @pytest.mark.parametrize(
     ("name", "value", "why"),
     [

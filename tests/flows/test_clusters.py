@@ -1,18 +1,20 @@
-"""The operator's allowlist of cluster classes, and cluster arguments that would run code."""
+"""The run policy's cluster classes, and cluster arguments that would run code."""
 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cifar.errors import InvalidParameterError
-from flows.clusters import ALLOWED_VARIABLE, allowed_dask_config
+from flows.clusters import allowed_dask_config
+from flows.run_policy import POLICY_VARIABLE, RunPolicy, run_policy
 
 
-def _config(cluster_class: str | None, **kwargs: Any) -> Any:
-    return allowed_dask_config(None, cluster_class, kwargs, 60.0)
+def _config(cluster_class: str | None, policy: RunPolicy | None = None, **kwargs: Any) -> Any:
+    return allowed_dask_config(None, cluster_class, kwargs, 60.0, policy or RunPolicy())
 
 
 @pytest.mark.parametrize(
@@ -25,10 +27,7 @@ def _config(cluster_class: str | None, **kwargs: Any) -> Any:
         "dask_cuda.LocalCUDACluster",
     ],
 )
-def test_clusters_the_default_allows_dask_and_its_cluster_managers(
-    allowed: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.delenv(ALLOWED_VARIABLE, raising=False)
+def test_clusters_the_default_allows_dask_and_its_cluster_managers(allowed: str) -> None:
     assert _config(allowed).cluster_class == allowed
 
 
@@ -36,23 +35,29 @@ def test_clusters_the_default_allows_dask_and_its_cluster_managers(
     "refused", ["subprocess.Popen", "os.system", "dask_jobqueuex.Evil", "dask_cuda.Other"]
 )
 def test_clusters_anything_else_is_refused_naming_the_allowed_and_the_setting(
-    refused: str, monkeypatch: pytest.MonkeyPatch
+    refused: str,
 ) -> None:
-    monkeypatch.delenv(ALLOWED_VARIABLE, raising=False)
     with pytest.raises(InvalidParameterError) as caught:
         _config(refused)
     assert str(caught.value) == (
         f"dask_cluster_class {refused!r} is not allowed here; allowed: distributed.LocalCluster, "
         "dask_jobqueue.*, dask_kubernetes.*, dask_cuda.LocalCUDACluster. An operator allows "
-        f"another class by adding it to {ALLOWED_VARIABLE} in the environment where the flows run."
+        "another class by adding it to dask_cluster_classes in a run policy file named by "
+        "$CIFAR_RUN_POLICY on the worker."
     )
 
 
-def test_clusters_the_operator_sets_the_list(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ALLOWED_VARIABLE, "site_clusters.*, distributed.LocalCluster")
-    assert _config("site_clusters.GpuCluster").cluster_class == "site_clusters.GpuCluster"
+def test_clusters_the_operator_sets_the_list(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = tmp_path / "policy.toml"
+    file.write_text('dask_cluster_classes = ["site_clusters.*", "distributed.LocalCluster"]\n')
+    monkeypatch.setenv(POLICY_VARIABLE, str(file))
+    policy = run_policy()
+    chosen = _config("site_clusters.GpuCluster", policy)
+    assert chosen.cluster_class == "site_clusters.GpuCluster"
     with pytest.raises(InvalidParameterError, match=re.escape("allowed: site_clusters.*, distri")):
-        _config("dask_jobqueue.SLURMCluster")
+        _config("dask_jobqueue.SLURMCluster", policy)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,290 @@
+"""What a flow run's parameters may name: the operator's run policy, which a run cannot change.
+
+Whoever may start a run chooses its parameters, and the worker's credentials (S3 keys, MLflow's
+training account, ``PGPASSWORD``, Prefect's auth string) are in the worker's environment. So
+every parameter that names a place or a server is checked, before anything is read or written,
+against the policy of the worker that runs it: a TOML file named by ``$CIFAR_RUN_POLICY`` in the
+worker's environment (which a run cannot override: ``deployments/work-pool.json``), e.g.::
+
+    read = ["https://", "s3://cifar/data/"]   # data_url, predict's input
+    write = ["s3://cifar/data/"]              # storage_path, predict's output
+    mlflow_tracking_uri = []                  # servers besides the worker's own
+    study_storage = []                        #   ($MLFLOW_TRACKING_URI, $CIFAR_STUDY_STORAGE,
+    dask_address = []                         #    $DASK_SCHEDULER_ADDRESS)
+    dask_cluster_classes = ["distributed.LocalCluster", "dask_jobqueue.*"]
+    allow_link_local = false                  # 169.254.0.0/16, fe80::/10: cloud metadata
+
+``read`` and ``write`` hold URL prefixes: a scheme alone (``"https://"``) allows all of it; a
+local path or ``file://`` URL allows that folder, links resolved. A key left out allows nothing
+beyond the worker's own servers (``dask_cluster_classes``: the default below).
+
+Without ``$CIFAR_RUN_POLICY`` (a user's own command line, ``make run``) every place and server
+is allowed except link-local addresses, and the default cluster classes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import tomllib
+
+from cifar.errors import InvalidParameterError
+
+POLICY_VARIABLE = "CIFAR_RUN_POLICY"
+DEFAULT_CLUSTER_CLASSES = (
+    "distributed.LocalCluster",
+    "dask_jobqueue.*",
+    "dask_kubernetes.*",
+    "dask_cuda.LocalCUDACluster",
+)
+# parameter -> what it names: a place read, a place written, or a server (and the worker's own)
+READ, WRITE = "read", "write"
+SERVERS = {
+    "mlflow_tracking_uri": "MLFLOW_TRACKING_URI",
+    "study_storage": "CIFAR_STUDY_STORAGE",
+    "dask_address": "DASK_SCHEDULER_ADDRESS",
+}
+PLACES = {
+    "data_url": READ,
+    "predict_input": READ,
+    "input": READ,
+    "storage_path": WRITE,
+    "output": WRITE,
+}
+_KEYS = frozenset({READ, WRITE, "dask_cluster_classes", "allow_link_local", *SERVERS})
+# schemes whose "host" is a bucket or container on a configured endpoint, not a network address
+_BUCKET_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"})
+_METADATA_HOSTS = frozenset({"metadata", "metadata.google.internal", "instance-data"})
+_METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a) for a in ("100.100.100.200", "fd00:ec2::254", "169.254.169.254")
+)
+
+
+class PolicyError(InvalidParameterError):
+    """A parameter names a place or server the worker's run policy does not allow."""
+
+
+@dataclass(frozen=True)
+class RunPolicy:
+    """The places and servers a flow run's parameters may name on this worker.
+
+    ``source`` is the policy file (None: no policy, a user's own command line).
+    """
+
+    source: str | None = None
+    read: tuple[str, ...] | None = None  # None: anything
+    write: tuple[str, ...] | None = None
+    servers: Mapping[str, tuple[str, ...]] | None = None  # None: any server
+    dask_cluster_classes: tuple[str, ...] = DEFAULT_CLUSTER_CLASSES
+    allow_link_local: bool = False
+
+    def confine(self, **parameters: str | None) -> None:
+        """Check each given parameter (None: left out, the worker's default) by its name.
+
+        Raises:
+            PolicyError: The first value the policy refuses, naming the policy and the fix.
+        """
+        for name, value in parameters.items():
+            if value is None:
+                continue
+            if name in SERVERS:
+                self._check_server(name, value)
+            elif name in PLACES:
+                self._check_place(name, value, PLACES[name])
+            else:
+                raise KeyError(f"{name} is not a parameter the run policy knows")
+
+    def check_cluster_class(self, cluster_class: str) -> None:
+        """Refuse a Dask cluster class the operator did not allow."""
+        if not any(_class_matches(entry, cluster_class) for entry in self.dask_cluster_classes):
+            allowed = ", ".join(self.dask_cluster_classes) or "none"
+            raise PolicyError(
+                f"dask_cluster_class {cluster_class!r} is not allowed here; allowed: {allowed}. "
+                f"An operator allows another class by adding it to dask_cluster_classes in "
+                f"{self._where()}."
+            )
+
+    def _check_place(self, name: str, value: str, kind: str) -> None:
+        allowed = self.read if kind == READ else self.write
+        self._check_link_local(name, value)
+        if allowed is None:
+            return
+        place = _place(name, value)
+        if not any(_covers(_place(kind, entry), place) for entry in allowed):
+            listed = ", ".join(allowed) or "nothing"
+            raise PolicyError(
+                f"{name} {_shown(value)!r} is not allowed by the run policy ({self.source}): "
+                f"runs may {kind} {listed}. Use a place under one of those, or an operator "
+                f"adds a prefix to `{kind}` in that file on the worker."
+            )
+
+    def _check_server(self, name: str, value: str) -> None:
+        self._check_link_local(name, value)
+        if self.servers is None:
+            return
+        own = os.environ.get(SERVERS[name])
+        if own is not None and _same_server(own, value):
+            return
+        listed = self.servers.get(name, ())
+        if any(_covers(_place(name, entry), _place(name, value)) for entry in listed):
+            return
+        allowed = ", ".join(([_shown(own)] if own else []) + [_shown(e) for e in listed])
+        raise PolicyError(
+            f"{name} {_shown(value)!r} is not allowed by the run policy ({self.source}): runs "
+            f"may use {allowed or 'no server but the default'}. Leave the parameter out to use "
+            f"the worker's own, or an operator adds the server to `{name}` in that file on the "
+            "worker."
+        )
+
+    def _check_link_local(self, name: str, value: str) -> None:
+        if self.allow_link_local:
+            return
+        if (address := _link_local_address(value)) is not None:
+            raise PolicyError(
+                f"{name} {_shown(value)!r} names a link-local address ({address}), where cloud "
+                f"metadata services give out the machine's credentials; runs may not reach it. "
+                f"An operator allows it with allow_link_local = true in {self._where()}."
+            )
+
+    def _where(self) -> str:
+        if self.source is None:
+            return f"a run policy file named by ${POLICY_VARIABLE} on the worker"
+        return f"the run policy ({self.source}) on the worker"
+
+
+def run_policy() -> RunPolicy:
+    """This worker's policy: the file ``$CIFAR_RUN_POLICY`` names, or none (anything allowed
+    but link-local addresses).
+
+    Raises:
+        PolicyError: The file cannot be read or is not a valid policy (no run starts without it).
+    """
+    source = os.environ.get(POLICY_VARIABLE)
+    if not source:
+        return RunPolicy()
+    try:
+        settings = tomllib.loads(Path(source).read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
+        raise PolicyError(
+            f"The run policy {source} (${POLICY_VARIABLE}) cannot be read ({error}); no run starts "
+            "without it. The worker's operator fixes the file or the variable."
+        ) from None
+    return _parsed(source, settings)
+
+
+def _parsed(source: str, settings: dict[str, Any]) -> RunPolicy:
+    if unknown := sorted(set(settings) - _KEYS):
+        raise PolicyError(
+            f"The run policy {source} has unknown keys: {', '.join(unknown)}; it knows "
+            f"{', '.join(sorted(_KEYS))}. The worker's operator corrects the file."
+        )
+
+    def strings(key: str, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+        value = settings.get(key, default)
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise PolicyError(
+                f"The run policy {source}: `{key}` must be a list of strings, not {value!r}. "
+                "The worker's operator corrects the file."
+            )
+        return tuple(value)
+
+    link_local = settings.get("allow_link_local", False)
+    if not isinstance(link_local, bool):
+        raise PolicyError(
+            f"The run policy {source}: `allow_link_local` must be true or false, not "
+            f"{link_local!r}. The worker's operator corrects the file."
+        )
+    return RunPolicy(
+        source=source,
+        read=strings(READ),
+        write=strings(WRITE),
+        servers={name: strings(name) for name in SERVERS},
+        dask_cluster_classes=strings("dask_cluster_classes", DEFAULT_CLUSTER_CLASSES),
+        allow_link_local=link_local,
+    )
+
+
+def _place(name: str, value: str) -> str:
+    """``value`` as a comparable URL: scheme and host in lower case, a local path absolute with
+    its links resolved.
+
+    Raises:
+        PolicyError: A chained fsspec URL (``::``) or a ``..`` segment, which a prefix cannot
+            confine.
+    """
+    if "::" in value:
+        raise PolicyError(
+            f"{name} {_shown(value)!r} chains fsspec filesystems (::), which the run policy "
+            "cannot confine; name the place itself."
+        )
+    scheme, sep, rest = value.partition("://")
+    if not sep or len(scheme) < 2:  # a path (or a Windows drive)
+        return "file://" + os.path.realpath(value)
+    scheme = scheme.lower()
+    if scheme in ("file", "local"):
+        return "file://" + os.path.realpath(rest or "/")
+    host, slash, path = rest.partition("/")
+    if ".." in path.split("/"):
+        raise PolicyError(
+            f"{name} {_shown(value)!r} has a '..' segment, which the run policy cannot confine; "
+            "name the place itself."
+        )
+    return f"{scheme}://{host.lower()}{slash}{path}"
+
+
+def _covers(entry: str, place: str) -> bool:
+    if entry.endswith("://"):
+        return place.startswith(entry)
+    entry = entry.rstrip("/")
+    return place == entry or place.startswith(entry + "/")
+
+
+def _same_server(own: str, value: str) -> bool:
+    return own.rstrip("/") == value.rstrip("/")
+
+
+def _class_matches(entry: str, name: str) -> bool:
+    return name.startswith(entry[:-1]) if entry.endswith(".*") else name == entry
+
+
+def _link_local_address(value: str) -> str | None:
+    """The link-local or metadata address ``value`` reaches, if any (its host resolved)."""
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname
+    except ValueError:
+        return None
+    if not host or parts.scheme.lower() in _BUCKET_SCHEMES | {"file", "local", ""}:
+        return None
+    if host.rstrip(".").lower() in _METADATA_HOSTS:
+        return host
+    try:
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        return None  # unresolvable: the download says so
+    for text in addresses:
+        address = ipaddress.ip_address(text.split("%")[0])
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+            address = address.ipv4_mapped
+        if address.is_link_local or address in _METADATA_ADDRESSES:
+            return str(address)
+    return None
+
+
+def _shown(value: str | None) -> str:
+    """``value`` with any password in it replaced by ``***``: fit for a message or a log."""
+    if not value:
+        return ""
+    try:
+        parts = urlsplit(value)
+        password = parts.password
+    except ValueError:
+        return value
+    return value.replace(f":{password}@", ":***@") if password else value
