@@ -13,7 +13,10 @@ older one. Run in the service's own container after PostgreSQL accepts queries, 
 never races the service it is for (podman-compose ignores ``depends_on`` conditions, so a
 separate one-shot service could not be waited for). Run again, each finds its schema current
 and changes nothing. Each step names itself when it fails, and the command exits non-zero:
-the service does not start.
+the service does not start. A step that cannot reach its database (a connection refused or
+timed out, PostgreSQL starting up: a busy host after ``up``) is tried again for
+``$CIFAR_MIGRATE_PATIENCE_S`` (default 180 s) before it fails: under a CPU hog, a start failed
+that way in 1 of 30 ``down``/``up`` cycles and the container restarted.
 """
 
 from __future__ import annotations
@@ -22,6 +25,19 @@ import configparser
 import os
 import subprocess
 import sys
+import time
+from collections.abc import Callable
+
+# what a database that is not reachable yet looks like (asyncpg, psycopg2, the OS)
+UNREACHABLE = (
+    "TimeoutError",
+    "timeout expired",
+    "Connection refused",
+    "ConnectionRefusedError",
+    "CannotConnectNowError",
+    "the database system is starting up",
+    "the database system is shutting down",
+)
 
 
 def prefect() -> None:
@@ -62,15 +78,32 @@ def main(argv: list[str]) -> None:
     if not argv or any(a not in services for a in argv):
         sys.exit(f"usage: migrate.py {' | '.join(services)} ...")
     steps = [step for service in argv for step in services[service]]
+    patience_s = float(environ.get("CIFAR_MIGRATE_PATIENCE_S", "180"))
     for name, step in steps:
-        try:
-            step()
-        except subprocess.CalledProcessError as error:
-            last = (error.stderr or b"").decode(errors="replace").strip().splitlines()[-1:]
-            sys.exit(f"migrate: {name} could not be migrated: {' '.join(last) or error}")
-        except Exception as error:
-            sys.exit(f"migrate: {name} could not be migrated: {type(error).__name__}: {error}")
+        deadline, wait_s = time.monotonic() + patience_s, 5.0
+        while (why := _failure(step)) is not None:
+            if not any(sign in why for sign in UNREACHABLE) or time.monotonic() > deadline:
+                sys.exit(f"migrate: {name} could not be migrated: {why}")
+            print(
+                f"migrate: {name}: database not reachable yet ({why}); trying again in "
+                f"{wait_s:.0f} s",
+                flush=True,
+            )
+            time.sleep(wait_s)
+            wait_s = min(wait_s * 2, 30.0)
         print(f"migrate: {name} is current", flush=True)
+
+
+def _failure(step: Callable[[], None]) -> str | None:
+    """Why ``step`` failed, in one line, or None when it succeeded."""
+    try:
+        step()
+    except subprocess.CalledProcessError as error:
+        last = (error.stderr or b"").decode(errors="replace").strip().splitlines()[-1:]
+        return " ".join(last) or str(error)
+    except Exception as error:
+        return f"{type(error).__name__}: {error}"
+    return None
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ def test_migrate_creates_every_schema_once_then_changes_nothing(
     assert runs[1].stdout.count("is current") == 3
 
 
-def test_migrate_names_the_step_that_failed(tmp_path: Path) -> None:
+def test_migrate_tries_an_unreachable_database_again_then_names_the_step(tmp_path: Path) -> None:
     dead = f"postgresql://nobody:pw@127.0.0.1:{free_port()}/none"
     done = subprocess.run(
         [sys.executable, "docker/migrate.py", "prefect"],
@@ -63,12 +63,15 @@ def test_migrate_names_the_step_that_failed(tmp_path: Path) -> None:
             **os.environ,
             "PREFECT_API_DATABASE_CONNECTION_URL": dead.replace("postgresql", "postgresql+asyncpg"),
             "PREFECT_HOME": str(tmp_path),
+            "CIFAR_MIGRATE_PATIENCE_S": "10",  # tried again 5 s later, then given up
         },
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode != 0
+    assert "migrate: Prefect's database: database not reachable yet (" in done.stdout
+    assert "trying again in 5 s" in done.stdout
     assert "migrate: Prefect's database could not be migrated" in done.stderr
 
 
