@@ -6,7 +6,8 @@ Run as MLflow's administrator against a server with authentication (``mlflow ser
 --app-name basic-auth``): ``MLFLOW_TRACKING_URI``, ``MLFLOW_TRACKING_USERNAME`` and
 ``MLFLOW_TRACKING_PASSWORD`` are the admin's. The account is ``$MLFLOW_TRAINER_USER`` with the
 password ``$MLFLOW_TRAINER_PASSWORD`` (from the environment only, never an argument). Safe to
-run again (the compose stack's ``deploy`` step runs it each time):
+run again (the compose stack's ``deploy`` step runs it each time), and when a reply is lost
+(MLflow's client sends the request again, and finds done what the first one did):
 
 - the account exists, with that password;
 - the pipeline's experiments (``train-cifar``, ``tune-cifar``) and registered models
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
 
 from mlflow.exceptions import MlflowException
 from mlflow.server import get_app_client
@@ -44,6 +46,16 @@ def _missing(error: MlflowException) -> bool:
     return error.error_code == "RESOURCE_DOES_NOT_EXIST"
 
 
+def _create(create: Callable[..., object], *args: str) -> None:
+    """Create what was found missing; done already is done (by a first try whose reply was
+    lost, or by a deploy step beside this one)."""
+    try:
+        create(*args)
+    except MlflowException as error:
+        if not _exists(error):
+            raise
+
+
 def ensure_user(tracking_uri: str, username: str, password: str) -> None:
     """The account exists and has ``password``. (Looked up first: a failed INSERT would put the
     password's hash in the database server's log.)"""
@@ -53,11 +65,10 @@ def ensure_user(tracking_uri: str, username: str, password: str) -> None:
     except MlflowException as error:
         if not _missing(error):
             raise
-        auth.create_user(username, password)
+        _create(auth.create_user, username, password)
         print(f"MLflow user {username!r} created")
-        return
     auth.update_user_password(username, password)
-    print(f"MLflow user {username!r} exists; password set")
+    print(f"MLflow user {username!r} has its password")
 
 
 def grant(tracking_uri: str, username: str, experiments: list[str], models: list[str]) -> None:
@@ -67,15 +78,17 @@ def grant(tracking_uri: str, username: str, experiments: list[str], models: list
     resources = []
     for name in experiments:
         experiment = client.get_experiment_by_name(name)
-        experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
-        resources.append(("experiment", experiment_id, f"experiment {name!r}"))
+        if experiment is None:
+            _create(client.create_experiment, name)
+            experiment = client.get_experiment_by_name(name)
+        resources.append(("experiment", experiment.experiment_id, f"experiment {name!r}"))
     for name in models:
         try:
             client.get_registered_model(name)
         except MlflowException as error:
             if not _missing(error):
                 raise
-            client.create_registered_model(name)
+            _create(client.create_registered_model, name)
         resources.append(("registered_model", name, f"registered model {name!r}"))
     for resource_type, resource_id, what in resources:
         try:

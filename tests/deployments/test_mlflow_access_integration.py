@@ -23,6 +23,7 @@ from mlops.evaluation import Evaluation
 from mlops.promotion import PromotionRule, promote
 from mlops.registry import WITHDRAWN_TAG, register_model, withdraw_version
 from mlops.tracking import start_run
+from tests.lossy_proxy import lossy_proxy
 from tests.mlflow_rig import mlflow_server
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin0password0for0tests"
@@ -30,9 +31,7 @@ TRAINER, TRAINER_PASSWORD = "trainer", "trainer0password0for0tests"
 MODEL = "access-classifier"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    root = tmp_path_factory.mktemp("mlflow-auth")
+def _started(root: Path) -> Iterator[str]:
     config = root / "basic_auth.ini"
     config.write_text(
         "[mlflow]\ndefault_permission = READ\n"
@@ -45,36 +44,71 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    yield from _started(tmp_path_factory.mktemp("mlflow-auth"))
+
+
+@pytest.fixture
+def empty_server(tmp_path: Path) -> Iterator[str]:
+    """A server with nothing made yet: no account, experiment or registered model."""
+    yield from _started(tmp_path)
+
+
 def _as(username: str, password: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", username)
     monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", password)
 
 
+def _mlflow_access(tracking_uri: str, user: str, password: str) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": tracking_uri,
+        "MLFLOW_TRACKING_USERNAME": ADMIN,
+        "MLFLOW_TRACKING_PASSWORD": ADMIN_PASSWORD,
+        "MLFLOW_TRAINER_USER": user,
+        "MLFLOW_TRAINER_PASSWORD": password,
+        "CIFAR_REGISTERED_MODELS": MODEL,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "deployments.mlflow_access"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert password not in done.stdout + done.stderr
+    return done
+
+
 @pytest.fixture(scope="module")
 def granted(server: str) -> str:
     """The account made twice over (the deploy step runs at every deploy)."""
-    env = {
-        **os.environ,
-        "MLFLOW_TRACKING_URI": server,
-        "MLFLOW_TRACKING_USERNAME": ADMIN,
-        "MLFLOW_TRACKING_PASSWORD": ADMIN_PASSWORD,
-        "MLFLOW_TRAINER_USER": TRAINER,
-        "MLFLOW_TRAINER_PASSWORD": TRAINER_PASSWORD,
-        "CIFAR_REGISTERED_MODELS": MODEL,
-    }
     for _ in range(2):
-        done = subprocess.run(
-            [sys.executable, "-m", "deployments.mlflow_access"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        done = _mlflow_access(server, TRAINER, TRAINER_PASSWORD)
     assert f"'{TRAINER}' may edit registered model '{MODEL}'" in done.stdout
-    assert TRAINER_PASSWORD not in done.stdout + done.stderr
     return server
+
+
+@pytest.mark.parametrize(
+    "lost", ["/users/create", "/experiments/create", "/registered-models/create"]
+)
+def test_mlflow_access_done_when_the_reply_to_a_creation_is_lost(
+    empty_server: str, lost: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MLflow's client sends a POST again when its reply is lost (a busy server, a network):
+    the first try made the thing, the second finds it there. Seen in CI: the stack's deploy
+    step failed with RESOURCE_ALREADY_EXISTS for its account, and printed the password's hash."""
+    with lossy_proxy(empty_server, lost) as (proxied, proxy):
+        done = _mlflow_access(proxied, TRAINER, TRAINER_PASSWORD)
+    assert proxy.seen >= 2  # the lost reply, and the client's next try
+    assert "password_hash" not in done.stdout + done.stderr
+    _as(TRAINER, TRAINER_PASSWORD, monkeypatch)
+    client = MlflowClient(empty_server)
+    assert client.get_experiment_by_name("train-cifar") is not None
+    assert client.get_registered_model(MODEL).name == MODEL
 
 
 @pytest.mark.parametrize("path", ["/", "/api/2.0/mlflow/experiments/search?max_results=1"])
