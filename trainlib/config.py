@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Integral
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from trainlib.errors import ConfigError
 
@@ -137,11 +137,15 @@ class FailureConfig:
             ``close_gracefully``, ``dask worker --lifetime``, an adaptive cluster scaling down),
             or whose SLURM job SLURM preempts (its workers retire on SLURM's SIGTERM).
             Once these are used up, a preemption counts as an ordinary failure.
+        fail_fast: In a Tuner, the first trial that fails stops the search: every running
+            trial ends and no new one starts (as in Ray Tune). ``"raise"``: ``fit()`` then
+            raises that trial's error. No effect on a single run.
     """
 
     max_failures: int = 0
     hang_timeout_s: float | None = None
     max_preemption_failures: int = 0
+    fail_fast: bool | Literal["raise"] = False
 
     def __post_init__(self) -> None:
         for name in ("max_failures", "max_preemption_failures"):
@@ -152,6 +156,10 @@ class FailureConfig:
         if self.hang_timeout_s is not None and self.hang_timeout_s <= 0:
             raise ConfigError(
                 f"FailureConfig(hang_timeout_s={self.hang_timeout_s}) must be positive or None."
+            )
+        if self.fail_fast not in (True, False, "raise"):
+            raise ConfigError(
+                f"FailureConfig(fail_fast={self.fail_fast!r}) must be True, False or 'raise'."
             )
 
 
@@ -169,6 +177,10 @@ class RunConfig:
         checkpoint_config: Checkpoint retention.
         failure_config: Restarts after failures.
         callbacks: Receive run start, every report, and the end (see ``trainlib.Callback``).
+        stop: When a Tuner's trials stop (see ``trainlib.tune.stopper``): a dict of results
+            to reach (``{"training_iteration": 10, "mean_accuracy": 0.98}``), a function
+            ``(trial_id, result) -> bool`` or a ``tune.Stopper``. A single run ends when its
+            training function returns.
     """
 
     name: str | None = None
@@ -177,6 +189,7 @@ class RunConfig:
     checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
     failure_config: FailureConfig = field(default_factory=FailureConfig)
     callbacks: Sequence[Callback] = ()
+    stop: Any = None  # trainlib.tune.stopper.Stop, checked by the Tuner (this module is below it)
 
     def __post_init__(self) -> None:
         if self.name is not None and (not self.name or "/" in self.name):

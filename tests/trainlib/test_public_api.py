@@ -91,6 +91,7 @@ DOCUMENTED_TORCH = {
 }
 DOCUMENTED_TUNE = {
     "ASHAScheduler",
+    "AsyncHyperBandScheduler",
     "BasicVariantGenerator",
     "Callback",
     "CheckpointConfig",
@@ -102,6 +103,7 @@ DOCUMENTED_TUNE = {
     "ResultGrid",
     "RunConfig",
     "Searcher",
+    "Stopper",
     "Trial",
     "TrialScheduler",
     "TuneConfig",

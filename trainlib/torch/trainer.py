@@ -97,6 +97,11 @@ class TorchTrainer:
             WorkerGroupError: A rank failed more often than ``FailureConfig.max_failures``.
             NotEnoughWorkersError: The cluster cannot provide ``num_workers`` workers.
         """
+        if self._run_config.stop is not None:
+            raise ConfigError(
+                "RunConfig(stop=...) stops the trials of a search: give this trainer to "
+                "trainlib.tune.Tuner, or end the run from the training function (return)."
+            )
         return run_training(self._plan(), self._client)
 
     def _plan(self, train_loop_config: dict[str, Any] | None = None) -> RunPlan:

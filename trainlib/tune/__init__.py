@@ -14,6 +14,7 @@ from trainlib.tune.result_grid import ResultGrid
 from trainlib.tune.run import run
 from trainlib.tune.schedulers import (
     ASHAScheduler,
+    AsyncHyperBandScheduler,
     FIFOScheduler,
     HyperBandScheduler,
     MedianStoppingRule,
@@ -28,10 +29,12 @@ from trainlib.tune.search_space import (
     randint,
     uniform,
 )
+from trainlib.tune.stopper import Stopper
 from trainlib.tune.tuner import Tuner
 
 __all__ = [
     "ASHAScheduler",
+    "AsyncHyperBandScheduler",
     "BasicVariantGenerator",
     "Callback",
     "CheckpointConfig",
@@ -43,6 +46,7 @@ __all__ = [
     "ResultGrid",
     "RunConfig",
     "Searcher",
+    "Stopper",
     "Trial",
     "TrialScheduler",
     "TuneConfig",

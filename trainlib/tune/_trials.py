@@ -2,9 +2,11 @@
 
 A trial holds its workers from a ``WorkerBook`` while it runs, so trials run at once only as
 far as the cluster's free workers allow (and ``max_concurrent_trials``); the others wait.
-Each report goes to Optuna (``_TrialCallback``); when the pruner says stop, the callback
-raises and the run's usual stop path ends every rank (the same path as a failed rank), after
-which the trial's workers are released for the next trial.
+Each report goes to the search's stopper (``RunConfig(stop=...)``) and to Optuna
+(``_TrialCallback``); when either says stop, the callback raises and the run's usual stop path
+ends every rank (the same path as a failed rank), after which the trial's workers are released
+for the next trial. When the stopper says stop all (or a trial fails with
+``FailureConfig(fail_fast=...)``), the search's cancel event ends every running trial.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from optuna.trial import TrialState
 
 from trainlib._internal.driver import worker_selection
-from trainlib._internal.driver.controller import run_training
+from trainlib._internal.driver.controller import RunCancelled, run_training
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.callbacks import Callback, Report
@@ -30,6 +33,7 @@ from trainlib.result import Result
 from trainlib.tune._study import Study, metric_value
 from trainlib.tune.callback import Callback as SearchCallback
 from trainlib.tune.callback import Trial
+from trainlib.tune.stopper import Stopper
 from trainlib.tune.worker_leases import WorkerBook, WorkerLease
 
 if TYPE_CHECKING:
@@ -47,7 +51,8 @@ class _Pruned(Exception):
 
 
 class _Stopped(Exception):
-    """Raised by the trial's callback once a trial made ``max_t`` reports."""
+    """Raised by the trial's callback once a trial made ``max_t`` reports or its stopper
+    said stop."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,8 @@ class TrialSetup:
     worker_timeout_s: float
     callbacks: Sequence[SearchCallback] = ()
     use_gpu: bool = False  # only workers with a GPU of their own run trials
+    stopper: Stopper | None = None  # RunConfig(stop=...), TuneConfig(time_budget_s=...)
+    fail_fast: bool | str = False  # FailureConfig(fail_fast=...)
 
 
 class TrialRunner:
@@ -79,16 +86,26 @@ class TrialRunner:
         self._threads: dict[str, threading.Thread] = {}
         self._ended = threading.Event()
         self._cancel = threading.Event()  # set when the search stops: its trials stop too
+        self._stopping = threading.Event()  # set when the search was told to stop (not failed)
         self._lock = threading.Lock()
+        self._stopper_lock = threading.Lock()  # a stopper sees one result at a time
+        self._first_failure: BaseException | None = None  # fail_fast="raise" raises it
         self.outcomes: list[Trial] = []
 
     def run(self, num_trials: int) -> list[Trial]:
-        """Run ``num_trials`` more trials; on Ctrl-C stop the running ones and raise."""
+        """Run ``num_trials`` more trials; on Ctrl-C stop the running ones and raise.
+
+        Raises:
+            BaseException: The first failed trial's error, with ``fail_fast="raise"``.
+        """
         remaining = num_trials
         waiting_since = time.monotonic()
         try:
-            while remaining > 0 or self._threads:
+            while (remaining > 0 and not self._stopping.is_set()) or self._threads:
                 InterruptWatch.check()
+                self._ask_stop_all()
+                if self._stopping.is_set():
+                    remaining = 0
                 started = self._start_ready(remaining)
                 remaining -= started
                 if started or self._threads or remaining == 0:
@@ -105,7 +122,37 @@ class TrialRunner:
             for thread in list(self._threads.values()):
                 thread.join()  # each sees Ctrl-C or the cancel, and stops its ranks
             self._reap()
+        if self._first_failure is not None and self._setup.fail_fast == "raise":
+            raise self._first_failure
         return self.outcomes
+
+    def stop_search(self, why: str) -> None:
+        """End every running trial (as stopped, not failed) and start no more."""
+        if not self._stopping.is_set():
+            logger.info("Search stopping: %s", why)
+            self._stopping.set()
+            self._cancel.set()
+
+    def _ask_stop_all(self) -> None:
+        stopper = self._setup.stopper
+        if stopper is not None and not self._stopping.is_set():
+            with self._stopper_lock:
+                stop = stopper.stop_all()
+            if stop:
+                self.stop_search(f"{type(stopper).__name__}.stop_all() is True")
+
+    def judge(self, trial_id: str, result: dict[str, Any]) -> bool:
+        """Whether the stopper stops this trial after ``result`` (and the search, if its
+        ``stop_all`` says so)."""
+        stopper = self._setup.stopper
+        if stopper is None:
+            return False
+        with self._stopper_lock:
+            stop = stopper(trial_id, result)
+            stop_all = stopper.stop_all()
+        if stop_all:
+            self.stop_search(f"{type(stopper).__name__}.stop_all() is True after {trial_id}")
+        return stop
 
     def _start_ready(self, remaining: int) -> int:
         """Start as many trials as free workers and the concurrency limit allow."""
@@ -139,7 +186,7 @@ class TrialRunner:
     def _run_trial(self, trial: optuna.Trial, run_name: str, lease: WorkerLease) -> None:
         setup = self._setup
         config = setup.config_of(trial.params)
-        callback = _TrialCallback(self._study, trial, setup.metric, setup.max_t)
+        callback = _TrialCallback(self._study, trial, run_name, setup, self.judge)
         try:
             plan = setup.make_plan(config)
             run_config = replace(
@@ -168,6 +215,8 @@ class TrialRunner:
             run_training(plan, self._client)
         except _Stopped:
             return None
+        except RunCancelled as exc:  # stopped with the search: as told, or as it failed
+            return None if self._stopping.is_set() else exc
         except BaseException as exc:
             return exc
         return None
@@ -183,10 +232,9 @@ class TrialRunner:
         if isinstance(error, KeyboardInterrupt):
             return None  # left RUNNING: the next fit() with this name resumes it
         result = replace(callback.result or _empty_result(self._setup), config=config)
-        if callback.time_total_s is not None:  # Ray Tune's auto-filled metric
-            result = replace(
-                result, metrics={**result.metrics, "time_total_s": callback.time_total_s}
-            )
+        if callback.auto:  # Ray Tune's auto-filled fields, of the trial's last result
+            auto = {**callback.auto, "done": error is None or isinstance(error, _Pruned)}
+            result = replace(result, metrics={**result.metrics, **auto})
         state, value = TrialState.COMPLETE, None
         if isinstance(error, _Pruned):
             state, error = TrialState.PRUNED, None
@@ -194,10 +242,17 @@ class TrialRunner:
             try:
                 value = _value(result.metrics, self._setup.metric)
             except ValueError as exc:
-                error = exc
+                if self._stopping.is_set() and not callback.auto:
+                    state = TrialState.PRUNED  # stopped with the search before any result
+                else:
+                    error = exc
         if error is not None:
             state = TrialState.FAIL
             logger.warning("Trial %s failed: %r", run_name, error)
+            if self._setup.fail_fast:
+                with self._lock:
+                    self._first_failure = self._first_failure or error
+                self.stop_search(f"trial {run_name} failed (FailureConfig(fail_fast=True))")
         result = replace(result, error=error)
         self._study.finish(trial, state, value, result.metrics, error)
         ended = Trial(trial.number, run_name, config, _STATE_NAMES[state], result)
@@ -255,22 +310,42 @@ def _value(metrics: dict[str, Any], metric: str | None) -> float:
 
 
 class _TrialCallback(Callback):
-    """Hands each report to Optuna; stops the run when pruned or after ``max_t`` reports."""
+    """Hands each report, with Ray's auto-filled fields, to the stopper and to Optuna; stops
+    the run when either says so, or after ``max_t`` reports."""
 
     def __init__(
-        self, study: Study, trial: optuna.Trial, metric: str | None, max_t: int | None
+        self,
+        study: Study,
+        trial: optuna.Trial,
+        trial_id: str,
+        setup: TrialSetup,
+        judge: Callable[[str, dict[str, Any]], bool],
     ) -> None:
         self._study = study
         self._trial = trial
-        self._metric = metric
-        self._max_t = max_t
-        self._started = time.monotonic()
+        self._trial_id = trial_id
+        self._metric = setup.metric
+        self._max_t = setup.max_t
+        self._judge = judge
+        self._started = self._last = time.monotonic()
         self.result: Result | None = None
-        self.time_total_s: float | None = None  # from the trial's start to its last report
+        self.auto: dict[str, Any] = {}  # Ray's auto-filled fields of the last result
 
     def on_report(self, report: Report) -> None:
-        self.time_total_s = time.monotonic() - self._started
+        now = time.monotonic()
         step = report.index + 1  # Ray's training_iteration: the number of reports, 1-based
+        self.auto = {
+            "training_iteration": step,
+            "time_this_iter_s": now - self._last,
+            "time_total_s": now - self._started,  # from the trial's start
+            "timestamp": int(time.time()),
+            "date": datetime.now().strftime("%Y-%m-%d_%H-%M-%S"),
+            "trial_id": self._trial_id,
+            "done": False,
+        }
+        self._last = now
+        if self._judge(self._trial_id, {**report.metrics, **self.auto}):
+            raise _Stopped(f"its stopper stopped it after {step} reports")
         if self._metric is not None:
             value = metric_value(report.metrics, self._metric)
             if self._study.report(self._trial, value, step):

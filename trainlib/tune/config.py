@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Literal
 
 from trainlib.errors import ConfigError
@@ -31,6 +32,9 @@ class TuneConfig:
             ``None``: a sqlite file ``study.db`` in the experiment directory, which must
             then be local.
         seed: Seed of the default search algorithm, for repeatable searches.
+        time_budget_s: Seconds (or a ``timedelta``) the search may run, from its first
+            result: then every running trial ends (as complete, with its last result) and no
+            new one starts, as ``tune.stopper.TimeoutStopper`` does.
     """
 
     metric: str | None = None
@@ -41,8 +45,16 @@ class TuneConfig:
     scheduler: TrialScheduler = field(default_factory=ASHAScheduler)
     study_storage: str | None = None
     seed: int | None = None
+    time_budget_s: float | timedelta | None = None
 
     def __post_init__(self) -> None:
+        budget = self.time_budget_s
+        seconds = budget.total_seconds() if isinstance(budget, timedelta) else budget
+        if budget is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
+            raise ConfigError(
+                f"TuneConfig(time_budget_s={budget!r}) must be a positive number of seconds, a "
+                "datetime.timedelta, or None."
+            )
         if (self.metric is None) != (self.mode is None) or self.metric == "":
             raise ConfigError(
                 f"TuneConfig(metric={self.metric!r}, mode={self.mode!r}) needs both (e.g. "

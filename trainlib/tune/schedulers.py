@@ -3,7 +3,8 @@
 ================================  =========================================
 Ray Tune                          Optuna
 ================================  =========================================
-``ASHAScheduler`` (the default)   ``SuccessiveHalvingPruner``
+``ASHAScheduler`` (the default;   ``SuccessiveHalvingPruner``
+``AsyncHyperBandScheduler``)
 ``HyperBandScheduler``            ``HyperbandPruner``
 ``MedianStoppingRule``            ``MedianPruner``
 ``FIFOScheduler``                 ``NopPruner`` (every trial runs to its end)
@@ -91,6 +92,9 @@ class ASHAScheduler(TrialScheduler):
             reduction_factor=int(self.reduction_factor),
             min_early_stopping_rate=0,
         )
+
+
+AsyncHyperBandScheduler = ASHAScheduler  # Ray's other name for it
 
 
 @dataclass(frozen=True, kw_only=True)

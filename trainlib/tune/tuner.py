@@ -26,6 +26,7 @@ from trainlib.tune.callback import Callback, Trial
 from trainlib.tune.config import TuneConfig
 from trainlib.tune.result_grid import ResultGrid
 from trainlib.tune.search_space import flatten
+from trainlib.tune.stopper import CombinedStopper, Stopper, TimeoutStopper, as_stopper
 from trainlib.tune.trainable import as_trainer, check_trainer_space
 
 if TYPE_CHECKING:
@@ -60,9 +61,11 @@ class Tuner:
             and plain values, nested as the trainable expects.
         tune_config: The metric to optimise, number of trials, concurrency, search and
             scheduler (``TuneConfig()`` if None: one trial, nothing compared).
-        run_config: Name, storage, failure handling and callbacks of every trial run;
-            replaces the trainer's own (as in Ray). ``FailureConfig.max_failures`` is per
-            trial: a trial's run restarts from its latest checkpoint that often.
+        run_config: Name, storage, failure handling, callbacks and stopping conditions
+            (``stop=``) of every trial run; replaces the trainer's own (as in Ray).
+            ``FailureConfig.max_failures`` is per trial: a trial's run restarts from its
+            latest checkpoint that often; ``FailureConfig(fail_fast=True)`` stops the search
+            at the first failed trial.
         dask_config: The cluster of a function trainable (a TorchTrainer brings its own).
         client: A connected ``distributed.Client`` to use instead.
 
@@ -99,6 +102,7 @@ class Tuner:
             check_trainer_space(param_space or {})
         self._tune_config = tune_config or TuneConfig()
         self._run_config = run_config or self._trainer._run_config
+        as_stopper(self._run_config.stop)  # a wrong stop= fails here, not in every trial
 
     @classmethod
     def restore(
@@ -241,11 +245,24 @@ class Tuner:
             max_concurrent=self._tune_config.max_concurrent_trials,
             worker_timeout_s=self._trainer._dask_config.worker_timeout_s,
             callbacks=[c for c in self._run_config.callbacks if isinstance(c, Callback)],
+            stopper=self._stopper(),
+            fail_fast=self._run_config.failure_config.fail_fast,
         )
+
+    def _stopper(self) -> Stopper | None:
+        """``RunConfig(stop=...)`` and ``TuneConfig(time_budget_s=...)`` as one stopper."""
+        stoppers = [as_stopper(self._run_config.stop)]
+        if self._tune_config.time_budget_s is not None:
+            stoppers.append(TimeoutStopper(self._tune_config.time_budget_s))
+        found = [stopper for stopper in stoppers if stopper is not None]
+        if len(found) < 2:
+            return found[0] if found else None
+        return CombinedStopper(*found)
 
     def _make_plan(self, config: dict[str, Any]) -> RunPlan:
         train_loop_config = config if self._is_function else config.get("train_loop_config", {})
-        return replace(self._trainer._plan(train_loop_config), run_config=self._run_config)
+        run_config = replace(self._run_config, stop=None)  # the search applies it
+        return replace(self._trainer._plan(train_loop_config), run_config=run_config)
 
     def _grid(self, study: Study, outcomes: list[Trial], experiment: RunStorage) -> ResultGrid:
         from trainlib.tune._trials import state_name

@@ -66,9 +66,9 @@ def test_pytorch_trainable_refuses_a_searched_number_of_replicas() -> None:
         )
 
 
-def test_tune_run_stop_takes_only_training_iteration() -> None:
-    with pytest.raises(ConfigError, match="only 'training_iteration'"):
-        tune.run(lambda config: None, stop={"mean_accuracy": 0.9}, metric="a", mode="max")
+def test_tune_run_refuses_a_stop_that_is_not_a_condition() -> None:
+    with pytest.raises(ConfigError, match="must be a dict of results to reach"):
+        tune.run(lambda config: None, stop=10, metric="a", mode="max")
 
 
 def test_pytorch_trainable_names_an_argument_it_does_not_take() -> None:

@@ -182,3 +182,209 @@ def test_ray_train_v2_tuned_by_tune_runs_with_imports_swapped(tmp_path: Path) ->
     assert all(Path(c).is_dir() for c in result["checkpoints"])
     assert (tmp_path / "trainlib_results" / "train-trial_id=None").is_dir()  # the single run
     assert {p.pid for p in trainlib_processes()} <= before
+
+
+# Ray Tune's "How to Define Stopping Criteria for a Ray Tune Experiment" guide, its code
+# (doc/source/tune/doc_code/stopping.py), as written there: a dict, a function and a Stopper
+# with stop_all as RunConfig(stop=...), FailureConfig(fail_fast=True), AsyncHyperBandScheduler,
+# stop={"time_total_s": 5} and TuneConfig(time_budget_s=5.0), with Ray's own asserts.
+RAY_STOPPING_GUIDE = """
+# flake8: noqa
+
+# fmt: off
+# __stopping_example_trainable_start__
+from ray import train
+
+
+def my_trainable(config):
+    i = 1
+    while True:
+        # Do some training...
+        time.sleep(1)
+
+        # Report some metrics for demonstration...
+        train.report({"mean_accuracy": min(i / 10, 1.0)})
+        i += 1
+# __stopping_example_trainable_end__
+# fmt: on
+
+
+def my_trainable(config):
+    # NOTE: This re-defines the training loop with the sleep removed for faster testing.
+    i = 1
+    # Training won't finish unless one of the stopping criteria is met!
+    while True:
+        # Do some training, and report some metrics for demonstration...
+        train.report({"mean_accuracy": min(i / 10, 1.0)})
+        i += 1
+
+
+# __stopping_dict_start__
+from ray import train, tune
+
+tuner = tune.Tuner(
+    my_trainable,
+    run_config=train.RunConfig(stop={"training_iteration": 10, "mean_accuracy": 0.8}),
+)
+result_grid = tuner.fit()
+# __stopping_dict_end__
+
+final_iter = result_grid[0].metrics["training_iteration"]
+assert final_iter == 8, final_iter
+
+# __stopping_fn_start__
+from ray import train, tune
+
+
+def stop_fn(trial_id: str, result: dict) -> bool:
+    return result["mean_accuracy"] >= 0.8 or result["training_iteration"] >= 10
+
+
+tuner = tune.Tuner(my_trainable, run_config=train.RunConfig(stop=stop_fn))
+result_grid = tuner.fit()
+# __stopping_fn_end__
+
+final_iter = result_grid[0].metrics["training_iteration"]
+assert final_iter == 8, final_iter
+
+# __stopping_cls_start__
+from ray import train, tune
+from ray.tune import Stopper
+
+
+class CustomStopper(Stopper):
+    def __init__(self):
+        self.should_stop = False
+
+    def __call__(self, trial_id: str, result: dict) -> bool:
+        if not self.should_stop and result["mean_accuracy"] >= 0.8:
+            self.should_stop = True
+        return self.should_stop
+
+    def stop_all(self) -> bool:
+        \"\"\"Returns whether to stop trials and prevent new ones from starting.\"\"\"
+        return self.should_stop
+
+
+stopper = CustomStopper()
+tuner = tune.Tuner(
+    my_trainable,
+    run_config=train.RunConfig(stop=stopper),
+    tune_config=tune.TuneConfig(num_samples=2),
+)
+result_grid = tuner.fit()
+# __stopping_cls_end__
+
+for result in result_grid:
+    final_iter = result.metrics.get("training_iteration", 0)
+    assert final_iter <= 8, final_iter
+
+# __stopping_on_trial_error_start__
+from ray import train, tune
+import time
+
+
+def my_failing_trainable(config):
+    if config["should_fail"]:
+        raise RuntimeError("Failing (on purpose)!")
+    # Do some training...
+    time.sleep(10)
+    train.report({"mean_accuracy": 0.9})
+
+
+tuner = tune.Tuner(
+    my_failing_trainable,
+    param_space={"should_fail": tune.grid_search([True, False])},
+    run_config=train.RunConfig(failure_config=train.FailureConfig(fail_fast=True)),
+)
+result_grid = tuner.fit()
+# __stopping_on_trial_error_end__
+
+for result in result_grid:
+    # Should never get to report
+    final_iter = result.metrics.get("training_iteration")
+    assert not final_iter, final_iter
+
+# __early_stopping_start__
+from ray import train, tune
+from ray.tune.schedulers import AsyncHyperBandScheduler
+
+
+scheduler = AsyncHyperBandScheduler(time_attr="training_iteration")
+
+tuner = tune.Tuner(
+    my_trainable,
+    run_config=train.RunConfig(stop={"training_iteration": 10}),
+    tune_config=tune.TuneConfig(
+        scheduler=scheduler, num_samples=2, metric="mean_accuracy", mode="max"
+    ),
+)
+result_grid = tuner.fit()
+# __early_stopping_end__
+
+
+def my_trainable(config):
+    # NOTE: Introduce the sleep again for the time-based unit-tests.
+    i = 1
+    while True:
+        time.sleep(1)
+        # Do some training, and report some metrics for demonstration...
+        train.report({"mean_accuracy": min(i / 10, 1.0)})
+        i += 1
+
+
+# __stopping_trials_by_time_start__
+from ray import train, tune
+
+tuner = tune.Tuner(
+    my_trainable,
+    # Stop a trial after it's run for more than 5 seconds.
+    run_config=train.RunConfig(stop={"time_total_s": 5}),
+)
+result_grid = tuner.fit()
+# __stopping_trials_by_time_end__
+
+# Should only get ~5 reports
+assert result_grid[0].metrics["training_iteration"] < 8
+
+
+# __stopping_experiment_by_time_start__
+from ray import tune
+
+# Stop the entire experiment after ANY trial has run for more than 5 seconds.
+tuner = tune.Tuner(my_trainable, tune_config=tune.TuneConfig(time_budget_s=5.0))
+result_grid = tuner.fit()
+# __stopping_experiment_by_time_end__
+
+# Should only get ~5 reports
+assert result_grid[0].metrics["training_iteration"] < 8
+"""
+
+PRINT_STOPPING_RESULT = (
+    "\nimport json\n"
+    'print("RESULT", json.dumps({"trials": len(result_grid), "errors": result_grid.num_errors, '
+    '"iterations": result_grid[0].metrics["training_iteration"]}))\n'
+)
+
+
+def swap_module_imports(source: str) -> str:
+    """``from ray import train, tune`` form: ``train`` is ``trainlib``, ``tune`` is
+    ``trainlib.tune``."""
+    source = source.replace(
+        "from ray import train, tune", "import trainlib as train\nfrom trainlib import tune"
+    )
+    source = source.replace("from ray import train", "import trainlib as train")
+    source = source.replace("from ray import tune", "from trainlib import tune")
+    return source.replace("from ray.tune", "from trainlib.tune")
+
+
+def test_ray_tune_stopping_guide_runs_with_imports_swapped(tmp_path: Path) -> None:
+    """Each stop condition stops at Ray's iteration (Ray's asserts, in the script); the last
+    search, on a time budget, ends its one trial without an error."""
+    before = {p.pid for p in trainlib_processes()}
+    script = tmp_path / "stopping.py"
+    script.write_text(swap_module_imports(RAY_STOPPING_GUIDE) + PRINT_STOPPING_RESULT)
+    result = run_script_for_result(script, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
+    assert result["trials"] == 1 and result["errors"] == 0
+    assert 1 <= result["iterations"] < 8
+    assert {p.pid for p in trainlib_processes()} <= before

@@ -29,11 +29,13 @@ from trainlib import (
     TorchConfig,
 )
 from trainlib._internal.driver import worker_selection
+from trainlib._internal.driver.controller import RunCancelled
 from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.tune import _trials
 from trainlib.tune._study import Study, StudySettings
 from trainlib.tune._trials import TrialRunner, TrialSetup
 from trainlib.tune.callback import Callback, Trial
+from trainlib.tune.stopper import Stopper, as_stopper
 
 WAIT_S = 10.0
 Engine = Callable[[RunPlan], list[dict[str, Any]]]  # a trial's run: the metrics it reports
@@ -101,6 +103,8 @@ def search(
     max_t: int | None = None,
     pruner: optuna.pruners.BasePruner | None = None,
     callbacks: tuple[Callback, ...] = (),
+    stopper: Stopper | None = None,
+    fail_fast: bool | str = False,
 ) -> tuple[list[Trial], Study]:
     addresses = [f"tcp://w{i}" for i in range(cluster_size)]
     monkeypatch.setattr(worker_selection, "eligible_workers", lambda *args: addresses)
@@ -136,6 +140,8 @@ def search(
         max_concurrent=max_concurrent,
         worker_timeout_s=0.5,
         callbacks=callbacks,
+        stopper=stopper,
+        fail_fast=fail_fast,
     )
     client = SimpleNamespace(scheduler=SimpleNamespace(address="tcp://scheduler"))
     runner = TrialRunner(client, study, setup)  # type: ignore[arg-type]
@@ -216,10 +222,114 @@ def test_trials_max_t_ends_a_trial_complete_with_its_last_value(
     (trial,) = ended
     assert trial.state == "complete"
     assert trial.result is not None
-    metrics = dict(trial.result.metrics)
-    assert metrics.pop("time_total_s") > 0  # Ray Tune's auto-filled metric
-    assert metrics == {"loss": 2.0}
+    assert trial.result.metrics["loss"] == 2.0
+    assert trial.result.metrics["training_iteration"] == 2
     assert study._study.trials[0].value == 2.0
+
+
+def until_cancelled(plan: RunPlan) -> list[dict[str, Any]]:
+    """A trial that reports nothing until the search cancels it, as the engine's poll does."""
+    assert plan.cancel is not None
+    assert plan.cancel.wait(WAIT_S), "the trial was never cancelled"
+    raise RunCancelled("the search stopped")
+
+
+def test_trials_stop_dict_ends_a_trial_complete_with_rays_auto_filled_result(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    seen: list[dict[str, Any]] = []
+
+    def stop_fn(trial_id: str, result: dict[str, Any]) -> bool:
+        seen.append(result)
+        return result["training_iteration"] >= 2
+
+    ended, study = search(
+        monkeypatch, tmp_path, reports(3.0, 2.0, 1.0), num_trials=1, stopper=as_stopper(stop_fn)
+    )
+    (trial,) = ended
+    assert trial.state == "complete"
+    assert trial.result is not None
+    assert [r["training_iteration"] for r in seen] == [1, 2]
+    assert [r["trial_id"] for r in seen] == [trial.name] * 2
+    metrics = trial.result.metrics
+    assert metrics["loss"] == 2.0 and metrics["training_iteration"] == 2
+    assert metrics["done"] is True and metrics["trial_id"] == trial.name
+    assert metrics["time_total_s"] >= metrics["time_this_iter_s"] >= 0
+    assert {"timestamp", "date"} <= set(metrics)
+    assert study._study.trials[0].value == 2.0
+
+
+def test_trials_stop_all_ends_running_trials_and_starts_no_more(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    class StopAllAtFirstResult(Stopper):
+        def __init__(self) -> None:
+            self.should_stop = False
+
+        def __call__(self, trial_id: str, result: dict) -> bool:
+            self.should_stop = True
+            return True
+
+        def stop_all(self) -> bool:
+            return self.should_stop
+
+    started: list[str] = []
+    lock = threading.Lock()
+
+    def engine(plan: RunPlan) -> list[dict[str, Any]]:
+        with lock:
+            started.append(str(plan.run_config.name))
+            first = len(started) == 1
+        return [{"loss": 1.0}] if first else until_cancelled(plan)
+
+    ended, study = search(
+        monkeypatch,
+        tmp_path,
+        engine,
+        num_trials=4,
+        cluster_size=2,
+        max_concurrent=2,
+        stopper=StopAllAtFirstResult(),
+    )
+    assert len(started) <= 2  # no trial started after the stop
+    assert all(t.result is not None and t.result.error is None for t in ended)
+    assert TrialState.FAIL not in states(study)
+
+
+@pytest.mark.parametrize("fail_fast", [True, "raise"])
+def test_trials_fail_fast_stops_the_search_at_the_first_failure(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fail_fast: bool | str
+) -> None:
+    calls = [0]
+    lock = threading.Lock()
+
+    def engine(plan: RunPlan) -> list[dict[str, Any]]:
+        with lock:
+            calls[0] += 1
+            first = calls[0] == 1
+        if first:
+            raise RuntimeError("Failing (on purpose)!")
+        return until_cancelled(plan)
+
+    def run() -> tuple[list[Trial], Study]:
+        return search(
+            monkeypatch,
+            tmp_path,
+            engine,
+            num_trials=4,
+            cluster_size=2,
+            max_concurrent=2,
+            fail_fast=fail_fast,
+        )
+
+    if fail_fast == "raise":
+        with pytest.raises(RuntimeError, match="on purpose"):
+            run()
+        return
+    ended, _ = run()
+    assert calls[0] <= 2
+    assert sorted(t.state for t in ended)[0] == "failed"
+    assert [t.state for t in ended].count("failed") == 1  # the others stopped, not failed
 
 
 def test_trials_failed_trial_is_recorded_and_the_search_goes_on(
