@@ -9,6 +9,7 @@ from trainlib.reporting import get_checkpoint, report
 from trainlib.tune.callback import Callback, Trial
 from trainlib.tune.config import TuneConfig
 from trainlib.tune.context import TuneContext, get_context
+from trainlib.tune.parameters import with_parameters
 from trainlib.tune.resources import with_resources
 from trainlib.tune.result_grid import ResultGrid
 from trainlib.tune.run import run
@@ -24,9 +25,15 @@ from trainlib.tune.search import BasicVariantGenerator, OptunaSearch, Searcher
 from trainlib.tune.search_space import (
     choice,
     grid_search,
+    lograndint,
     loguniform,
+    qlograndint,
+    qloguniform,
+    qrandint,
+    qrandn,
     quniform,
     randint,
+    randn,
     uniform,
 )
 from trainlib.tune.stopper import Stopper
@@ -56,11 +63,18 @@ __all__ = [
     "get_checkpoint",
     "get_context",
     "grid_search",
+    "lograndint",
     "loguniform",
+    "qlograndint",
+    "qloguniform",
+    "qrandint",
+    "qrandn",
     "quniform",
     "randint",
+    "randn",
     "report",
     "run",
     "uniform",
+    "with_parameters",
     "with_resources",
 ]

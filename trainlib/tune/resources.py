@@ -14,9 +14,9 @@ class TrainableWithResources:
     """A function trainable and what each of its trials needs (``tune.with_resources``)."""
 
     def __init__(self, trainable: Callable[..., Any], resources: Mapping[str, float]) -> None:
+        functools.update_wrapper(self, trainable)  # first: it copies the wrapped's attributes
         self.trainable = trainable
         self.resources = dict(resources)
-        functools.update_wrapper(self, trainable)
         self.scaling = scaling_for(self.resources)  # checked now, as Ray checks it
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

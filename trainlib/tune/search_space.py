@@ -3,11 +3,18 @@
 A ``param_space`` is a (nested) dict whose leaves are these domains or plain values; plain
 values are passed to every trial unchanged. Parameters are named by their path joined with
 ``/`` (``train_loop_config/lr``), in Optuna's study and in ``ResultGrid.get_dataframe()``.
+
+Where Optuna has no distribution of its own, Optuna samples a parameter it has and the domain
+maps it to the trial's value (``Domain.value``), so its samplers still learn: a normal
+(``randn``) is sampled as its quantile in (0, 1); a value rounded to ``q`` where Optuna cannot
+step (on a log scale, or to multiples of ``q`` as Ray rounds) is sampled unrounded, then
+rounded. Optuna's study holds the sampled parameter; the trial's config holds the value.
 """
 
 from __future__ import annotations
 
 import itertools
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,10 +35,15 @@ class Domain:
         """The Optuna distribution of this domain."""
         raise NotImplementedError
 
+    def value(self, sampled: Any) -> Any:
+        """The trial's value of what Optuna sampled from ``distribution()``."""
+        return sampled
+
 
 @dataclass(frozen=True)
 class Float(Domain):
-    """A float in ``[low, high]``, on a log scale if ``log``, a multiple of ``q`` if given."""
+    """A float in ``[low, high]``, on a log scale if ``log``; a multiple of ``q`` if given
+    (counted from ``low`` on a linear scale, as Optuna steps; rounded on a log scale)."""
 
     low: float
     high: float
@@ -41,20 +53,59 @@ class Float(Domain):
     def distribution(self) -> dist.BaseDistribution:
         import optuna.distributions as dist  # imported on use: rank processes never need it
 
-        return dist.FloatDistribution(self.low, self.high, log=self.log, step=self.q)
+        step = None if self.log else self.q  # Optuna steps linear scales only
+        return dist.FloatDistribution(self.low, self.high, log=self.log, step=step)
+
+    def value(self, sampled: Any) -> Any:
+        if self.log and self.q is not None:
+            return _round_to(float(sampled), self.q)
+        return sampled
 
 
 @dataclass(frozen=True)
 class Integer(Domain):
-    """An integer in ``[low, high)``, as Ray's ``randint`` (the upper bound is excluded)."""
+    """An integer in ``[low, high)`` (the upper bound is excluded, as Ray's ``randint``), on a
+    log scale if ``log``; rounded to a multiple of ``q`` if given."""
 
     low: int
     high: int
+    log: bool = False
+    q: int | None = None
 
     def distribution(self) -> dist.BaseDistribution:
         import optuna.distributions as dist  # imported on use: rank processes never need it
 
-        return dist.IntDistribution(self.low, self.high - 1)
+        return dist.IntDistribution(self.low, self.high - 1, log=self.log)
+
+    def value(self, sampled: Any) -> Any:
+        return sampled if self.q is None else int(_round_to(int(sampled), self.q))
+
+
+@dataclass(frozen=True)
+class Normal(Domain):
+    """A float drawn from a normal distribution, rounded to a multiple of ``q`` if given.
+    Optuna samples its quantile in (1e-6, 1 - 1e-6): values beyond 4.75 ``sd`` never come."""
+
+    mean: float
+    sd: float
+    q: float | None = None
+
+    def distribution(self) -> dist.BaseDistribution:
+        import optuna.distributions as dist  # imported on use: rank processes never need it
+
+        return dist.FloatDistribution(_QUANTILE_EDGE, 1 - _QUANTILE_EDGE)
+
+    def value(self, sampled: Any) -> Any:
+        drawn = statistics.NormalDist(self.mean, self.sd).inv_cdf(float(sampled))
+        return drawn if self.q is None else _round_to(drawn, self.q)
+
+
+_QUANTILE_EDGE = 1e-6
+
+
+def _round_to(value: float, q: float) -> float:
+    """``value`` rounded to a multiple of ``q``, as Ray quantizes."""
+    return round(value / q) * q
 
 
 @dataclass(frozen=True)
@@ -98,11 +149,61 @@ def quniform(lower: float, upper: float, q: float) -> Float:
     return Float(float(lower), float(upper), q=float(q))
 
 
+def qloguniform(lower: float, upper: float, q: float, base: float = 10) -> Float:
+    """A float sampled uniformly on a log scale in ``[lower, upper]``, rounded to a multiple
+    of ``q``. (``base`` changes nothing: log-uniform is the same in every base.)"""
+    _check_bounds("qloguniform", lower, upper)
+    if lower <= 0 or q <= 0:
+        raise ConfigError(f"qloguniform({lower}, {upper}, q={q}) needs lower > 0 and q > 0.")
+    return Float(float(lower), float(upper), log=True, q=float(q))
+
+
+def randn(mean: float = 0.0, sd: float = 1.0) -> Normal:
+    """A float from the normal distribution of ``mean`` and standard deviation ``sd``."""
+    if not sd > 0:
+        raise ConfigError(f"randn(mean={mean}, sd={sd}) needs sd > 0.")
+    return Normal(float(mean), float(sd))
+
+
+def qrandn(mean: float, sd: float, q: float) -> Normal:
+    """``randn(mean, sd)`` rounded to a multiple of ``q``."""
+    if not sd > 0 or not q > 0:
+        raise ConfigError(f"qrandn(mean={mean}, sd={sd}, q={q}) needs sd > 0 and q > 0.")
+    return Normal(float(mean), float(sd), q=float(q))
+
+
 def randint(lower: int, upper: int) -> Integer:
     """An integer in ``[lower, upper)``: the upper bound is excluded, as in Ray."""
     if not upper > lower:
         raise ConfigError(f"randint({lower}, {upper}) needs upper > lower (upper is excluded).")
     return Integer(int(lower), int(upper))
+
+
+def qrandint(lower: int, upper: int, q: int = 1) -> Integer:
+    """An integer in ``[lower, upper]`` rounded to a multiple of ``q``: the upper bound is
+    included, as in Ray."""
+    if not upper > lower or q < 1:
+        raise ConfigError(f"qrandint({lower}, {upper}, q={q}) needs upper > lower and q >= 1.")
+    return Integer(int(lower), int(upper) + 1, q=int(q))
+
+
+def lograndint(lower: int, upper: int, base: float = 10) -> Integer:
+    """An integer in ``[lower, upper)`` on a log scale (``base`` changes nothing)."""
+    if not upper > lower or lower < 1:
+        raise ConfigError(
+            f"lograndint({lower}, {upper}) needs 1 <= lower < upper (upper is excluded)."
+        )
+    return Integer(int(lower), int(upper), log=True)
+
+
+def qlograndint(lower: int, upper: int, q: int, base: float = 10) -> Integer:
+    """An integer in ``[lower, upper]`` on a log scale, rounded to a multiple of ``q``: the
+    upper bound is included, as in Ray."""
+    if not upper > lower or lower < 1 or q < 1:
+        raise ConfigError(
+            f"qlograndint({lower}, {upper}, q={q}) needs 1 <= lower < upper and q >= 1."
+        )
+    return Integer(int(lower), int(upper) + 1, log=True, q=int(q))
 
 
 def choice(categories: Sequence[Any]) -> Categorical:
@@ -150,9 +251,14 @@ class FlatSpace:
         ]
 
     def config(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """The nested config of one trial: its sampled ``params`` and the constants."""
+        """The nested config of one trial: the values of its sampled ``params`` and the
+        constants."""
+        values = {
+            path: self.domains[path].value(value) if path in self.domains else value
+            for path, value in params.items()
+        }
         nested: dict[str, Any] = {}
-        for path, value in {**self.constants, **params}.items():
+        for path, value in {**self.constants, **values}.items():
             *parents, leaf = path.split(SEPARATOR)
             node = nested
             for key in parents:

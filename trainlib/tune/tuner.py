@@ -103,6 +103,7 @@ class Tuner:
         self._tune_config = tune_config or TuneConfig()
         self._run_config = run_config or self._trainer._run_config
         as_stopper(self._run_config.stop)  # a wrong stop= fails here, not in every trial
+        self._results: ResultGrid | None = None
 
     @classmethod
     def restore(
@@ -183,7 +184,29 @@ class Tuner:
             preemption_retirement.register(client)
             runner = TrialRunner(client, study, self._setup(experiment))
             outcomes = runner.run(max(0, self._num_trials() - study.counted_trials()))
-        return self._grid(study, outcomes, experiment)
+        self._results = self._grid(study, outcomes, experiment)
+        return self._results
+
+    def get_results(self) -> ResultGrid:
+        """The results ``fit()`` returned; after ``Tuner.restore`` without ``fit()``, those of
+        the stored search's trials that ended (as Ray's ``Tuner.get_results``).
+
+        Raises:
+            ConfigError: Neither: this Tuner was not fit and names no stored search.
+        """
+        if self._results is not None:
+            return self._results
+        name = self._run_config.name
+        directory = posixpath.join(self._run_config.storage, name or "")
+        if name is None or not Tuner.can_restore(directory):
+            raise ConfigError(
+                "Tuner.get_results(): call fit() first, or Tuner.restore(path, trainable) a "
+                "search stored at {storage_path}/{name}."
+            )
+        experiment = RunStorage.create(
+            self._run_config.storage, name, self._run_config.storage_filesystem
+        )
+        return self._grid(self._open_study(name, experiment), [], experiment)
 
     def _save(self, experiment: RunStorage, name: str) -> None:
         """What ``restore`` needs besides the trainable, next to the study."""

@@ -388,3 +388,40 @@ def test_ray_tune_stopping_guide_runs_with_imports_swapped(tmp_path: Path) -> No
     assert result["trials"] == 1 and result["errors"] == 0
     assert 1 <= result["iterations"] < 8
     assert {p.pid for p in trainlib_processes()} <= before
+
+
+# Ray Tune's FAQ, "How can I use large datasets in Tune?" (doc/source/tune/doc_code/faq.py), as
+# written there but for the dataset's size (10**5 values instead of 10**8).
+RAY_HUGE_DATA = """
+from ray import tune
+import numpy as np
+
+
+def train_func(config, num_epochs=5, data=None):
+    for i in range(num_epochs):
+        for sample in data:
+            # ... train on sample
+            pass
+
+
+# Some huge dataset
+data = np.random.random(size=100000)
+
+tuner = tune.Tuner(tune.with_parameters(train_func, num_epochs=5, data=data))
+tuner.fit()
+"""
+
+PRINT_HUGE_DATA_RESULT = (
+    "\nimport json\n"
+    "result_grid = tuner.get_results()\n"
+    'print("RESULT", json.dumps({"trials": len(result_grid), "errors": result_grid.num_errors, '
+    '"config": result_grid[0].config}))\n'
+)
+
+
+def test_ray_tune_large_data_faq_runs_with_imports_swapped(tmp_path: Path) -> None:
+    """``tune.with_parameters`` hands the data to the trial without putting it in the config."""
+    script = tmp_path / "huge_data.py"
+    script.write_text(swap_module_imports(RAY_HUGE_DATA) + PRINT_HUGE_DATA_RESULT)
+    result = run_script_for_result(script, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
+    assert result == {"trials": 1, "errors": 0, "config": {}}

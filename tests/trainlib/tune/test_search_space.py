@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+
 import optuna.distributions as dist
 import pytest
 
@@ -85,3 +87,90 @@ def test_schedulers_map_to_optuna_pruners() -> None:
     assert isinstance(tune.BasicVariantGenerator().optuna_sampler(), optuna.samplers.RandomSampler)
     with pytest.raises(ConfigError, match="time_attr='training_iteration'"):
         tune.ASHAScheduler(time_attr="time_total_s")
+
+
+# Ray Tune's "Search Space API" (doc/source/tune/api/search_space.rst), its example config as
+# written there but for its tune.sample_from line: each function's documented range, rounding
+# and bounds, over Optuna's samples.
+RAY_SEARCH_SPACE = {
+    "uniform": tune.uniform(-5, -1),  # Uniform float between -5 and -1
+    "quniform": tune.quniform(3.2, 5.4, 0.2),  # Round to multiples of 0.2
+    "loguniform": tune.loguniform(1e-4, 1e-1),  # Uniform float in log space
+    "qloguniform": tune.qloguniform(1e-4, 1e-1, 5e-5),  # Round to multiples of 0.00005
+    "randn": tune.randn(10, 2),  # Normal distribution with mean 10 and sd 2
+    "qrandn": tune.qrandn(10, 2, 0.2),  # Round to multiples of 0.2
+    "randint": tune.randint(-9, 15),  # Random integer between -9 and 15
+    "qrandint": tune.qrandint(-21, 12, 3),  # Round to multiples of 3 (includes 12)
+    # Random integer between 1 and 10 in log space
+    "lograndint": tune.lograndint(1, 10),
+    "qlograndint": tune.qlograndint(1, 10, 2),  # Round to multiples of 2 (includes 10)
+    "choice": tune.choice(["a", "b", "c"]),  # Choose one of these options uniformly
+    "grid": tune.grid_search([32, 64, 128]),  # Search over all these values
+}
+
+
+def multiple_of(value: float, q: float) -> bool:
+    return abs(value / q - round(value / q)) < 1e-6
+
+
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_search_space_rays_example_samples_as_ray_documents(sampler: str) -> None:
+    import optuna
+
+    space = flatten(RAY_SEARCH_SPACE)
+    distributions = space.distributions()
+    make = optuna.samplers.RandomSampler if sampler == "random" else optuna.samplers.TPESampler
+    study = optuna.create_study(sampler=make(seed=0))
+    configs = []
+    for _ in range(400 if sampler == "random" else 60):
+        trial = study.ask(distributions)
+        configs.append(space.config(trial.params))
+        study.tell(trial, 0.0)
+    column = {key: [c[key] for c in configs] for key in RAY_SEARCH_SPACE}
+    assert all(-5 <= v <= -1 for v in column["uniform"])
+    assert all(3.2 <= v <= 5.4 + 1e-9 and multiple_of(v, 0.2) for v in column["quniform"])
+    assert all(1e-4 <= v <= 1e-1 for v in column["loguniform"])
+    assert all(1e-4 <= v <= 1e-1 and multiple_of(v, 5e-5) for v in column["qloguniform"])
+    assert all(multiple_of(v, 0.2) for v in column["qrandn"])
+    assert all(isinstance(v, int) and -9 <= v < 15 for v in column["randint"])
+    assert all(isinstance(v, int) and -21 <= v <= 12 and v % 3 == 0 for v in column["qrandint"])
+    assert all(isinstance(v, int) and 1 <= v < 10 for v in column["lograndint"])
+    assert all(isinstance(v, int) and 0 <= v <= 10 and v % 2 == 0 for v in column["qlograndint"])
+    assert set(column["choice"]) <= {"a", "b", "c"}
+    assert set(column["grid"]) <= {32, 64, 128}
+    if sampler == "random":  # the distributions themselves
+        normal = column["randn"]
+        assert abs(statistics.mean(normal) - 10) < 0.5
+        assert 1.6 < statistics.stdev(normal) < 2.4
+        assert 12 in column["qrandint"] and 10 in column["qlograndint"]  # upper bounds included
+        assert sum(v < 10**-2.5 for v in column["loguniform"]) > 100  # half below the log midpoint
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: tune.qloguniform(0, 1, 0.1), "lower > 0 and q > 0"),
+        (lambda: tune.randn(0, 0), "sd > 0"),
+        (lambda: tune.qrandn(0, 1, 0), "q > 0"),
+        (lambda: tune.qrandint(0, 10, 0), "q >= 1"),
+        (lambda: tune.lograndint(0, 10), "1 <= lower"),
+        (lambda: tune.qlograndint(5, 5, 1), "1 <= lower < upper"),
+    ],
+)
+def test_search_space_rays_other_functions_say_what_to_give(make: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make()  # type: ignore[operator]
+
+
+def test_search_space_with_parameters_passes_objects_besides_the_config() -> None:
+    def train_func(config, num_epochs=5, data=None):  # type: ignore[no-untyped-def]
+        return config["lr"], num_epochs, len(data)
+
+    wrapped = tune.with_parameters(train_func, num_epochs=2, data=[1, 2, 3])
+    assert wrapped({"lr": 0.1}) == (0.1, 2, 3)
+    with_both = tune.with_resources(wrapped, {"cpu": 1})
+    assert with_both({"lr": 0.2}) == (0.2, 2, 3)
+    other_way = tune.with_parameters(tune.with_resources(train_func, {"cpu": 1}), data=[1])
+    assert isinstance(other_way, type(with_both)) and other_way({"lr": 0.3}) == (0.3, 5, 1)
+    with pytest.raises(ConfigError, match="cannot take them"):
+        tune.with_parameters(train_func, dataset=[1])

@@ -283,8 +283,11 @@ def test_tuner_restore_resumes_a_search_from_its_directory(
         client=dask_client,
     ).fit()
     assert tune.Tuner.can_restore(str(experiment))
+    stored = tune.Tuner.restore(str(experiment), count_and_report).get_results()  # no fit()
+    assert sorted(r.metrics["score"] for r in stored) == [1, 2]
     restored = tune.Tuner.restore(str(experiment), count_and_report, client=dask_client)
     grid = restored.fit()
+    assert restored.get_results() is grid
     assert sorted(r.metrics["score"] for r in grid) == [1, 2]
     assert grid.get_best_result().config["x"] == 2  # the saved TuneConfig's metric and mode
     assert sorted((tmp_path / "runs.txt").read_text().split()) == ["1", "2"]  # none ran again
@@ -292,3 +295,5 @@ def test_tuner_restore_resumes_a_search_from_its_directory(
         tune.Tuner.restore(str(experiment), count_and_report, restart_errored=True)
     with pytest.raises(ConfigError, match="no search is stored there"):
         tune.Tuner.restore(str(tmp_path / "nothing"), count_and_report)
+    with pytest.raises(ConfigError, match="call fit"):
+        tune.Tuner(count_and_report, client=dask_client).get_results()
