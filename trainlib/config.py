@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from trainlib.callbacks import Callback
 
 DEFAULT_STORAGE_PATH = "~/trainlib_results"
+ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"  # Ray's resource label of an accelerator
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +46,10 @@ class ScalingConfig:
             fewer than ``max`` ranks looks for more eligible Dask workers. When there are more
             and a checkpoint was committed since the group formed, the group is re-formed
             larger from that checkpoint (not counted as a failure), as Ray Train does.
+        accelerator_type: Ray's accelerator label (``"A100"``, ``"H100"``): only Dask
+            workers declaring the resource ``accelerator_type:A100`` (``dask worker
+            --resources accelerator_type:A100=1``) take the ranks. Added to
+            ``resources_per_worker`` (0.001 a rank, as Ray asks for it).
     """
 
     num_workers: int | tuple[int, int] = 1
@@ -52,6 +57,7 @@ class ScalingConfig:
     resources_per_worker: Mapping[str, float] | None = None
     worker_setup: Callable[[], None] | None = None
     elastic_resize_monitor_interval_s: float = 60.0
+    accelerator_type: str | None = None
 
     @property
     def worker_range(self) -> tuple[int, int]:
@@ -76,6 +82,15 @@ class ScalingConfig:
                 f"ScalingConfig(num_workers={self.num_workers}) must be at least 1 (or 0: local "
                 "mode), and a (min, max) pair must have 1 <= min <= max."
             )
+        if self.accelerator_type is not None:
+            if not isinstance(self.accelerator_type, str) or not self.accelerator_type:
+                raise ConfigError(
+                    f"ScalingConfig(accelerator_type={self.accelerator_type!r}) must name an "
+                    "accelerator, e.g. 'A100'."
+                )
+            label = {f"{ACCELERATOR_RESOURCE_PREFIX}{self.accelerator_type}": 0.001}
+            resources = {**(self.resources_per_worker or {}), **label}
+            object.__setattr__(self, "resources_per_worker", resources)
         for name, amount in (self.resources_per_worker or {}).items():
             if amount <= 0:
                 raise ConfigError(

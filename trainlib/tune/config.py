@@ -8,7 +8,12 @@ from typing import Literal
 
 from trainlib.errors import ConfigError
 from trainlib.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
-from trainlib.tune.search import BasicVariantGenerator, OptunaSearch, Searcher
+from trainlib.tune.search import (
+    BasicVariantGenerator,
+    ConcurrencyLimiter,
+    OptunaSearch,
+    Searcher,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,6 +53,7 @@ class TuneConfig:
     time_budget_s: float | timedelta | None = None
 
     def __post_init__(self) -> None:
+        self._take_metric_from_parts()
         budget = self.time_budget_s
         seconds = budget.total_seconds() if isinstance(budget, timedelta) else budget
         if budget is not None and not (isinstance(seconds, (int, float)) and seconds > 0):
@@ -71,6 +77,30 @@ class TuneConfig:
                 f"TuneConfig(max_concurrent_trials={self.max_concurrent_trials}) must be "
                 ">= 1 or None."
             )
+
+    def _take_metric_from_parts(self) -> None:
+        """``metric``/``mode`` given to the searcher or the scheduler instead (as Ray allows)."""
+        for part in (self.search_alg, self.scheduler):
+            if part is None or (part.metric is None and part.mode is None):
+                continue
+            if self.metric is not None or self.mode is not None:
+                raise ConfigError(
+                    f"TuneConfig(metric={self.metric!r}, mode={self.mode!r}) and "
+                    f"{type(part).__name__}(metric={part.metric!r}, mode={part.mode!r}): give "
+                    "them in one place only (TuneConfig, or the searcher or scheduler)."
+                )
+            object.__setattr__(self, "metric", part.metric)
+            object.__setattr__(self, "mode", part.mode)
+
+    @property
+    def concurrency(self) -> int | None:
+        """Trials running at once, at most: ``max_concurrent_trials``, or a
+        ``ConcurrencyLimiter``'s if smaller (None: as free workers allow)."""
+        limits = [self.max_concurrent_trials]
+        if isinstance(self.search_alg, ConcurrencyLimiter):
+            limits.append(self.search_alg.max_concurrent)
+        given = [limit for limit in limits if limit is not None]
+        return min(given) if given else None
 
     def _check_without_metric(self) -> None:
         if self.scheduler == ASHAScheduler():  # the default: nothing to stop trials on

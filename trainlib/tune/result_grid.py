@@ -94,24 +94,52 @@ class ResultGrid:
         pick = min if mode == "min" else max
         return self._results[pick(scored)[1]]
 
-    def get_dataframe(self) -> pd.DataFrame:
-        """One row per trial: its last metrics (with ``time_total_s``, seconds from the trial's
-        start to its last report), ``config/...`` columns, ``trial_id`` (its name,
-        as ``tune.get_context().get_trial_id()`` gives it), ``state``, ``training_iteration``,
-        ``path`` and ``error``."""
+    def get_dataframe(
+        self, filter_metric: str | None = None, filter_mode: Literal["min", "max"] | None = None
+    ) -> pd.DataFrame:
+        """One row per trial: its last metrics (with Ray's auto-filled fields such as
+        ``time_total_s``), ``config/...`` columns, ``trial_id`` (its name, as
+        ``tune.get_context().get_trial_id()`` gives it), ``state``, ``training_iteration``,
+        ``path`` and ``error``. With ``filter_metric`` and ``filter_mode``, each trial's row
+        holds its best report of that metric instead of its last (as Ray's)."""
         import pandas as pd
 
+        if (filter_metric is None) != (filter_mode is None) or filter_mode not in (
+            None,
+            "min",
+            "max",
+        ):
+            raise ConfigError(
+                f"ResultGrid.get_dataframe(filter_metric={filter_metric!r}, filter_mode="
+                f"{filter_mode!r}) needs both, with filter_mode 'min' or 'max', or neither."
+            )
         rows = []
         for result, state in zip(self._results, self.trial_states, strict=True):
             row: dict[str, Any] = dict(result.metrics)
+            row["training_iteration"] = len(result.metrics_history) or None
+            if filter_metric is not None:
+                row.update(_best_report(result.metrics_history, filter_metric, filter_mode))
             row.update({f"config/{k}": v for k, v in _flat(result.config).items()})
             row["trial_id"] = posixpath.basename(result.path.rstrip("/"))
             row["state"] = state
-            row["training_iteration"] = len(result.metrics_history) or None
             row["path"] = result.path
             row["error"] = None if result.error is None else str(result.error)
             rows.append(row)
         return pd.DataFrame(rows)
+
+
+def _best_report(history: list[dict[str, Any]], metric: str, mode: str | None) -> dict[str, Any]:
+    """The best report of ``metric`` in ``history`` with its 1-based ``training_iteration``
+    (nothing when no report has it as a number)."""
+    scored = [
+        (float(report[metric]), index)
+        for index, report in enumerate(history)
+        if _is_finite_number(report.get(metric))
+    ]
+    if not scored:
+        return {}
+    _, index = (min if mode == "min" else max)(scored)
+    return {**history[index], "training_iteration": index + 1}
 
 
 def _is_finite_number(value: Any) -> bool:

@@ -18,7 +18,7 @@ Ray, ``max_t`` ends a trial (as complete) once it has made that many reports.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from trainlib.errors import ConfigError
 
@@ -30,10 +30,13 @@ TIME_ATTR = "training_iteration"
 
 @dataclass(frozen=True, kw_only=True)
 class TrialScheduler:
-    """Base class: decides when a trial stops early."""
+    """Base class: decides when a trial stops early. ``metric`` and ``mode`` may be given here
+    instead of in ``TuneConfig`` (as Ray allows), not in both."""
 
     time_attr: str = TIME_ATTR
     max_t: int | None = None
+    metric: str | None = None
+    mode: Literal["min", "max"] | None = None
 
     def __post_init__(self) -> None:
         if self.time_attr != TIME_ATTR:

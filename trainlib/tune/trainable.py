@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from trainlib.config import RunConfig, ScalingConfig
@@ -58,7 +59,7 @@ def as_trainer(
         else ScalingConfig(num_workers=1)
     )
     trainer = TorchTrainer(
-        trainable,
+        ReturnedResult(trainable),
         train_loop_config={},
         scaling_config=scaling,
         run_config=run_config,
@@ -66,6 +67,23 @@ def as_trainer(
         client=client,
     )
     return trainer
+
+
+class ReturnedResult:
+    """A function trainable whose returned dict is reported as its last result, as Ray's
+    function API does (``return {"score": final_score}``)."""
+
+    def __init__(self, trainable: Callable[..., Any]) -> None:
+        functools.update_wrapper(self, trainable)  # first: it copies the wrapped's attributes
+        self.trainable = trainable
+
+    def __call__(self, *config: dict[str, Any]) -> Any:
+        returned = self.trainable(*config)  # config, if the function takes one
+        if isinstance(returned, Mapping):
+            from trainlib.reporting import report  # in the trial's rank
+
+            report(dict(returned))
+        return returned
 
 
 def with_cluster(

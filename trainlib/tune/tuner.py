@@ -246,9 +246,7 @@ class Tuner:
 
     def _cluster_size(self) -> int:
         """Workers of a cluster the Tuner starts: enough for the trials that run at once."""
-        concurrent = self._tune_config.max_concurrent_trials or max(
-            1, usable_cores() // self._num_workers()
-        )
+        concurrent = self._tune_config.concurrency or max(1, usable_cores() // self._num_workers())
         return self._num_workers() * min(concurrent, self._num_trials())
 
     def _setup(self, experiment: RunStorage) -> TrialSetup:
@@ -265,7 +263,7 @@ class Tuner:
             filesystem=experiment.filesystem,
             metric=self._tune_config.metric,
             max_t=self._tune_config.scheduler.max_t,
-            max_concurrent=self._tune_config.max_concurrent_trials,
+            max_concurrent=self._tune_config.concurrency,
             worker_timeout_s=self._trainer._dask_config.worker_timeout_s,
             callbacks=[c for c in self._run_config.callbacks if isinstance(c, Callback)],
             stopper=self._stopper(),

@@ -425,3 +425,47 @@ def test_ray_tune_large_data_faq_runs_with_imports_swapped(tmp_path: Path) -> No
     script.write_text(swap_module_imports(RAY_HUGE_DATA) + PRINT_HUGE_DATA_RESULT)
     result = run_script_for_result(script, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
     assert result == {"trials": 1, "errors": 0, "config": {}}
+
+
+# Ray Tune's "Training in Tune" function API (doc/source/tune/doc_code/trainable.py): its
+# objective and its trainable that returns the final metrics, as written there (the sections
+# that report run elsewhere here), run with the Tuner line of the section before it.
+RAY_FUNCTION_API = """
+# flake8: noqa
+
+# fmt: off
+# __example_objective_start__
+def objective(x, a, b):
+    return a * (x ** 0.5) + b
+# __example_objective_end__
+# fmt: on
+
+from ray import train, tune
+
+# fmt: off
+# __function_api_return_final_metrics_start__
+def trainable(config: dict):
+    final_score = 0
+    for x in range(20):
+        final_score = objective(x, config["a"], config["b"])
+
+    return {"score": final_score}  # This sends the score to Tune.
+# __function_api_return_final_metrics_end__
+# fmt: on
+"""
+
+RUN_RETURNED_AND_PRINT = (
+    '\ntuner = tune.Tuner(trainable, param_space={"a": 2, "b": 4})\n'
+    "results = tuner.fit()\n"
+    "import json\n"
+    "result = results[0]\n"
+    'print("RESULT", json.dumps({"score": result.metrics["score"], '
+    '"iteration": result.metrics["training_iteration"], "errors": results.num_errors}))\n'
+)
+
+
+def test_ray_tune_function_api_returned_dict_is_the_final_result(tmp_path: Path) -> None:
+    script = tmp_path / "function_api.py"
+    script.write_text(swap_module_imports(RAY_FUNCTION_API) + RUN_RETURNED_AND_PRINT)
+    result = run_script_for_result(script, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
+    assert result == {"score": 2 * 19**0.5 + 4, "iteration": 1, "errors": 0}

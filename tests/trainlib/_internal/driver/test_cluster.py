@@ -242,3 +242,18 @@ def test_cluster_class_workers_run_no_statistical_profiler() -> None:
         client.wait_for_workers(1, timeout=60)
         profiling = client.run(lambda dask_worker: "profile" in dask_worker.periodic_callbacks)
     assert list(profiling.values()) == [False]
+
+
+def test_cluster_select_workers_places_rays_accelerator_type_on_workers_labelled_with_it() -> None:
+    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": ":0"}}
+    labelled = {"nthreads": 1, "resources": {"accelerator_type:A100": 1}}
+    workers = {
+        "plain": {"cls": Worker, "options": {"nthreads": 1}},
+        "a100": {"cls": Worker, "options": labelled},
+    }
+    with SpecCluster(workers=workers, scheduler=scheduler) as cluster, Client(cluster) as mixed:
+        a100 = cluster.workers["a100"].address
+        scaling = ScalingConfig(num_workers=1, accelerator_type="A100")
+        assert [s.address for s in select_workers(mixed, scaling, timeout_s=0)] == [a100]
+        with pytest.raises(NotEnoughWorkersError, match="accelerator_type:H100"):
+            select_workers(mixed, ScalingConfig(num_workers=1, accelerator_type="H100"), 0)
