@@ -124,6 +124,7 @@ DOCUMENTED_TUNE = {
     "randint",
     "report",
     "run",
+    "sample_from",
     "uniform",
     "with_parameters",
     "with_resources",

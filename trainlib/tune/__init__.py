@@ -34,6 +34,7 @@ from trainlib.tune.search_space import (
     quniform,
     randint,
     randn,
+    sample_from,
     uniform,
 )
 from trainlib.tune.stopper import Stopper
@@ -74,6 +75,7 @@ __all__ = [
     "randn",
     "report",
     "run",
+    "sample_from",
     "uniform",
     "with_parameters",
     "with_resources",

@@ -60,7 +60,7 @@ class TrialSetup:
     """What every trial of a search shares."""
 
     make_plan: Callable[[dict[str, Any]], RunPlan]
-    config_of: Callable[[dict[str, Any]], dict[str, Any]]  # Optuna params -> trial config
+    config_of: Callable[[dict[str, Any], str], dict[str, Any]]  # (params, trial name) -> config
     num_workers: int
     resources: Mapping[str, float] | None
     experiment_dir: str
@@ -185,7 +185,7 @@ class TrialRunner:
 
     def _run_trial(self, trial: optuna.Trial, run_name: str, lease: WorkerLease) -> None:
         setup = self._setup
-        config = setup.config_of(trial.params)
+        config = setup.config_of(trial.params, run_name)
         callback = _TrialCallback(self._study, trial, run_name, setup, self.judge)
         try:
             plan = setup.make_plan(config)

@@ -9,13 +9,21 @@ maps it to the trial's value (``Domain.value``), so its samplers still learn: a 
 (``randn``) is sampled as its quantile in (0, 1); a value rounded to ``q`` where Optuna cannot
 step (on a log scale, or to multiples of ``q`` as Ray rounds) is sampled unrounded, then
 rounded. Optuna's study holds the sampled parameter; the trial's config holds the value.
+
+``sample_from(func)`` is no distribution: ``func(spec)`` is called when the trial's config is
+made, with ``spec.config`` the config so far (attribute access, as Ray's), and Python's and
+NumPy's global random generators seeded from the trial's name and parameters, so a resumed or
+restored trial gets the value it had.
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import random
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -121,6 +129,13 @@ class Categorical(Domain):
 
 
 @dataclass(frozen=True)
+class SampleFrom:
+    """A value computed from the rest of the config, as Ray's ``tune.sample_from``."""
+
+    func: Callable[[Any], Any]
+
+
+@dataclass(frozen=True)
 class GridSearch:
     """Every one of ``values`` is tried (times ``num_samples``), as Ray's ``grid_search``."""
 
@@ -170,6 +185,14 @@ def qrandn(mean: float, sd: float, q: float) -> Normal:
     if not sd > 0 or not q > 0:
         raise ConfigError(f"qrandn(mean={mean}, sd={sd}, q={q}) needs sd > 0 and q > 0.")
     return Normal(float(mean), float(sd), q=float(q))
+
+
+def sample_from(func: Callable[[Any], Any]) -> SampleFrom:
+    """A value ``func(spec)`` of each trial; ``spec.config`` is its config (``spec.config.lr``
+    or ``spec.config["lr"]``)."""
+    if not callable(func):
+        raise ConfigError(f"sample_from({func!r}) needs a function of spec.")
+    return SampleFrom(func)
 
 
 def randint(lower: int, upper: int) -> Integer:
@@ -232,6 +255,7 @@ class FlatSpace:
     domains: dict[str, Domain]
     grids: dict[str, tuple[Any, ...]]
     constants: dict[str, Any]
+    derived: dict[str, SampleFrom]
 
     def distributions(self) -> dict[str, dist.BaseDistribution]:
         """Optuna distributions of the sampled parameters and the grid axes."""
@@ -250,26 +274,69 @@ class FlatSpace:
             for combo in itertools.product(*(self.grids[p] for p in paths))
         ]
 
-    def config(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        """The nested config of one trial: the values of its sampled ``params`` and the
-        constants."""
+    def config(self, params: Mapping[str, Any], trial_name: str = "") -> dict[str, Any]:
+        """The nested config of the trial ``trial_name``: the values of its sampled
+        ``params``, the constants, then the ``sample_from`` values."""
         values = {
             path: self.domains[path].value(value) if path in self.domains else value
             for path, value in params.items()
         }
         nested: dict[str, Any] = {}
         for path, value in {**self.constants, **values}.items():
-            *parents, leaf = path.split(SEPARATOR)
-            node = nested
-            for key in parents:
-                node = node.setdefault(key, {})
-            node[leaf] = value
+            _put(nested, path, value)
+        if self.derived:
+            with _seeded(f"{trial_name}|{sorted(params.items())!r}"):
+                for path, derived in self.derived.items():
+                    _put(nested, path, derived.func(_Spec(_Config(nested))))
         return nested
+
+
+def _put(nested: dict[str, Any], path: str, value: Any) -> None:
+    *parents, leaf = path.split(SEPARATOR)
+    node = nested
+    for key in parents:
+        node = node.setdefault(key, {})
+    node[leaf] = value
+
+
+class _Config(dict):  # type: ignore[type-arg]
+    """A config read as Ray's ``spec.config``: ``spec.config.lr`` or ``spec.config["lr"]``."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            value = self[name]
+        except KeyError:
+            raise AttributeError(
+                f"spec.config has no {name!r} (yet): it has {sorted(self)}; sample_from values "
+                "are computed after every other parameter, in the order of the param_space."
+            ) from None
+        return _Config(value) if isinstance(value, dict) else value
+
+
+@dataclass(frozen=True)
+class _Spec:
+    config: _Config
+
+
+@contextmanager
+def _seeded(key: str) -> Iterator[None]:
+    """Python's and NumPy's global random generators seeded from ``key``, then put back."""
+    import numpy as np
+
+    seed = int.from_bytes(hashlib.sha256(key.encode()).digest()[:4], "big")
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    random.seed(seed)
+    np.random.seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
 
 
 def flatten(param_space: Mapping[str, Any], prefix: str = "") -> FlatSpace:
     """Split a nested param_space into domains, grid axes and constants by path."""
-    space = FlatSpace({}, {}, {})
+    space = FlatSpace({}, {}, {}, {})
     for key, value in param_space.items():
         if not isinstance(key, str) or SEPARATOR in key:
             raise ConfigError(f"param_space key {key!r} must be a str without '/'.")
@@ -279,10 +346,13 @@ def flatten(param_space: Mapping[str, Any], prefix: str = "") -> FlatSpace:
             space.domains.update(inner.domains)
             space.grids.update(inner.grids)
             space.constants.update(inner.constants)
+            space.derived.update(inner.derived)
         elif isinstance(value, Domain):
             space.domains[path] = value
         elif isinstance(value, GridSearch):
             space.grids[path] = value.values
+        elif isinstance(value, SampleFrom):
+            space.derived[path] = value
         else:
             space.constants[path] = value
     return space

@@ -323,7 +323,7 @@ class Tuner:
             path=storage.run_dir,
             filesystem=storage.filesystem,
             error=RuntimeError(error) if error else None,
-            config=self._space.config(trial.params),
+            config=self._space.config(trial.params, trial.user_attrs[RUN_NAME]),
         )
 
 

@@ -90,8 +90,7 @@ def test_schedulers_map_to_optuna_pruners() -> None:
 
 
 # Ray Tune's "Search Space API" (doc/source/tune/api/search_space.rst), its example config as
-# written there but for its tune.sample_from line: each function's documented range, rounding
-# and bounds, over Optuna's samples.
+# written there: each function's documented range, rounding and bounds, over Optuna's samples.
 RAY_SEARCH_SPACE = {
     "uniform": tune.uniform(-5, -1),  # Uniform float between -5 and -1
     "quniform": tune.quniform(3.2, 5.4, 0.2),  # Round to multiples of 0.2
@@ -105,6 +104,8 @@ RAY_SEARCH_SPACE = {
     "lograndint": tune.lograndint(1, 10),
     "qlograndint": tune.qlograndint(1, 10, 2),  # Round to multiples of 2 (includes 10)
     "choice": tune.choice(["a", "b", "c"]),  # Choose one of these options uniformly
+    # Depends on other value
+    "func": tune.sample_from(lambda spec: spec.config.uniform * 0.01),
     "grid": tune.grid_search([32, 64, 128]),  # Search over all these values
 }
 
@@ -124,7 +125,7 @@ def test_search_space_rays_example_samples_as_ray_documents(sampler: str) -> Non
     configs = []
     for _ in range(400 if sampler == "random" else 60):
         trial = study.ask(distributions)
-        configs.append(space.config(trial.params))
+        configs.append(space.config(trial.params, f"trial_{trial.number:05d}"))
         study.tell(trial, 0.0)
     column = {key: [c[key] for c in configs] for key in RAY_SEARCH_SPACE}
     assert all(-5 <= v <= -1 for v in column["uniform"])
@@ -138,6 +139,7 @@ def test_search_space_rays_example_samples_as_ray_documents(sampler: str) -> Non
     assert all(isinstance(v, int) and 0 <= v <= 10 and v % 2 == 0 for v in column["qlograndint"])
     assert set(column["choice"]) <= {"a", "b", "c"}
     assert set(column["grid"]) <= {32, 64, 128}
+    assert all(c["func"] == c["uniform"] * 0.01 for c in configs)
     if sampler == "random":  # the distributions themselves
         normal = column["randn"]
         assert abs(statistics.mean(normal) - 10) < 0.5
@@ -174,3 +176,27 @@ def test_search_space_with_parameters_passes_objects_besides_the_config() -> Non
     assert isinstance(other_way, type(with_both)) and other_way({"lr": 0.3}) == (0.3, 5, 1)
     with pytest.raises(ConfigError, match="cannot take them"):
         tune.with_parameters(train_func, dataset=[1])
+
+
+def test_search_space_sample_from_is_the_same_for_a_trial_made_again() -> None:
+    """A random sample_from gives a resumed or restored trial (same name, same parameters)
+    the value it had, and other trials other values; the global generators are put back."""
+    import random
+
+    import numpy as np
+
+    space = flatten(
+        {
+            "lr": tune.uniform(0, 1),
+            "nested": {"seed": tune.sample_from(lambda _: np.random.randint(10**9))},
+            "noise": tune.sample_from(lambda spec: spec.config.nested.seed + random.random()),
+        }
+    )
+    state = random.getstate()
+    first = space.config({"lr": 0.5}, "trial_00001")
+    assert random.getstate() == state
+    assert space.config({"lr": 0.5}, "trial_00001") == first
+    assert space.config({"lr": 0.5}, "trial_00002")["nested"] != first["nested"]
+    assert first["noise"] - first["nested"]["seed"] < 1
+    with pytest.raises(AttributeError, match="has no 'later'"):
+        flatten({"x": tune.sample_from(lambda spec: spec.config.later)}).config({}, "t")

@@ -130,7 +130,7 @@ def search(
     )
     setup = TrialSetup(
         make_plan=lambda config: replace(plan, train_func_payload=repr(config).encode()),
-        config_of=dict,
+        config_of=lambda params, name: dict(params),
         num_workers=num_workers,
         resources=None,
         experiment_dir=str(tmp_path),
