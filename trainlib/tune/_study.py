@@ -8,7 +8,10 @@ keeps the study in step with trainlib's runs:
 - A trial left RUNNING by a driver that died or was interrupted is marked FAIL and its
   parameters are queued again with its run name, so the new trial resumes that run from its
   latest checkpoint; it does not count towards ``num_samples``.
-- Trials that ended (complete, pruned, failed) are never run again.
+- Trials that ended (complete, pruned, failed) are never run again, but for failed ones when
+  a restored search asks (``Tuner.restore(resume_errored=True)``: queued again with their run
+  name, resuming from its latest checkpoint; ``restart_errored=True``: queued under a new run
+  name, from scratch). ``resume_unfinished=False`` ends interrupted trials as failed instead.
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ METRICS = "trainlib:metrics"
 ERROR = "trainlib:error"
 SUPERSEDED = "trainlib:superseded"
 _GRID_QUEUED = "trainlib:grid_queued"
+_SUPERSEDED_ENDED = "trainlib:superseded_trials"  # ended trials run again, by number
+Failed = Literal["keep", "resume", "restart"]  # what a restored search does with failed trials
+_NOT_RESUMED = "Interrupted: not resumed (Tuner.restore(resume_unfinished=False))"
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,12 @@ class Study:
         distributions: dict[str, Any],
         grid_points: list[dict[str, Any]],
         num_samples: int,
+        *,
+        failed: Failed = "keep",
+        resume_unfinished: bool = True,
     ) -> Study:
-        """Create the study, or load it and queue its interrupted trials again."""
+        """Create the study, or load it and queue its interrupted trials again (and its failed
+        ones, as ``failed`` says)."""
         optuna.logging.disable_default_handler()  # trainlib never prints; logging decides
         try:
             study = optuna.create_study(
@@ -84,7 +94,18 @@ class Study:
                     if point:
                         study.enqueue_trial(point)
             study.set_user_attr(_GRID_QUEUED, True)
+        if failed != "keep":  # an ended trial takes no attribute: the study lists them
+            again = [t for t in _ended(study, (TrialState.FAIL,))]
+            superseded = study.user_attrs.get(_SUPERSEDED_ENDED, [])
+            study.set_user_attr(_SUPERSEDED_ENDED, [*superseded, *(t.number for t in again)])
+            for trial in again:
+                same_run = {RUN_NAME: trial.user_attrs[RUN_NAME]} if failed == "resume" else {}
+                study.enqueue_trial(trial.params, user_attrs=same_run)
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if not resume_unfinished:  # ended where it stopped
+                study._storage.set_trial_user_attr(trial._trial_id, ERROR, _NOT_RESUMED)
+                study.tell(trial.number, state=TrialState.FAIL)
+                continue
             study._storage.set_trial_user_attr(trial._trial_id, SUPERSEDED, True)
             study.tell(trial.number, state=TrialState.FAIL)
             study.enqueue_trial(trial.params, user_attrs={RUN_NAME: trial.user_attrs[RUN_NAME]})
@@ -92,19 +113,14 @@ class Study:
 
     def counted_trials(self) -> int:
         """Trials asked so far that count towards ``num_samples``."""
+        states = (TrialState.RUNNING, TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
         with self._lock:
-            trials = self._study.get_trials(deepcopy=False)
-        return sum(
-            1 for t in trials if t.state != TrialState.WAITING and not t.user_attrs.get(SUPERSEDED)
-        )
+            return len(_ended(self._study, states))
 
     def ended_trials(self) -> list[FrozenTrial]:
         """Trials that ended in an earlier session (or this one), oldest first."""
         with self._lock:
-            trials = self._study.get_trials(
-                states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
-            )
-        return [t for t in trials if not t.user_attrs.get(SUPERSEDED)]
+            return _ended(self._study, (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
 
     def ask(self, default_run_name: str) -> tuple[optuna.Trial, str]:
         """The next trial with its parameters, and the name of the run it trains."""
@@ -135,6 +151,16 @@ class Study:
                 trial.set_user_attr(ERROR, f"{type(error).__name__}: {error}")
             values = value if state == TrialState.COMPLETE else None
             self._study.tell(trial, values, state=state)
+
+
+def _ended(study: optuna.Study, states: tuple[TrialState, ...]) -> list[FrozenTrial]:
+    """The study's trials in ``states`` that no later trial took over (oldest first)."""
+    superseded = set(study.user_attrs.get(_SUPERSEDED_ENDED, []))
+    return [
+        t
+        for t in study.get_trials(deepcopy=False, states=states)
+        if not t.user_attrs.get(SUPERSEDED) and t.number not in superseded
+    ]
 
 
 def metric_value(metrics: dict[str, Any], metric: str) -> float:

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from distributed import Client
     from optuna.trial import FrozenTrial
 
-    from trainlib.tune._study import Study
+    from trainlib.tune._study import Failed, Study
     from trainlib.tune._trials import TrialSetup
 
 TUNER_FILE = "tuner.pkl"  # what Tuner.restore reads: param space, TuneConfig, RunConfig
@@ -104,6 +104,8 @@ class Tuner:
         self._run_config = run_config or self._trainer._run_config
         as_stopper(self._run_config.stop)  # a wrong stop= fails here, not in every trial
         self._results: ResultGrid | None = None
+        self._failed: Failed = "keep"  # Tuner.restore(resume_errored=, restart_errored=)
+        self._resume_unfinished = True
 
     @classmethod
     def restore(
@@ -121,23 +123,27 @@ class Tuner:
         """The search stored at ``path`` (``{storage_path}/{name}``), as Ray's
         ``Tuner.restore``: its param space, TuneConfig and RunConfig as its first ``fit()``
         saved them (``tuner.pkl``), with ``trainable`` given again. Its ``fit()`` keeps the
-        trials that ended, resumes interrupted ones from their latest checkpoint and runs
-        the rest.
+        trials that ended and runs the rest.
+
+        Args:
+            resume_unfinished: Trials interrupted (Ctrl-C, a dead driver) resume from their
+                latest checkpoint; False ends them as failed.
+            resume_errored: Failed trials run again, resuming from their latest checkpoint
+                (their run, their name).
+            restart_errored: Failed trials run again from scratch, under a new run name (the
+                failed run's directory stays as it was).
 
         Raises:
-            ConfigError: No search is stored at ``path``; or ``resume_unfinished=False``,
-                ``resume_errored`` or ``restart_errored``: a failed trial stays as it ended
-                (start a search under another name to run it again).
+            ConfigError: No search is stored at ``path``, or both ``resume_errored`` and
+                ``restart_errored``.
         """
-        if not resume_unfinished or resume_errored or restart_errored:
+        if resume_errored and restart_errored:
             raise ConfigError(
-                "Tuner.restore(resume_unfinished=True, resume_errored=False, "
-                "restart_errored=False) only: a restored search always resumes its unfinished "
-                "trials and keeps failed ones as they ended; to run failed configs again, "
-                "start a Tuner under another RunConfig(name=...)."
+                "Tuner.restore(resume_errored=True, restart_errored=True): choose one: resume "
+                "failed trials from their checkpoints, or restart them from scratch."
             )
         saved = _read_saved(path)
-        return cls(
+        tuner = cls(
             trainable,
             param_space=saved["param_space"] if param_space is None else param_space,
             tune_config=saved["tune_config"],
@@ -145,6 +151,9 @@ class Tuner:
             dask_config=dask_config,
             client=client,
         )
+        tuner._failed = "resume" if resume_errored else "restart" if restart_errored else "keep"
+        tuner._resume_unfinished = resume_unfinished
+        return tuner
 
     @classmethod
     def can_restore(cls, path: str) -> bool:
@@ -173,7 +182,10 @@ class Tuner:
         experiment = RunStorage.create(
             self._run_config.storage, name, self._run_config.storage_filesystem
         )
-        study = self._open_study(name, experiment)
+        study = self._open_study(
+            name, experiment, failed=self._failed, resume_unfinished=self._resume_unfinished
+        )
+        self._failed, self._resume_unfinished = "keep", True  # once: the next fit() goes on
         self._save(experiment, name)
         trainer = self._trainer
         with (
@@ -222,7 +234,13 @@ class Tuner:
             payload = cloudpickle.dumps({**saved, "run_config": replace(run_config, callbacks=[])})
         experiment.filesystem.pipe_file(posixpath.join(experiment.run_dir, TUNER_FILE), payload)
 
-    def _open_study(self, name: str, experiment: RunStorage) -> Study:
+    def _open_study(
+        self,
+        name: str,
+        experiment: RunStorage,
+        failed: Failed = "keep",
+        resume_unfinished: bool = True,
+    ) -> Study:
         from trainlib.tune._study import Study, StudySettings, sqlite_url
 
         config = self._tune_config
@@ -235,7 +253,12 @@ class Tuner:
             pruner=config.scheduler.optuna_pruner(),
         )
         return Study.open(
-            settings, self._space.distributions(), self._space.grid_points(), config.num_samples
+            settings,
+            self._space.distributions(),
+            self._space.grid_points(),
+            config.num_samples,
+            failed=failed,
+            resume_unfinished=resume_unfinished,
         )
 
     def _num_trials(self) -> int:

@@ -15,6 +15,7 @@ from tests.helpers import rank_processes
 from tests.trainlib.tune.trainables import (
     count_and_report,
     fail_when_told,
+    fail_while_flagged,
     interrupted_once,
     record_and_meet_a_partner,
     report_threads,
@@ -291,9 +292,39 @@ def test_tuner_restore_resumes_a_search_from_its_directory(
     assert sorted(r.metrics["score"] for r in grid) == [1, 2]
     assert grid.get_best_result().config["x"] == 2  # the saved TuneConfig's metric and mode
     assert sorted((tmp_path / "runs.txt").read_text().split()) == ["1", "2"]  # none ran again
-    with pytest.raises(ConfigError, match="keeps failed ones as they ended"):
-        tune.Tuner.restore(str(experiment), count_and_report, restart_errored=True)
+    with pytest.raises(ConfigError, match="choose one"):
+        tune.Tuner.restore(
+            str(experiment), count_and_report, resume_errored=True, restart_errored=True
+        )
     with pytest.raises(ConfigError, match="no search is stored there"):
         tune.Tuner.restore(str(tmp_path / "nothing"), count_and_report)
     with pytest.raises(ConfigError, match="call fit"):
         tune.Tuner(count_and_report, client=dask_client).get_results()
+
+
+@pytest.mark.parametrize("how", ["resume_errored", "restart_errored"])
+def test_tuner_restore_runs_failed_trials_again_when_asked(
+    dask_client: Client, tmp_path: Path, how: str
+) -> None:
+    """Ray's Tuner.restore(path, trainable, resume_errored=True | restart_errored=True): the
+    failed trial runs again (resumed in its own run, or restarted under a new name); the
+    trials that completed do not."""
+    (tmp_path / "fail-2").touch()
+    first = tune.Tuner(
+        fail_while_flagged,
+        param_space={"x": tune.grid_search([1, 2]), "out": str(tmp_path)},
+        tune_config=tune.TuneConfig(metric="score", mode="max", scheduler=tune.FIFOScheduler()),
+        run_config=tune.RunConfig(name="errored", storage_path=str(tmp_path / "runs")),
+        client=dask_client,
+    ).fit()
+    assert sorted(first.trial_states) == ["complete", "failed"]
+    failed_name = next(r.metrics["trial"] for r in first if r.error is not None)
+    (tmp_path / "fail-2").unlink()
+    experiment = str(tmp_path / "runs" / "errored")
+    again = tune.Tuner.restore(experiment, fail_while_flagged, client=dask_client, **{how: True})
+    grid = again.fit()
+    assert grid.trial_states == ["complete", "complete"], grid.errors
+    rerun = next(r for r in grid if r.config["x"] == 2)
+    same_run = rerun.metrics["trial"] == failed_name
+    assert same_run == (how == "resume_errored")
+    assert len(tune.Tuner.restore(experiment, fail_while_flagged).get_results()) == 2

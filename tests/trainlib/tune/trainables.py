@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import trainlib
+from trainlib import tune
 
 
 def wait_for_path(path: Path, timeout_s: float = 60.0) -> None:
@@ -174,3 +175,10 @@ def count_and_report(config: dict[str, Any]) -> None:
     with open(Path(config["out"]) / "runs.txt", "a") as runs:
         runs.write(f"{config['x']}\n")
     trainlib.report({"score": config["x"]})
+
+
+def fail_while_flagged(config: dict[str, Any]) -> None:
+    """Reports its ``x`` (and the trial's name); fails first while ``{out}/fail-{x}`` exists."""
+    trainlib.report({"score": config["x"], "trial": tune.get_context().get_trial_name()})
+    if (Path(config["out"]) / f"fail-{config['x']}").exists():
+        raise RuntimeError(f"trial with x={config['x']} fails while flagged")
