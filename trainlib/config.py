@@ -117,16 +117,27 @@ class CheckpointConfig:
             checkpoint is always kept as well, so a run can resume from it.
         checkpoint_score_attribute: Metric that ranks checkpoints; ``None`` ranks by recency.
         checkpoint_score_order: ``"max"`` or ``"min"``: which end of the score is best.
+        checkpoint_frequency: For a ``tune.Trainable`` class: save a checkpoint every this
+            many iterations (0: never). A function reports its own checkpoints.
+        checkpoint_at_end: For a ``tune.Trainable`` class: save one when ``step()`` ends
+            the trial (``done=True``).
     """
 
     num_to_keep: int | None = None
     checkpoint_score_attribute: str | None = None
     checkpoint_score_order: Literal["max", "min"] = "max"
+    checkpoint_frequency: int = 0
+    checkpoint_at_end: bool | None = None
 
     def __post_init__(self) -> None:
         if self.num_to_keep is not None and self.num_to_keep < 1:
             raise ConfigError(
                 f"CheckpointConfig(num_to_keep={self.num_to_keep}) must be None or at least 1."
+            )
+        if self.checkpoint_frequency < 0:
+            raise ConfigError(
+                f"CheckpointConfig(checkpoint_frequency={self.checkpoint_frequency}) must be "
+                ">= 0 (0: never)."
             )
         if self.checkpoint_score_order not in ("max", "min"):
             raise ConfigError(

@@ -4,9 +4,11 @@ Port a Ray Tune search by changing imports: ``ray.tune`` -> ``trainlib.tune``. T
 trainlib runs sharing one Dask cluster; see ``Tuner``.
 """
 
+from trainlib.checkpoint import Checkpoint
 from trainlib.config import CheckpointConfig, FailureConfig, RunConfig
 from trainlib.reporting import get_checkpoint, report
 from trainlib.tune.callback import Callback, Trial
+from trainlib.tune.class_api import Trainable
 from trainlib.tune.config import TuneConfig
 from trainlib.tune.context import TuneContext, get_context
 from trainlib.tune.parameters import with_parameters
@@ -45,6 +47,7 @@ __all__ = [
     "AsyncHyperBandScheduler",
     "BasicVariantGenerator",
     "Callback",
+    "Checkpoint",
     "CheckpointConfig",
     "FIFOScheduler",
     "FailureConfig",
@@ -55,6 +58,7 @@ __all__ = [
     "RunConfig",
     "Searcher",
     "Stopper",
+    "Trainable",
     "Trial",
     "TrialScheduler",
     "TuneConfig",

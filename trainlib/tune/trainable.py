@@ -12,6 +12,7 @@ from trainlib.config import RunConfig, ScalingConfig
 from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError
 from trainlib.torch.trainer import TorchTrainer
+from trainlib.tune.class_api import ClassTrial, Trainable
 from trainlib.tune.resources import TrainableWithResources
 
 if TYPE_CHECKING:
@@ -38,16 +39,20 @@ def as_trainer(
         if dask_config is not None or client is not None:
             trainable = with_cluster(trainable, dask_config, client)
         return trainable
-    if isinstance(trainable, type) and hasattr(trainable, "as_torch_trainer"):
+    if isinstance(trainable, type) and issubclass(trainable, Trainable):
+        checkpoints = (run_config or RunConfig()).checkpoint_config
+        trainable = ClassTrial(trainable, checkpoints)
+    elif isinstance(trainable, type) and hasattr(trainable, "as_torch_trainer"):
         trainer: TorchTrainer = trainable.as_torch_trainer(
             param_space, run_config, dask_config, client
         )
         return trainer
     if isinstance(trainable, type):
         raise ConfigError(
-            f"Tuner(trainable={trainable.__name__}): a trainable class needs an "
-            "as_torch_trainer classmethod (as trainlib.sgd.PyTorchTrainable); write the trial "
-            "as a function of config that calls trainlib.report instead."
+            f"Tuner(trainable={trainable.__name__}): a trainable class subclasses "
+            "trainlib.tune.Trainable (or has an as_torch_trainer classmethod, as "
+            "trainlib.sgd.PyTorchTrainable); or write the trial as a function of config that "
+            "calls trainlib.report."
         )
     if not callable(trainable):
         raise ConfigError(

@@ -469,3 +469,57 @@ def test_ray_tune_function_api_returned_dict_is_the_final_result(tmp_path: Path)
     script.write_text(swap_module_imports(RAY_FUNCTION_API) + RUN_RETURNED_AND_PRINT)
     result = run_script_for_result(script, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
     assert result == {"score": 2 * 19**0.5 + 4, "iteration": 1, "errors": 0}
+
+
+# The same page's class API example (doc/source/tune/doc_code/trainable.py), as written there.
+RAY_CLASS_API = """
+def objective(x, a, b):
+    return a * (x ** 0.5) + b
+
+# __class_api_example_start__
+from ray import train, tune
+
+
+class Trainable(tune.Trainable):
+    def setup(self, config: dict):
+        # config (dict): A dict of hyperparameters
+        self.x = 0
+        self.a = config["a"]
+        self.b = config["b"]
+
+    def step(self):  # This is called iteratively.
+        score = objective(self.x, self.a, self.b)
+        self.x += 1
+        return {"score": score}
+
+
+tuner = tune.Tuner(
+    Trainable,
+    run_config=train.RunConfig(
+        # Train for 20 steps
+        stop={"training_iteration": 20},
+        checkpoint_config=train.CheckpointConfig(
+            # We haven't implemented checkpointing yet. See below!
+            checkpoint_at_end=False
+        ),
+    ),
+    param_space={"a": 2, "b": 4},
+)
+results = tuner.fit()
+# __class_api_example_end__
+"""
+
+PRINT_CLASS_RESULT = (
+    "\nimport json\n"
+    "result = results[0]\n"
+    'print("RESULT", json.dumps({"score": result.metrics["score"], '
+    '"iteration": result.metrics["training_iteration"], "errors": results.num_errors}))\n'
+)
+
+
+def test_ray_tune_class_api_example_runs_with_imports_swapped(tmp_path: Path) -> None:
+    """A tune.Trainable stepped until stop={"training_iteration": 20}: its 20th result last."""
+    script = tmp_path / "class_api.py"
+    script.write_text(swap_module_imports(RAY_CLASS_API) + PRINT_CLASS_RESULT)
+    result = run_script_for_result(script, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
+    assert result == {"score": 2 * 19**0.5 + 4, "iteration": 20, "errors": 0}

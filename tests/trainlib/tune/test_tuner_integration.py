@@ -13,6 +13,7 @@ from distributed import Client
 
 from tests.helpers import rank_processes
 from tests.trainlib.tune.trainables import (
+    CountingTrainable,
     count_and_report,
     fail_when_told,
     fail_while_flagged,
@@ -328,3 +329,28 @@ def test_tuner_restore_runs_failed_trials_again_when_asked(
     same_run = rerun.metrics["trial"] == failed_name
     assert same_run == (how == "resume_errored")
     assert len(tune.Tuner.restore(experiment, fail_while_flagged).get_results()) == 2
+
+
+def test_tuner_class_trainable_checkpoints_and_resumes_after_a_failure(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    """A tune.Trainable's checkpoints are trainlib checkpoints: every 2 steps and at its end;
+    after its rank dies at step 4 the run restarts from step 2's, load_checkpoint restores
+    the count and the iteration, and the trial ends complete after 6 steps."""
+    grid = tune.Tuner(
+        CountingTrainable,
+        param_space={"out": str(tmp_path)},
+        run_config=tune.RunConfig(
+            storage_path=str(tmp_path / "runs"),
+            checkpoint_config=tune.CheckpointConfig(checkpoint_frequency=2, checkpoint_at_end=True),
+            failure_config=tune.FailureConfig(max_failures=1),
+        ),
+        client=dask_client,
+    ).fit()
+    (result,) = grid
+    assert result.error is None, result.error
+    assert (tmp_path / "loaded").read_text() == "2 at iteration 2"
+    assert result.metrics["total"] == 6
+    assert result.checkpoint is not None
+    with result.checkpoint.as_directory() as directory:
+        assert (Path(directory) / "total").read_text() == "6"

@@ -182,3 +182,27 @@ def fail_while_flagged(config: dict[str, Any]) -> None:
     trainlib.report({"score": config["x"], "trial": tune.get_context().get_trial_name()})
     if (Path(config["out"]) / f"fail-{config['x']}").exists():
         raise RuntimeError(f"trial with x={config['x']} fails while flagged")
+
+
+class CountingTrainable(tune.Trainable):
+    """Counts its steps; dies once at its 4th (``{out}/died`` marks it); saves and loads the
+    count; ends itself after 6."""
+
+    def setup(self, config: dict[str, Any]) -> None:
+        self.total = 0
+        self.out = Path(config["out"])
+
+    def step(self) -> dict[str, Any]:
+        if self.iteration == 3 and not (self.out / "died").exists():
+            (self.out / "died").touch()
+            raise RuntimeError("dies once, at its 4th step")
+        self.total += 1
+        return {"total": self.total, "done": self.iteration + 1 >= 6}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> str:
+        (Path(checkpoint_dir) / "total").write_text(str(self.total))
+        return checkpoint_dir
+
+    def load_checkpoint(self, checkpoint: dict[str, Any] | str) -> None:
+        self.total = int((Path(str(checkpoint)) / "total").read_text())
+        (self.out / "loaded").write_text(f"{self.total} at iteration {self.iteration}")
