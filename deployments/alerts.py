@@ -129,7 +129,10 @@ async def apply(
             if made is None:
                 left_out.append(spec["name"])
                 continue
-            await client.create_automation(made)
+            kept = await client.create_automation(made)
+            for twin in await client.read_automations_by_name(spec["name"]):
+                if twin.id != kept:  # made by a first try whose reply was lost
+                    await client.delete_automation(twin.id)
             applied.append(spec["name"])
     return applied, left_out
 

@@ -26,6 +26,7 @@ from cifar.format import write_synthetic_archive
 from tests.conftest import HttpDir
 from tests.deployments.conftest import ALERTS_COMMAND, Webhook
 from tests.deployments.test_sentinel_integration import sentinel
+from tests.lossy_proxy import lossy_proxy
 from tests.prefect_records import final_flow_runs, flow_run_logs
 from tests.prefect_stack import REPO, WORKER_PID, start_worker
 
@@ -215,3 +216,33 @@ def test_alerts_a_run_whose_worker_died_is_crashed_alerted_and_the_next_nightly_
         f" s, alert received after {alerted_s:.0f} s, next nightly started after "
         f"{after.start_time.timestamp() - killed_at:.0f} s"
     )
+
+
+def test_alerts_applied_once_each_when_the_reply_to_a_creation_is_lost(
+    alerts: dict[str, str], webhook: Webhook
+) -> None:
+    """Prefect's client sends a POST again when its reply is lost: the automation the first
+    try made is not kept beside the second (each alert would come twice)."""
+    with lossy_proxy(alerts["PREFECT_API_URL"], "/automations/") as (proxied, proxy):
+        done = subprocess.run(
+            [*ALERTS_COMMAND, "--url", webhook.url, "--within", f"cifar-run-late={LATE_WITHIN_S}"],
+            env={
+                **alerts,
+                "PREFECT_API_URL": f"{proxied}/api",
+                "CIFAR_ALERTS_BLOCK": "custom-webhook/cifar-alerts",
+            },
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    assert proxy.seen >= 2  # the lost reply, and the client's next try
+
+    async def names() -> list[str]:
+        async with get_client() as client:
+            return [a.name for a in await client.read_automations()]
+
+    applied = asyncio.run(names())
+    assert applied and sorted(applied) == sorted(set(applied))
