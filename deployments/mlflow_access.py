@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
+from typing import Any
 
 from mlflow.exceptions import MlflowException
 from mlflow.server import get_app_client
@@ -91,14 +92,20 @@ def grant(tracking_uri: str, username: str, experiments: list[str], models: list
             _create(client.create_registered_model, name)
         resources.append(("registered_model", name, f"registered model {name!r}"))
     for resource_type, resource_id, what in resources:
-        try:
-            auth.grant_user_permission(username, resource_type, resource_id, PERMISSION)
-        except MlflowException as error:
-            if not _exists(error):
-                raise
-            auth.revoke_user_permission(username, resource_type, resource_id)  # whatever it was
-            auth.grant_user_permission(username, resource_type, resource_id, PERMISSION)
+        _edit(auth, username, resource_type, resource_id)
         print(f"{username!r} may edit {what}")
+
+
+def _edit(auth: Any, username: str, resource_type: str, resource_id: str) -> None:
+    """``username`` has EDIT on the resource, whatever it had (each step safe to repeat)."""
+    if auth.get_user_permission(username, resource_type, resource_id).permission == PERMISSION:
+        return
+    try:
+        auth.revoke_user_permission(username, resource_type, resource_id)  # whatever it was
+    except MlflowException as error:
+        if not _missing(error):
+            raise
+    _create(auth.grant_user_permission, username, resource_type, resource_id, PERMISSION)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -93,7 +93,13 @@ def granted(server: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "lost", ["/users/create", "/experiments/create", "/registered-models/create"]
+    "lost",
+    [
+        "/users/create",
+        "/experiments/create",
+        "/registered-models/create",
+        "/users/permissions/grant",
+    ],
 )
 def test_mlflow_access_done_when_the_reply_to_a_creation_is_lost(
     empty_server: str, lost: str, monkeypatch: pytest.MonkeyPatch
