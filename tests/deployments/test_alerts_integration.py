@@ -42,12 +42,11 @@ ALL_DEPLOYMENTS = (
 )
 
 
-@pytest.fixture(scope="module")
-def alerts(deployed: dict[str, str], webhook: Webhook) -> dict[str, str]:
+def _apply_alerts(env: dict[str, str], webhook: Webhook) -> None:
     """The automations applied as the deploy step applies them, notifying the webhook."""
     done = subprocess.run(
         [*ALERTS_COMMAND, "--url", webhook.url, "--within", f"cifar-run-late={LATE_WITHIN_S}"],
-        env={**deployed, "CIFAR_ALERTS_BLOCK": "custom-webhook/cifar-alerts"},
+        env={**env, "CIFAR_ALERTS_BLOCK": "custom-webhook/cifar-alerts"},
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -55,6 +54,12 @@ def alerts(deployed: dict[str, str], webhook: Webhook) -> dict[str, str]:
         check=False,
     )
     assert done.returncode == 0, done.stderr
+
+
+@pytest.fixture(scope="module")
+def alerts(deployed: dict[str, str], webhook: Webhook) -> dict[str, str]:
+    """The automations applied as the deploy step applies them, notifying the webhook."""
+    _apply_alerts(deployed, webhook)
     return deployed
 
 
@@ -224,20 +229,7 @@ def test_alerts_applied_once_each_when_the_reply_to_a_creation_is_lost(
     """Prefect's client sends a POST again when its reply is lost: the automation the first
     try made is not kept beside the second (each alert would come twice)."""
     with lossy_proxy(alerts["PREFECT_API_URL"], "/automations/") as (proxied, proxy):
-        done = subprocess.run(
-            [*ALERTS_COMMAND, "--url", webhook.url, "--within", f"cifar-run-late={LATE_WITHIN_S}"],
-            env={
-                **alerts,
-                "PREFECT_API_URL": f"{proxied}/api",
-                "CIFAR_ALERTS_BLOCK": "custom-webhook/cifar-alerts",
-            },
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-    assert done.returncode == 0, done.stderr
+        _apply_alerts({**alerts, "PREFECT_API_URL": f"{proxied}/api"}, webhook)
     assert proxy.seen >= 2  # the lost reply, and the client's next try
 
     async def names() -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 from tests.helpers import run_script_for_result, trainlib_processes
 
@@ -378,13 +379,19 @@ def swap_module_imports(source: str) -> str:
     return source.replace("from ray.tune", "from trainlib.tune")
 
 
+def run_ported(tmp_path: Path, ray_source: str, tail: str) -> dict[str, Any]:
+    """Ray's text with its imports changed, then ``tail``, run as a script whose home (the
+    default storage path's) is ``tmp_path``."""
+    script = tmp_path / "ported.py"
+    script.write_text(swap_module_imports(ray_source) + tail)
+    return run_script_for_result(script, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
+
+
 def test_ray_tune_stopping_guide_runs_with_imports_swapped(tmp_path: Path) -> None:
     """Each stop condition stops at Ray's iteration (Ray's asserts, in the script); the last
     search, on a time budget, ends its one trial without an error."""
     before = {p.pid for p in trainlib_processes()}
-    script = tmp_path / "stopping.py"
-    script.write_text(swap_module_imports(RAY_STOPPING_GUIDE) + PRINT_STOPPING_RESULT)
-    result = run_script_for_result(script, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
+    result = run_ported(tmp_path, RAY_STOPPING_GUIDE, PRINT_STOPPING_RESULT)
     assert result["trials"] == 1 and result["errors"] == 0
     assert 1 <= result["iterations"] < 8
     assert {p.pid for p in trainlib_processes()} <= before
@@ -421,9 +428,7 @@ PRINT_HUGE_DATA_RESULT = (
 
 def test_ray_tune_large_data_faq_runs_with_imports_swapped(tmp_path: Path) -> None:
     """``tune.with_parameters`` hands the data to the trial without putting it in the config."""
-    script = tmp_path / "huge_data.py"
-    script.write_text(swap_module_imports(RAY_HUGE_DATA) + PRINT_HUGE_DATA_RESULT)
-    result = run_script_for_result(script, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
+    result = run_ported(tmp_path, RAY_HUGE_DATA, PRINT_HUGE_DATA_RESULT)
     assert result == {"trials": 1, "errors": 0, "config": {}}
 
 
@@ -454,20 +459,20 @@ def trainable(config: dict):
 # fmt: on
 """
 
-RUN_RETURNED_AND_PRINT = (
-    '\ntuner = tune.Tuner(trainable, param_space={"a": 2, "b": 4})\n'
-    "results = tuner.fit()\n"
-    "import json\n"
+PRINT_SCORE_RESULT = (
+    "\nimport json\n"
     "result = results[0]\n"
     'print("RESULT", json.dumps({"score": result.metrics["score"], '
     '"iteration": result.metrics["training_iteration"], "errors": results.num_errors}))\n'
 )
+RUN_RETURNED_AND_PRINT = (
+    '\ntuner = tune.Tuner(trainable, param_space={"a": 2, "b": 4})\nresults = tuner.fit()\n'
+    + PRINT_SCORE_RESULT
+)
 
 
 def test_ray_tune_function_api_returned_dict_is_the_final_result(tmp_path: Path) -> None:
-    script = tmp_path / "function_api.py"
-    script.write_text(swap_module_imports(RAY_FUNCTION_API) + RUN_RETURNED_AND_PRINT)
-    result = run_script_for_result(script, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
+    result = run_ported(tmp_path, RAY_FUNCTION_API, RUN_RETURNED_AND_PRINT)
     assert result == {"score": 2 * 19**0.5 + 4, "iteration": 1, "errors": 0}
 
 
@@ -509,17 +514,8 @@ results = tuner.fit()
 # __class_api_example_end__
 """
 
-PRINT_CLASS_RESULT = (
-    "\nimport json\n"
-    "result = results[0]\n"
-    'print("RESULT", json.dumps({"score": result.metrics["score"], '
-    '"iteration": result.metrics["training_iteration"], "errors": results.num_errors}))\n'
-)
-
 
 def test_ray_tune_class_api_example_runs_with_imports_swapped(tmp_path: Path) -> None:
     """A tune.Trainable stepped until stop={"training_iteration": 20}: its 20th result last."""
-    script = tmp_path / "class_api.py"
-    script.write_text(swap_module_imports(RAY_CLASS_API) + PRINT_CLASS_RESULT)
-    result = run_script_for_result(script, cwd=tmp_path, env={**os.environ, "HOME": str(tmp_path)})
+    result = run_ported(tmp_path, RAY_CLASS_API, PRINT_SCORE_RESULT)
     assert result == {"score": 2 * 19**0.5 + 4, "iteration": 20, "errors": 0}

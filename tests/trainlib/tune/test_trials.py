@@ -234,6 +234,21 @@ def until_cancelled(plan: RunPlan) -> list[dict[str, Any]]:
     raise RunCancelled("the search stopped")
 
 
+def first_then_until_cancelled(first: Engine) -> tuple[Engine, list[str]]:
+    """An engine whose first trial runs ``first`` and whose later ones report nothing until the
+    search cancels them; and the names of the trials started."""
+    started: list[str] = []
+    lock = threading.Lock()
+
+    def engine(plan: RunPlan) -> list[dict[str, Any]]:
+        with lock:
+            started.append(str(plan.run_config.name))
+            is_first = len(started) == 1
+        return first(plan) if is_first else until_cancelled(plan)
+
+    return engine, started
+
+
 def test_trials_stop_dict_ends_a_trial_complete_with_rays_auto_filled_result(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -273,15 +288,7 @@ def test_trials_stop_all_ends_running_trials_and_starts_no_more(
         def stop_all(self) -> bool:
             return self.should_stop
 
-    started: list[str] = []
-    lock = threading.Lock()
-
-    def engine(plan: RunPlan) -> list[dict[str, Any]]:
-        with lock:
-            started.append(str(plan.run_config.name))
-            first = len(started) == 1
-        return [{"loss": 1.0}] if first else until_cancelled(plan)
-
+    engine, started = first_then_until_cancelled(reports(1.0))
     ended, study = search(
         monkeypatch,
         tmp_path,
@@ -300,16 +307,10 @@ def test_trials_stop_all_ends_running_trials_and_starts_no_more(
 def test_trials_fail_fast_stops_the_search_at_the_first_failure(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fail_fast: bool | str
 ) -> None:
-    calls = [0]
-    lock = threading.Lock()
+    def failing(plan: RunPlan) -> list[dict[str, Any]]:
+        raise RuntimeError("Failing (on purpose)!")
 
-    def engine(plan: RunPlan) -> list[dict[str, Any]]:
-        with lock:
-            calls[0] += 1
-            first = calls[0] == 1
-        if first:
-            raise RuntimeError("Failing (on purpose)!")
-        return until_cancelled(plan)
+    engine, started = first_then_until_cancelled(failing)
 
     def run() -> tuple[list[Trial], Study]:
         return search(
@@ -327,7 +328,7 @@ def test_trials_fail_fast_stops_the_search_at_the_first_failure(
             run()
         return
     ended, _ = run()
-    assert calls[0] <= 2
+    assert len(started) <= 2
     assert sorted(t.state for t in ended)[0] == "failed"
     assert [t.state for t in ended].count("failed") == 1  # the others stopped, not failed
 
