@@ -3,12 +3,18 @@ and the ``CachePlan`` each rank gets from it. Also ``trainlib.data.DataConfig``.
 
 from __future__ import annotations
 
+import logging
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from trainlib.errors import ConfigError
+
+if TYPE_CHECKING:
+    from trainlib.data.execution_options import ExecutionOptions
+
+logger = logging.getLogger(__name__)
 
 CacheLocation = Literal["off", "host", "device"]
 
@@ -22,15 +28,6 @@ class CachePlan:
     shuffle: bool  # a split dataset with a shuffle seed: every pass gets another order
     seed: int
     world_rank: int = 0  # rank 0 logs what it keeps at INFO, the others at DEBUG
-
-
-_NO_EXECUTION_OPTIONS = (
-    "Ray Data's execution options (resource limits, locality, ordering) have no counterpart: "
-    "Dask's scheduler runs the reads on the workers, next to their data where it can. Limit "
-    "worker memory with Dask (dask worker --memory-limit); partitions come in order unless "
-    "DataConfig(shuffle_seed=...) is set; bound a rank's read-ahead with "
-    "iter_batches(prefetch_batches=...)."
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,28 +48,38 @@ class DataConfig:
             pass, in an order shuffled locally per pass (split datasets with a
             ``shuffle_seed``, or ``local_shuffle_buffer_size``). ``"off"`` streams every pass.
         cache_budget_bytes: The largest shard a rank keeps; a larger one streams every pass.
-        execution_options: Ray Data's; only ``None`` (Dask schedules the reads: see
-            ``default_ingest_options``).
+        execution_options: Ray Data's ``ExecutionOptions`` (start from
+            ``default_ingest_options()``), for every dataset or a dict by dataset name: hints.
+            Dask keeps partitions in order (``preserve_order``) and reads next to the data
+            (``locality_with_output``); resource limits have no counterpart and are named in
+            one warning (``trainlib.data.execution_options``).
     """
 
     datasets_to_split: Literal["all"] | Sequence[str] = "all"
     shuffle_seed: int | None = None
     cache_shards: CacheLocation = "off"
     cache_budget_bytes: int = 2 * 1024**3
-    execution_options: None = None
+    execution_options: ExecutionOptions | Mapping[str, ExecutionOptions] | None = None
 
     @staticmethod
-    def default_ingest_options() -> None:
-        """Ray Data's execution options have no counterpart here.
+    def default_ingest_options() -> ExecutionOptions:
+        """Ray Train's execution options for ingest, to adjust and pass back."""
+        from trainlib.data.execution_options import default_ingest_options
 
-        Raises:
-            ConfigError: Always, naming what to use instead.
-        """
-        raise ConfigError(_NO_EXECUTION_OPTIONS)
+        return default_ingest_options()
 
     def __post_init__(self) -> None:
         if self.execution_options is not None:
-            raise ConfigError(f"DataConfig(execution_options=...): {_NO_EXECUTION_OPTIONS}")
+            from trainlib.data.execution_options import check_type, unapplied
+
+            check_type(self.execution_options)
+            hints = unapplied(self.execution_options)
+            if hints:
+                logger.warning(
+                    "DataConfig: Ray Data's execution options Dask does not apply: %s. The run "
+                    "goes on without them.",
+                    "; ".join(hints),
+                )
         if hasattr(self, "configure"):
             raise ConfigError(
                 f"{type(self).__name__}.configure() would be ignored: on Dask trainlib deals "

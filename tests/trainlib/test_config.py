@@ -13,6 +13,7 @@ from trainlib import (
     ScalingConfig,
     TorchConfig,
 )
+from trainlib.data import ExecutionOptions
 
 
 def test_scaling_config_takes_zero_workers_as_local_mode_only_as_a_whole_size() -> None:
@@ -102,8 +103,31 @@ def test_data_config_refuses_what_it_would_ignore_naming_the_alternative() -> No
 
     with pytest.raises(ConfigError, match=r"Custom.configure\(\) would be ignored.*map_partitions"):
         Custom()
-    with pytest.raises(ConfigError, match=r"execution options.*Dask's scheduler runs the reads"):
-        DataConfig.default_ingest_options()
-    with pytest.raises(ConfigError, match=r"DataConfig\(execution_options=...\)"):
-        DataConfig(execution_options={"locality_with_output": True})  # type: ignore[arg-type]
+
+
+def test_data_config_takes_rays_execution_options_as_hints_naming_what_dask_ignores(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    defaults = DataConfig.default_ingest_options()
+    assert defaults.locality_with_output is True and defaults.preserve_order is False
+    with caplog.at_level("WARNING", logger="trainlib.data_config"):
+        DataConfig(execution_options=defaults)
+        assert caplog.messages == []  # Ray's defaults: nothing Dask leaves undone
+        options = DataConfig.default_ingest_options()  # Ray's page, as written there
+        options.resource_limits.object_store_memory = 10e9
+        options.preserve_order = True
+        config = DataConfig(execution_options=options)
+    assert config.execution_options is options
+    (warning,) = caplog.messages
+    assert "resource_limits {'object_store_memory': 10000000000.0}" in warning
+    assert "--memory-limit" in warning and "preserve_order" not in warning
+    caplog.clear()
+    train = DataConfig.default_ingest_options()
+    train.resource_limits = train.resource_limits.copy(cpu=4, gpu=2)  # Ray's newer form
+    with caplog.at_level("WARNING", logger="trainlib.data_config"):
+        DataConfig(execution_options={"train": train, "test": ExecutionOptions()})
+    assert "execution_options['train'].resource_limits" in caplog.messages[0]
+    assert "'test'" not in caplog.messages[0]
+    with pytest.raises(TypeError, match="takes ExecutionOptions"):
+        DataConfig(execution_options={"locality_with_output": True})  # type: ignore[dict-item]
     assert DataConfig(execution_options=None).execution_options is None

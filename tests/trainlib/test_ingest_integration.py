@@ -145,6 +145,29 @@ def test_ingest_local_shuffle_orders_rows_per_rank_and_epoch_and_is_seeded(
     assert orders("again") == first  # the same seed: the same orders
 
 
+def test_ingest_takes_rays_execution_options_as_hints_and_keeps_partition_order(
+    dask_client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ray's data-loading page: adjusted ingest options run, order preserved, the limit
+    Dask cannot apply named in a warning."""
+    options = DataConfig.default_ingest_options()
+    options.resource_limits.object_store_memory = 10e9
+    options.preserve_order = True
+    TorchTrainer(
+        read_shuffled,
+        train_loop_config={"out": str(tmp_path), "shuffle": {}},
+        datasets={"val": {"label": da.arange(VAL_ROWS, chunks=20)}},
+        dataset_config=DataConfig(datasets_to_split=[], execution_options=options),
+        scaling_config=ScalingConfig(num_workers=2),
+        run_config=RunConfig(name="hinted", storage_path=str(tmp_path / "runs")),
+        client=dask_client,
+    ).fit()
+    for rank in range(2):
+        passes = json.loads((tmp_path / f"shuffled{rank}.json").read_text())
+        assert passes == [list(range(VAL_ROWS))] * 2  # both epochs, partitions in order
+    assert any("object_store_memory" in m for m in caplog.messages)
+
+
 def read_list_column(config: dict[str, Any]) -> None:
     """One pass of torch batches over a column of lists ``[i, i + 0.5, 1]``: reports the
     row shapes, the rows, and whether every row kept its values in order."""

@@ -8,8 +8,15 @@ yields this rank's batches. Partitions are computed by Dask tasks on the cluster
 rank that reads them where possible, and reach the rank while it trains.
 """
 
+from trainlib.data.execution_options import ExecutionOptions, ExecutionResources
 from trainlib.data.iterator import DataIterator
 from trainlib.data.shard import get_dataset_shard
 from trainlib.data_config import DataConfig
 
-__all__ = ["DataConfig", "DataIterator", "get_dataset_shard"]
+__all__ = [
+    "DataConfig",
+    "DataIterator",
+    "ExecutionOptions",
+    "ExecutionResources",
+    "get_dataset_shard",
+]
