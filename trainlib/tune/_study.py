@@ -35,6 +35,7 @@ RUN_NAME = "trainlib:run_name"
 METRICS = "trainlib:metrics"
 ERROR = "trainlib:error"
 SUPERSEDED = "trainlib:superseded"
+CONFIG = "trainlib:config"  # a config PBT changed: the trial's from then on
 _GRID_QUEUED = "trainlib:grid_queued"
 _SUPERSEDED_ENDED = "trainlib:superseded_trials"  # ended trials run again, by number
 Failed = Literal["keep", "resume", "restart"]  # what a restored search does with failed trials
@@ -99,7 +100,11 @@ class Study:
             superseded = study.user_attrs.get(_SUPERSEDED_ENDED, [])
             study.set_user_attr(_SUPERSEDED_ENDED, [*superseded, *(t.number for t in again)])
             for trial in again:
-                same_run = {RUN_NAME: trial.user_attrs[RUN_NAME]} if failed == "resume" else {}
+                same_run = (
+                    {k: trial.user_attrs[k] for k in (RUN_NAME, CONFIG) if k in trial.user_attrs}
+                    if failed == "resume"
+                    else {}
+                )
                 study.enqueue_trial(trial.params, user_attrs=same_run)
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if not resume_unfinished:  # ended where it stopped
@@ -108,7 +113,8 @@ class Study:
                 continue
             study._storage.set_trial_user_attr(trial._trial_id, SUPERSEDED, True)
             study.tell(trial.number, state=TrialState.FAIL)
-            study.enqueue_trial(trial.params, user_attrs={RUN_NAME: trial.user_attrs[RUN_NAME]})
+            kept = {k: trial.user_attrs[k] for k in (RUN_NAME, CONFIG) if k in trial.user_attrs}
+            study.enqueue_trial(trial.params, user_attrs=kept)
         return cls(study, distributions)
 
     def counted_trials(self) -> int:
@@ -129,6 +135,21 @@ class Study:
             run_name = trial.user_attrs.get(RUN_NAME) or default_run_name.format(trial.number)
             trial.set_user_attr(RUN_NAME, run_name)
         return trial, run_name
+
+    def config(self, trial: optuna.Trial | FrozenTrial) -> dict[str, Any] | None:
+        """The config PBT last gave the trial (its run resumes with it), if any."""
+        config = trial.user_attrs.get(CONFIG)
+        return dict(config) if isinstance(config, dict) else None
+
+    def set_config(self, trial: optuna.Trial, config: dict[str, Any]) -> None:
+        """Keep the config PBT gave the trial, if JSON can hold it (else a resumed run starts
+        with its sampled config)."""
+        try:
+            json.dumps(config)
+        except (TypeError, ValueError):
+            return
+        with self._lock:
+            trial.set_user_attr(CONFIG, config)
 
     def report(self, trial: optuna.Trial, value: float, step: int) -> bool:
         """Record an intermediate value; True when the pruner says to stop the trial."""

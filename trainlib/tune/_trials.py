@@ -7,6 +7,9 @@ Each report goes to the search's stopper (``RunConfig(stop=...)``) and to Optuna
 ends every rank (the same path as a failed rank), after which the trial's workers are released
 for the next trial. When the stopper says stop all (or a trial fails with
 ``FailureConfig(fail_fast=...)``), the search's cancel event ends every running trial.
+With ``PopulationBasedTraining``, a report may also make the trial exploit another: its run
+stops, the donor's latest checkpoint is copied into its directory as its own, and a run of the
+same name resumes from it with the explored config (``schedulers.pbt``).
 """
 
 from __future__ import annotations
@@ -22,17 +25,19 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import TrialState
 
+from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver import worker_selection
 from trainlib._internal.driver.controller import RunCancelled, run_training
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.callbacks import Callback, Report
 from trainlib.config import ScalingConfig
-from trainlib.errors import NotEnoughWorkersError
+from trainlib.errors import CheckpointError, NotEnoughWorkersError
 from trainlib.result import Result
 from trainlib.tune._study import Study, metric_value
 from trainlib.tune.callback import Callback as SearchCallback
 from trainlib.tune.callback import Trial
+from trainlib.tune.schedulers.pbt import Exploit, Population
 from trainlib.tune.stopper import Stopper
 from trainlib.tune.worker_leases import WorkerBook, WorkerLease
 
@@ -55,6 +60,15 @@ class _Stopped(Exception):
     said stop."""
 
 
+class _Exploiting(Exception):
+    """Raised by the trial's callback when PBT says the trial exploits another."""
+
+    def __init__(self, exploit: Exploit, index: int) -> None:
+        super().__init__(f"exploits trial {exploit.donor}")
+        self.exploit = exploit
+        self.index = index  # the report after which it does
+
+
 @dataclass(frozen=True)
 class TrialSetup:
     """What every trial of a search shares."""
@@ -73,6 +87,7 @@ class TrialSetup:
     use_gpu: bool = False  # only workers with a GPU of their own run trials
     stopper: Stopper | None = None  # RunConfig(stop=...), TuneConfig(time_budget_s=...)
     fail_fast: bool | str = False  # FailureConfig(fail_fast=...)
+    population: Population | None = None  # PopulationBasedTraining's view of the trials
 
 
 class TrialRunner:
@@ -185,41 +200,79 @@ class TrialRunner:
 
     def _run_trial(self, trial: optuna.Trial, run_name: str, lease: WorkerLease) -> None:
         setup = self._setup
-        config = setup.config_of(trial.params, run_name)
+        population = setup.population
+        config = self._study.config(trial) or setup.config_of(trial.params, run_name)
+        if population is not None:
+            config = population.add(run_name, config)
         callback = _TrialCallback(self._study, trial, run_name, setup, self.judge)
         try:
-            plan = setup.make_plan(config)
-            run_config = replace(
-                plan.run_config,
-                name=run_name,
-                storage_path=setup.experiment_dir,
-                storage_filesystem=setup.filesystem,
-                callbacks=(*plan.run_config.callbacks, callback),
-            )
-            plan = replace(plan, run_config=run_config, lease=lease, cancel=self._cancel)
+            plan = self._plan(config, run_name, lease, callback)
             logger.info("Trial %s starting with %s", run_name, config)
             for search_callback in setup.callbacks:
                 search_callback.on_trial_start(Trial(trial.number, run_name, config, "running"))
-            ended = self._finish(trial, run_name, config, callback, self._run(plan))
+            outcome = self._run(plan)
+            while isinstance(outcome, _Exploiting):
+                config = self._exploit(trial, run_name, outcome) or config
+                outcome = self._run(self._plan(config, run_name, lease, callback))
+            ended = self._finish(trial, run_name, config, callback, outcome)
         except BaseException as exc:  # recorded with the trial; the search goes on
             ended = self._finish(trial, run_name, config, callback, exc)
         finally:
+            if population is not None:
+                population.remove(run_name)
             self._book.release(lease.owner)
             self._ended.set()
         if ended is not None:
             for search_callback in setup.callbacks:
                 search_callback.on_trial_end(ended)
 
+    def _plan(
+        self,
+        config: dict[str, Any],
+        run_name: str,
+        lease: WorkerLease,
+        callback: _TrialCallback,
+    ) -> RunPlan:
+        setup = self._setup
+        plan = setup.make_plan(config)
+        run_config = replace(
+            plan.run_config,
+            name=run_name,
+            storage_path=setup.experiment_dir,
+            storage_filesystem=setup.filesystem,
+            callbacks=(*plan.run_config.callbacks, callback),
+        )
+        return replace(plan, run_config=run_config, lease=lease, cancel=self._cancel)
+
     def _run(self, plan: RunPlan) -> BaseException | None:
         try:
             run_training(plan, self._client)
-        except _Stopped:
-            return None
+        except (_Stopped, _Exploiting) as exc:
+            return exc if isinstance(exc, _Exploiting) else None
         except RunCancelled as exc:  # stopped with the search: as told, or as it failed
             return None if self._stopping.is_set() else exc
         except BaseException as exc:
             return exc
         return None
+
+    def _exploit(
+        self, trial: optuna.Trial, run_name: str, exploiting: _Exploiting
+    ) -> dict[str, Any] | None:
+        """Copy the donor's latest checkpoint in as the trial's; its new config (None: the
+        copy failed, the trial goes on as it was)."""
+        setup = self._setup
+        assert setup.population is not None
+        exploit = exploiting.exploit
+        own = RunStorage(setup.filesystem, f"{setup.experiment_dir}/{run_name}")
+        donor = RunStorage(setup.filesystem, f"{setup.experiment_dir}/{exploit.donor}")
+        try:
+            own.adopt(donor, exploiting.index)
+        except CheckpointError as exc:
+            logger.warning("[exploit] trial %s goes on as it was: %s", run_name, exc)
+            return None
+        setup.population.exploited(run_name, exploit)
+        self._study.set_config(trial, exploit.config)
+        return exploit.config
 
     def _finish(
         self,
@@ -232,6 +285,9 @@ class TrialRunner:
         if isinstance(error, KeyboardInterrupt):
             return None  # left RUNNING: the next fit() with this name resumes it
         result = replace(callback.result or _empty_result(self._setup), config=config)
+        if callback.reports:  # Ray's: with its auto-filled fields, across PBT's exploits
+            history = [callback.reports[index] for index in sorted(callback.reports)]
+            result = replace(result, metrics=result.metrics or history[-1], metrics_history=history)
         if callback.auto:  # Ray Tune's auto-filled fields, of the trial's last result
             auto = {**callback.auto, "done": error is None or isinstance(error, _Pruned)}
             result = replace(result, metrics={**result.metrics, **auto})
@@ -310,8 +366,8 @@ def _value(metrics: dict[str, Any], metric: str | None) -> float:
 
 
 class _TrialCallback(Callback):
-    """Hands each report, with Ray's auto-filled fields, to the stopper and to Optuna; stops
-    the run when either says so, or after ``max_t`` reports."""
+    """Hands each report, with Ray's auto-filled fields, to the stopper, to Optuna and to PBT;
+    stops the run when either says so, after ``max_t`` reports, or to exploit another trial."""
 
     def __init__(
         self,
@@ -327,9 +383,11 @@ class _TrialCallback(Callback):
         self._metric = setup.metric
         self._max_t = setup.max_t
         self._judge = judge
+        self._population = setup.population
         self._started = self._last = time.monotonic()
         self.result: Result | None = None
         self.auto: dict[str, Any] = {}  # Ray's auto-filled fields of the last result
+        self.reports: dict[int, dict[str, Any]] = {}  # by report index, with auto fields
 
     def on_report(self, report: Report) -> None:
         now = time.monotonic()
@@ -344,7 +402,10 @@ class _TrialCallback(Callback):
             "done": False,
         }
         self._last = now
-        if self._judge(self._trial_id, {**report.metrics, **self.auto}):
+        for rolled_back in [i for i in self.reports if i >= report.index]:  # a restarted run
+            del self.reports[rolled_back]
+        self.reports[report.index] = {**report.metrics, **self.auto}
+        if self._judge(self._trial_id, self.reports[report.index]):
             raise _Stopped(f"its stopper stopped it after {step} reports")
         if self._metric is not None:
             value = metric_value(report.metrics, self._metric)
@@ -352,6 +413,12 @@ class _TrialCallback(Callback):
                 raise _Pruned(f"pruned at {self._metric}={value} after {step} reports")
         if self._max_t is not None and step >= self._max_t:
             raise _Stopped(f"reached max_t={self._max_t}")
+        if self._population is not None:
+            exploit = self._population.on_result(
+                self._trial_id, self.reports[report.index], report.checkpoint is not None
+            )
+            if exploit is not None:
+                raise _Exploiting(exploit, report.index)
 
     def on_end(self, result: Result) -> None:
         self.result = result

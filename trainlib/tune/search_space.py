@@ -47,6 +47,14 @@ class Domain:
         """The trial's value of what Optuna sampled from ``distribution()``."""
         return sampled
 
+    def sample(self, rng: random.Random) -> Any:
+        """One value drawn at random, as Ray's ``Domain.sample`` (PBT's resampling)."""
+        import optuna  # imported on use: rank processes never need it
+
+        sampler = optuna.samplers.RandomSampler(seed=rng.randrange(2**32))
+        unused: Any = None  # a random sampler draws without a study or a trial
+        return self.value(sampler.sample_independent(unused, unused, "value", self.distribution()))
+
 
 @dataclass(frozen=True)
 class Float(Domain):

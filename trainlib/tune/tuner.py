@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 
     from trainlib.tune._study import Failed, Study
     from trainlib.tune._trials import TrialSetup
+    from trainlib.tune.schedulers.pbt import Population
 
 TUNER_FILE = "tuner.pkl"  # what Tuner.restore reads: param space, TuneConfig, RunConfig
 logger = logging.getLogger(__name__)
@@ -158,7 +160,7 @@ class Tuner:
     @classmethod
     def can_restore(cls, path: str) -> bool:
         """Whether ``path`` holds a search ``restore`` can resume."""
-        filesystem, directory = fsspec.core.url_to_fs(path)
+        filesystem, directory = fsspec.core.url_to_fs(os.path.expanduser(path))
         return bool(filesystem.exists(posixpath.join(directory, TUNER_FILE)))
 
     def fit(self) -> ResultGrid:
@@ -291,6 +293,24 @@ class Tuner:
             callbacks=[c for c in self._run_config.callbacks if isinstance(c, Callback)],
             stopper=self._stopper(),
             fail_fast=self._run_config.failure_config.fail_fast,
+            population=self._population(experiment),
+        )
+
+    def _population(self, experiment: RunStorage) -> Population | None:
+        """PBT's view of the trials, if the scheduler is PBT."""
+        from trainlib.tune.schedulers.pbt import Population, PopulationBasedTraining
+
+        config = self._tune_config
+        if not isinstance(config.scheduler, PopulationBasedTraining):
+            return None
+        assert config.metric is not None and config.mode is not None  # TuneConfig checked
+        return Population(
+            config.scheduler,
+            config.metric,
+            config.mode,
+            experiment.run_dir,
+            experiment.filesystem,
+            seed=config.seed,
         )
 
     def _stopper(self) -> Stopper | None:
@@ -332,7 +352,7 @@ class Tuner:
 
     def _restored(self, trial: FrozenTrial, experiment: RunStorage) -> Result:
         """The Result of a trial that ended in an earlier ``fit()``, from its run directory."""
-        from trainlib.tune._study import ERROR, METRICS, RUN_NAME
+        from trainlib.tune._study import CONFIG, ERROR, METRICS, RUN_NAME
 
         run_dir = f"{experiment.run_dir}/{trial.user_attrs[RUN_NAME]}"
         storage = RunStorage(experiment.filesystem, run_dir)
@@ -346,12 +366,13 @@ class Tuner:
             path=storage.run_dir,
             filesystem=storage.filesystem,
             error=RuntimeError(error) if error else None,
-            config=self._space.config(trial.params, trial.user_attrs[RUN_NAME]),
+            config=trial.user_attrs.get(CONFIG)
+            or self._space.config(trial.params, trial.user_attrs[RUN_NAME]),
         )
 
 
 def _read_saved(path: str) -> dict[str, Any]:
-    filesystem, directory = fsspec.core.url_to_fs(path)
+    filesystem, directory = fsspec.core.url_to_fs(os.path.expanduser(path))
     saved_file = posixpath.join(directory, TUNER_FILE)
     if not filesystem.exists(saved_file):
         raise ConfigError(

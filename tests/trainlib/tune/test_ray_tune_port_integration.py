@@ -9,6 +9,7 @@ script as a user would: ``python script.py``, so the Tuner starts and closes its
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from tests.helpers import run_script_for_result, trainlib_processes
 
 RAY_EXAMPLE = """
+import json
 import os
 import tempfile
 
@@ -519,3 +521,210 @@ def test_ray_tune_class_api_example_runs_with_imports_swapped(tmp_path: Path) ->
     """A tune.Trainable stepped until stop={"training_iteration": 20}: its 20th result last."""
     result = run_ported(tmp_path, RAY_CLASS_API, PRINT_SCORE_RESULT)
     assert result == {"score": 2 * 19**0.5 + 4, "iteration": 20, "errors": 0}
+
+
+# Ray Tune's "A Guide to Population Based Training with Tune"
+# (doc/source/tune/examples/pbt_guide.ipynb): its function API section as written there, but
+# for the sizes (2 trials instead of 4, 10 iterations instead of 50), the download (a small
+# stand-in for ray.tune.examples.mnist_pytorch, below) and the storage path (this test's); the
+# `ray.init()` cell is left out. The "Checking the accuracy" cell follows, less its plotting.
+RAY_PBT_GUIDE = """
+import json
+import os
+import tempfile
+
+import torch
+import torch.optim as optim
+
+import ray
+from ray import train, tune
+from ray.train import Checkpoint
+from ray.tune.examples.mnist_pytorch import ConvNet, get_data_loaders, test_func
+from ray.tune.schedulers import PopulationBasedTraining
+
+
+def train_convnet(config):
+    # Create our data loaders, model, and optmizer.
+    step = 1
+    train_loader, test_loader = get_data_loaders()
+    model = ConvNet()
+    optimizer = optim.SGD(
+        model.parameters(),
+        lr=config.get("lr", 0.01),
+        momentum=config.get("momentum", 0.9),
+    )
+
+    # If `train.get_checkpoint()` is populated, then we are resuming from a checkpoint.
+    checkpoint = train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as checkpoint_dir:
+            checkpoint_dict = torch.load(os.path.join(checkpoint_dir, "checkpoint.pt"))
+
+        # Load model state and iteration step from checkpoint.
+        model.load_state_dict(checkpoint_dict["model_state_dict"])
+        # Load optimizer state (needed since we're using momentum),
+        # then set the `lr` and `momentum` according to the config.
+        optimizer.load_state_dict(checkpoint_dict["optimizer_state_dict"])
+        for param_group in optimizer.param_groups:
+            if "lr" in config:
+                param_group["lr"] = config["lr"]
+            if "momentum" in config:
+                param_group["momentum"] = config["momentum"]
+
+        # Note: Make sure to increment the checkpointed step by 1 to get the current step.
+        last_step = checkpoint_dict["step"]
+        step = last_step + 1
+
+    while True:
+        ray.tune.examples.mnist_pytorch.train_func(model, optimizer, train_loader)
+        acc = test_func(model, test_loader)
+        metrics = {"mean_accuracy": acc, "lr": config["lr"]}
+
+        # Every `checkpoint_interval` steps, checkpoint our current state.
+        if step % config["checkpoint_interval"] == 0:
+            with tempfile.TemporaryDirectory() as tmpdir:
+                torch.save(
+                    {
+                        "step": step,
+                        "model_state_dict": model.state_dict(),
+                        "optimizer_state_dict": optimizer.state_dict(),
+                    },
+                    os.path.join(tmpdir, "checkpoint.pt"),
+                )
+                train.report(metrics, checkpoint=Checkpoint.from_directory(tmpdir))
+        else:
+            train.report(metrics)
+
+        step += 1
+
+
+perturbation_interval = 5
+scheduler = PopulationBasedTraining(
+    time_attr="training_iteration",
+    perturbation_interval=perturbation_interval,
+    metric="mean_accuracy",
+    mode="max",
+    hyperparam_mutations={
+        # distribution for resampling
+        "lr": tune.uniform(0.0001, 1),
+        # allow perturbations within this set of categorical values
+        "momentum": [0.8, 0.9, 0.99],
+    },
+)
+
+tuner = tune.Tuner(
+    train_convnet,
+    run_config=train.RunConfig(
+        name="pbt_test",
+        # Stop when we've reached a threshold accuracy, or a maximum
+        # training_iteration, whichever comes first
+        stop={"mean_accuracy": 0.96, "training_iteration": 10},
+        checkpoint_config=train.CheckpointConfig(
+            checkpoint_score_attribute="mean_accuracy",
+            num_to_keep=4,
+        ),
+        storage_path="/tmp/ray_results",
+    ),
+    tune_config=tune.TuneConfig(
+        scheduler=scheduler,
+        num_samples=2,
+    ),
+    param_space={
+        "lr": tune.uniform(0.001, 1),
+        "momentum": tune.uniform(0.001, 1),
+        "checkpoint_interval": perturbation_interval,
+    },
+)
+
+results_grid = tuner.fit()
+
+import json
+import os
+
+# Get the best trial result
+best_result = results_grid.get_best_result(metric="mean_accuracy", mode="max")
+
+# Print `path` where checkpoints are stored
+print('Best result path:', best_result.path)
+
+# Print the best trial `config` reported at the last iteration
+# NOTE: This config is just what the trial ended up with at the last iteration.
+# See the next section for replaying the entire history of configs.
+print("Best final iteration hyperparameter config:\\n", best_result.config)
+
+# Plot the learning curve for the best trial
+df = best_result.metrics_dataframe
+# Deduplicate, since PBT might introduce duplicate data
+df = df.drop_duplicates(subset="training_iteration", keep="last")
+"""
+
+# What ray.tune.examples.mnist_pytorch gives the guide, at the size of the data here (the
+# example downloads MNIST): a model, loaders of 64 noisy samples, a train and a test step.
+MNIST_STAND_IN = """
+import torch
+from torch import nn
+
+
+class ConvNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def get_data_loaders():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 8, generator=generator)
+    y = torch.randint(0, 2, (64,), generator=generator)  # noise: accuracy stays below 0.96
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=16)
+    return loader, loader
+
+
+def train_func(model, optimizer, train_loader):
+    for x, y in train_loader:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+
+
+def test_func(model, data_loader):
+    with torch.no_grad():
+        pairs = [(model(x).argmax(1) == y).float() for x, y in data_loader]
+    return torch.cat(pairs).mean().item()
+"""
+
+PRINT_PBT_RESULT = (
+    "\nimport json\n"
+    'print("RESULT", json.dumps({"trials": len(results_grid), '
+    '"errors": results_grid.num_errors, "config": best_result.config, '
+    '"iterations": [r.metrics_dataframe["training_iteration"].tolist() for r in results_grid], '
+    '"deduplicated": df["training_iteration"].tolist(), "path": best_result.path}))\n'
+)
+
+
+def test_ray_tune_pbt_guide_runs_with_imports_swapped(tmp_path: Path) -> None:
+    """Two trials to the 10th iteration (the stop dict), each perturbed at the 5th when below
+    the other; every decision logged as Ray logs it; the best config one PBT may give."""
+    (tmp_path / "mnist_stand_in.py").write_text(MNIST_STAND_IN)
+    source = (
+        RAY_PBT_GUIDE.replace("import ray\n", "")
+        .replace("from ray.tune.examples.mnist_pytorch", "from mnist_stand_in")
+        .replace("test_func\n", "test_func, train_func\n", 1)
+        .replace("ray.tune.examples.mnist_pytorch.train_func", "train_func")
+        .replace("from ray.train import", "from trainlib import")
+        .replace("/tmp/ray_results", str(tmp_path / "ray_results"))
+    )
+    result = run_ported(tmp_path, source, PRINT_PBT_RESULT)
+    assert result["trials"] == 2 and result["errors"] == 0
+    assert result["iterations"] == [list(range(1, 11))] * 2  # its own count, exploited or not
+    assert result["deduplicated"] == list(range(1, 11))
+    assert set(result["config"]) == {"lr", "momentum", "checkpoint_interval"}
+    assert Path(result["path"]).parent == tmp_path / "ray_results" / "pbt_test"
+    decisions = tmp_path / "ray_results" / "pbt_test" / "pbt_global.txt"
+    for line in decisions.read_text().splitlines() if decisions.exists() else []:
+        trial, donor, iteration, _, donor_config, new_config = json.loads(line)
+        assert trial != donor and iteration == 5
+        assert new_config["checkpoint_interval"] == donor_config["checkpoint_interval"] == 5
+        assert new_config["momentum"] in (0.8, 0.9, 0.99)

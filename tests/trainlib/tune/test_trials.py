@@ -211,7 +211,8 @@ def test_trials_pruned_trial_ends_pruned_in_optuna(
     (trial,) = ended
     assert trial.state == "pruned"
     assert trial.result is not None and trial.result.error is None
-    assert trial.result.metrics_history == [{"loss": 3.0}]  # stopped at its first report
+    history = trial.result.metrics_history
+    assert [(h["loss"], h["training_iteration"]) for h in history] == [(3.0, 1)]  # its first
     assert states(study) == [TrialState.PRUNED]
 
 

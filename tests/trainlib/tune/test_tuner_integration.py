@@ -271,7 +271,7 @@ def test_tuner_trials_that_start_train_runs_place_them_on_the_tuners_cluster(
 
 
 def test_tuner_restore_resumes_a_search_from_its_directory(
-    dask_client: Client, tmp_path: Path
+    dask_client: Client, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ray's Tuner.restore(path, trainable): the search's space and configs come back from
     its directory; trials that ended are kept, not run again, and the rest run."""
@@ -287,6 +287,10 @@ def test_tuner_restore_resumes_a_search_from_its_directory(
     assert tune.Tuner.can_restore(str(experiment))
     stored = tune.Tuner.restore(str(experiment), count_and_report).get_results()  # no fit()
     assert sorted(r.metrics["score"] for r in stored) == [1, 2]
+    monkeypatch.setenv("HOME", str(tmp_path))  # a path as Ray's pages write it: ~/...
+    assert tune.Tuner.can_restore("~/runs/restorable")
+    at_home = tune.Tuner.restore("~/runs/restorable", count_and_report).get_results()
+    assert sorted(r.metrics["score"] for r in at_home) == [1, 2]
     restored = tune.Tuner.restore(str(experiment), count_and_report, client=dask_client)
     grid = restored.fit()
     assert restored.get_results() is grid

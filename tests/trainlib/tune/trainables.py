@@ -7,6 +7,7 @@ import builtins
 import json
 import os
 import signal
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -206,3 +207,45 @@ class CountingTrainable(tune.Trainable):
     def load_checkpoint(self, checkpoint: dict[str, Any] | str) -> None:
         self.total = int((Path(str(checkpoint)) / "total").read_text())
         (self.out / "loaded").write_text(f"{self.total} at iteration {self.iteration}")
+
+
+def _arrive_and_wait_for_the_other(out: Path, step: int, name: str) -> None:
+    """A two-trial barrier at ``step``: mark this trial's arrival, wait for the other's. A
+    trial that arrives at ``step`` has seen its report of ``step - 1`` processed."""
+    here = out / f"step-{step}"
+    here.mkdir(exist_ok=True)
+    (here / name).touch()
+    deadline = time.monotonic() + PARTNER_WAIT_S
+    while len(list(here.iterdir())) < 2:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"trial {name} waited {PARTNER_WAIT_S:g} s at step {step} alone")
+        time.sleep(0.05)
+
+
+def population_member(config: dict[str, Any]) -> None:
+    """A PBT trial: ``score`` is its ``quality``; each step checkpoints the step and the trial
+    that made it, and reports where the trial last resumed from. Two trials step in lockstep,
+    so each sees the other's previous result when it reports."""
+    out = Path(config["out"])
+    name = tune.get_context().get_trial_name()
+    assert name is not None
+    step, resumed = 0, {"step": None, "origin": None}
+    checkpoint = trainlib.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            resumed = json.loads((Path(directory) / "state.json").read_text())
+        step = resumed["step"]
+    while step < config["steps"]:
+        step += 1
+        _arrive_and_wait_for_the_other(out, step, name)
+        with tempfile.TemporaryDirectory() as directory:
+            state = {"step": step, "origin": name}
+            (Path(directory) / "state.json").write_text(json.dumps(state))
+            metrics = {
+                "score": config["quality"],
+                "step": step,
+                "resumed_step": resumed["step"],
+                "resumed_origin": resumed["origin"],
+            }
+            trainlib.report(metrics, checkpoint=trainlib.Checkpoint.from_directory(directory))
+        trainlib.get_all_reported_checkpoints()  # returns once the driver processed the report

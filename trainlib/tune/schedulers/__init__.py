@@ -8,58 +8,37 @@ Ray Tune                          Optuna
 ``HyperBandScheduler``            ``HyperbandPruner``
 ``MedianStoppingRule``            ``MedianPruner``
 ``FIFOScheduler``                 ``NopPruner`` (every trial runs to its end)
+``PopulationBasedTraining``       none: its own exploit and explore (``pbt``)
 ================================  =========================================
 
 The step a trial reports to Optuna is Ray's ``training_iteration``: the number of
-``report()`` calls so far, 1-based. ``time_attr`` must be ``"training_iteration"``. Like
+``report()`` calls so far, 1-based. ``time_attr`` must be ``"training_iteration"`` (PBT's may be
+any increasing result, as Ray's). Like
 Ray, ``max_t`` ends a trial (as complete) once it has made that many reports.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from trainlib.errors import ConfigError
+from trainlib.tune.schedulers.pbt import PopulationBasedTraining
+from trainlib.tune.schedulers.trial_scheduler import TIME_ATTR, FIFOScheduler, TrialScheduler
 
 if TYPE_CHECKING:
     import optuna
 
-TIME_ATTR = "training_iteration"
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrialScheduler:
-    """Base class: decides when a trial stops early. ``metric`` and ``mode`` may be given here
-    instead of in ``TuneConfig`` (as Ray allows), not in both."""
-
-    time_attr: str = TIME_ATTR
-    max_t: int | None = None
-    metric: str | None = None
-    mode: Literal["min", "max"] | None = None
-
-    def __post_init__(self) -> None:
-        if self.time_attr != TIME_ATTR:
-            raise ConfigError(
-                f"{type(self).__name__}(time_attr={self.time_attr!r}) is not supported; "
-                f"use time_attr={TIME_ATTR!r} (trials are stepped by their report count)."
-            )
-        if self.max_t is not None and self.max_t < 1:
-            raise ConfigError(f"{type(self).__name__}(max_t={self.max_t}) must be >= 1.")
-
-    def optuna_pruner(self) -> optuna.pruners.BasePruner:
-        """The Optuna pruner doing this scheduler's job."""
-        raise NotImplementedError
-
-
-@dataclass(frozen=True, kw_only=True)
-class FIFOScheduler(TrialScheduler):
-    """Runs every trial to its end."""
-
-    def optuna_pruner(self) -> optuna.pruners.BasePruner:
-        import optuna
-
-        return optuna.pruners.NopPruner()
+__all__ = [
+    "TIME_ATTR",
+    "ASHAScheduler",
+    "AsyncHyperBandScheduler",
+    "FIFOScheduler",
+    "HyperBandScheduler",
+    "MedianStoppingRule",
+    "PopulationBasedTraining",
+    "TrialScheduler",
+]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -91,3 +91,36 @@ def test_storage_commit_refuses_a_file_the_storage_did_not_keep_whole(
     with pytest.raises(CheckpointError, match=r"model.pt .* left 1 bytes instead of 7; the stor"):
         storage.commit(2, files, {})
     assert storage.list_committed() == []
+
+
+def test_storage_adopt_copies_the_sources_latest_checkpoint_in_place_of_its_own(
+    storage: RunStorage, tmp_path: Path
+) -> None:
+    donor = RunStorage.create(str(tmp_path / "results"), "donor")
+    donor.commit(4, donor.upload(_checkpoint(tmp_path, b"d4"), 4), {"loss": 0.4})
+    donor.commit(5, donor.upload(_checkpoint(tmp_path, b"d5"), 5), {"loss": 0.3})
+    storage.commit(2, storage.upload(_checkpoint(tmp_path, b"own2"), 2), {"loss": 2.0})
+    Path(storage.checkpoint_dir(2), "extra.bin").write_bytes(b"own")  # not the donor's
+    adopted = storage.adopt(donor, 2)
+    assert [(c.index, c.metrics) for c in storage.list_committed()] == [(2, {"loss": 0.3})]
+    assert adopted.index == 2 and storage.verify(adopted) is None
+    assert sorted(p.name for p in Path(storage.checkpoint_dir(2)).iterdir()) == [
+        COMMIT_MARKER,
+        "model.pt",
+    ]
+    assert Path(storage.checkpoint_dir(2), "model.pt").read_bytes() == b"d5"
+    assert [c.index for c in donor.list_committed()] == [4, 5]  # the donor's stay
+
+
+def test_storage_adopt_refuses_a_source_it_cannot_read_whole(
+    storage: RunStorage, tmp_path: Path
+) -> None:
+    donor = RunStorage.create(str(tmp_path / "results"), "donor")
+    with pytest.raises(CheckpointError, match="no committed checkpoint"):
+        storage.adopt(donor, 0)
+    donor.commit(0, donor.upload(_checkpoint(tmp_path, b"d0"), 0), {})
+    Path(donor.checkpoint_dir(0), "model.pt").write_bytes(b"XX")  # same size, other bytes
+    own = storage.commit(0, storage.upload(_checkpoint(tmp_path, b"o0"), 0), {})
+    with pytest.raises(CheckpointError, match="does not match its sha256"):
+        storage.adopt(donor, 0)
+    assert storage.list_committed() == [own]  # its own checkpoint is left as it was

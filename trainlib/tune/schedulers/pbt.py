@@ -1,0 +1,377 @@
+"""Population Based Training, as Ray Tune's ``PopulationBasedTraining`` (asynchronous).
+
+Every ``perturbation_interval`` of ``time_attr``, a trial in the bottom ``quantile_fraction``
+of the running trials (ranked by their last ``metric``) exploits one of the top
+``quantile_fraction``, chosen at random: its run stops, the donor's latest checkpoint is
+copied into its run directory as its own, and it resumes from that checkpoint with the donor's
+config explored. Exploring resamples each ``hyperparam_mutations`` key with
+``resample_probability``, else moves it (a list's value to a neighbour, a number by one of
+``perturbation_factors``), then applies ``custom_explore_fn``. Each decision is logged, and
+written as Ray writes it to ``pbt_global.txt`` and ``pbt_policy_{trial}.txt`` in the search's
+directory: ``[trial, donor, trial's iteration, donor's iteration, donor's config, new
+config]``.
+
+An exploited trial keeps its name, its directory and its own ``training_iteration`` count
+(Ray's takes the donor's); the step saved in the donor's checkpoint is what the trainable
+resumes from, as in Ray.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+import posixpath
+import random
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from trainlib.errors import ConfigError
+from trainlib.tune.schedulers.trial_scheduler import TrialScheduler
+from trainlib.tune.search_space import Domain, SampleFrom
+
+if TYPE_CHECKING:
+    import optuna
+    from fsspec import AbstractFileSystem
+
+logger = logging.getLogger(__name__)
+
+GLOBAL_LOG = "pbt_global.txt"
+
+
+@dataclass(frozen=True, kw_only=True)
+class PopulationBasedTraining(TrialScheduler):
+    """Population Based Training (Ray's signature and defaults).
+
+    Args:
+        time_attr: The increasing result that paces perturbations (Ray's default:
+            ``time_total_s``; ``training_iteration`` counts reports).
+        perturbation_interval: A trial is considered for exploitation each time its
+            ``time_attr`` grew by this much since the last time.
+        burn_in_period: No trial is perturbed before its ``time_attr`` reaches this.
+        hyperparam_mutations: Per config key (nested as the config is): a list of values,
+            a search space domain (``tune.uniform``, ...), a function returning a value, or a
+            dict of these. Keys missing from a trial's config are sampled from here first.
+        quantile_fraction: Share of the running trials in the bottom and top groups (0-0.5).
+        resample_probability: Chance of a fresh sample instead of a move.
+        perturbation_factors: What a number is multiplied by when moved (one at random).
+        custom_explore_fn: Applied to each explored config; returns the config to use.
+        log_config: Write the decisions to ``pbt_global.txt`` and ``pbt_policy_*.txt``.
+        require_attrs: A result without ``time_attr`` or the metric fails the trial (else it
+            is not considered).
+        synch: Ray's synchronous variant, not supported (see the error).
+    """
+
+    time_attr: str = "time_total_s"
+    perturbation_interval: float = 60.0
+    burn_in_period: float = 0.0
+    hyperparam_mutations: Mapping[str, Any] | None = None
+    quantile_fraction: float = 0.25
+    resample_probability: float = 0.25
+    perturbation_factors: tuple[float, float] = (1.2, 0.8)
+    custom_explore_fn: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    log_config: bool = True
+    require_attrs: bool = True
+    synch: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = type(self).__name__
+        if not self.hyperparam_mutations and self.custom_explore_fn is None:
+            raise ConfigError(
+                f"{name}() needs hyperparam_mutations or custom_explore_fn: what to change "
+                "in an exploiting trial's config."
+            )
+        _check_mutations(self.hyperparam_mutations or {})
+        if not 0 <= self.quantile_fraction <= 0.5:
+            raise ConfigError(
+                f"{name}(quantile_fraction={self.quantile_fraction}) must be between 0 and 0.5."
+            )
+        if self.perturbation_interval <= 0:
+            raise ConfigError(
+                f"{name}(perturbation_interval={self.perturbation_interval}) must be > 0."
+            )
+        if not 0 <= self.resample_probability <= 1:
+            raise ConfigError(
+                f"{name}(resample_probability={self.resample_probability}) must be between 0 and 1."
+            )
+        if self.synch:
+            raise ConfigError(
+                f"{name}(synch=True) is not supported: a trial on Dask cannot be paused while "
+                "its ranks keep their workers, so trials cannot wait for each other at each "
+                "perturbation; use synch=False (asynchronous PBT, Ray's default)."
+            )
+
+    def _check_time_attr(self) -> None:
+        if not self.time_attr:
+            raise ConfigError("PopulationBasedTraining(time_attr='') must name a result.")
+
+    def optuna_pruner(self) -> optuna.pruners.BasePruner:
+        import optuna
+
+        return optuna.pruners.NopPruner()  # PBT stops no trial: it exploits instead
+
+
+def _check_mutations(mutations: Mapping[str, Any], prefix: str = "") -> None:
+    for key, value in mutations.items():
+        if isinstance(value, Mapping):
+            _check_mutations(value, f"{prefix}{key}.")
+        elif isinstance(value, SampleFrom):
+            raise ConfigError(
+                f"hyperparam_mutations[{prefix}{key!r}] is a tune.sample_from, which PBT "
+                "cannot resample (as in Ray): give a list, a domain (tune.uniform, ...) or a "
+                "function returning a value."
+            )
+        elif not isinstance(value, (list, tuple, Domain)) and not callable(value):
+            raise ConfigError(
+                f"hyperparam_mutations[{prefix}{key!r}]={value!r} must be a list, a domain "
+                "(tune.uniform, ...), a function returning a value, or a dict of these."
+            )
+
+
+@dataclass(frozen=True)
+class Exploit:
+    """A decision: the trial takes ``donor``'s latest checkpoint and ``config``."""
+
+    donor: str
+    config: dict[str, Any]
+    donor_config: dict[str, Any]
+    iteration: int  # the exploiting trial's training_iteration
+    donor_iteration: int
+    score: float
+    donor_score: float
+
+
+@dataclass
+class _Member:
+    config: dict[str, Any]
+    running: bool = True
+    last_score: float | None = None  # larger is better (the metric, negated for "min")
+    last_perturbation_time: float = 0.0
+    iteration: int = 0
+    has_checkpoint: bool = False
+
+
+@dataclass
+class Population:
+    """The running search's trials as PBT sees them; every method may be called from any
+    trial's thread."""
+
+    scheduler: PopulationBasedTraining
+    metric: str
+    mode: str
+    log_dir: str
+    filesystem: AbstractFileSystem
+    seed: int | None = None
+    _members: dict[str, _Member] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _warned: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed)
+
+    def add(self, trial_id: str, config: dict[str, Any]) -> dict[str, Any]:
+        """A trial starts: its config, with the mutated keys it lacks sampled (as Ray's)."""
+        config = copy.deepcopy(config)
+        with self._lock:
+            _fill(config, self.scheduler.hyperparam_mutations or {}, self._rng)
+            self._members[trial_id] = _Member(config)
+        return config
+
+    def remove(self, trial_id: str) -> None:
+        """A trial ended: it is no longer compared nor chosen as a donor."""
+        with self._lock:
+            if trial_id in self._members:
+                self._members[trial_id].running = False
+
+    def on_result(
+        self, trial_id: str, result: Mapping[str, Any], has_checkpoint: bool
+    ) -> Exploit | None:
+        """Record a result; the exploit to carry out now, if the trial should.
+
+        Raises:
+            ConfigError: The result lacks ``time_attr`` or the metric and ``require_attrs``.
+        """
+        pbt = self.scheduler
+        missing = [key for key in (pbt.time_attr, self.metric) if key not in result]
+        if missing:
+            message = (
+                f"PopulationBasedTraining: trial {trial_id} reported {sorted(result)} without "
+                f"{missing}; report them, or pass require_attrs=False to skip such results."
+            )
+            if pbt.require_attrs:
+                raise ConfigError(message)
+            if message not in self._warned:
+                self._warned.add(message)
+                logger.warning(message)
+            return None
+        sign = 1.0 if self.mode == "max" else -1.0
+        with self._lock:
+            member = self._members[trial_id]
+            member.last_score = sign * float(result[self.metric])
+            member.iteration = int(result.get("training_iteration", member.iteration))
+            member.has_checkpoint = member.has_checkpoint or has_checkpoint
+            time = float(result[pbt.time_attr])
+            if time - member.last_perturbation_time < pbt.perturbation_interval:
+                return None
+            if time < pbt.burn_in_period:
+                return None
+            member.last_perturbation_time = time
+            lower, upper = self._quantiles()
+            if trial_id not in lower:
+                return None
+            donor_id = self._rng.choice(upper)
+            donor = self._members[donor_id]
+            if not donor.has_checkpoint:
+                logger.info(
+                    "[pbt] trial %s has no checkpoint yet: trial %s does not exploit it",
+                    donor_id,
+                    trial_id,
+                )
+                return None
+            assert donor.last_score is not None  # in the top group: it has a result
+            return Exploit(
+                donor=donor_id,
+                config=self._explore(donor.config),
+                donor_config=copy.deepcopy(donor.config),
+                iteration=member.iteration,
+                donor_iteration=donor.iteration,
+                score=sign * member.last_score,
+                donor_score=sign * donor.last_score,
+            )
+
+    def exploited(self, trial_id: str, exploit: Exploit) -> None:
+        """The trial took the donor's checkpoint: it runs with the new config from now on."""
+        with self._lock:
+            self._members[trial_id].config = copy.deepcopy(exploit.config)
+            self._members[trial_id].has_checkpoint = True
+        logger.info(
+            "[exploit] transferring weights from trial %s (score %s) -> %s (score %s)",
+            exploit.donor,
+            exploit.donor_score,
+            trial_id,
+            exploit.score,
+        )
+        logger.info(
+            "[explore] perturbed config of trial %s from %s -> %s",
+            trial_id,
+            exploit.donor_config,
+            exploit.config,
+        )
+        if self.scheduler.log_config:
+            self._write_policy(trial_id, exploit)
+
+    def _quantiles(self) -> tuple[list[str], list[str]]:
+        """The running trials with a result: the bottom and top groups (empty if fewer
+        than two)."""
+        ranked = sorted(
+            (t for t, m in self._members.items() if m.running and m.last_score is not None),
+            key=lambda t: self._members[t].last_score or 0.0,
+        )
+        if len(ranked) <= 1:
+            return [], []
+        size = math.ceil(len(ranked) * self.scheduler.quantile_fraction)
+        size = min(size, len(ranked) // 2)
+        if size == 0:
+            return [], []
+        return ranked[:size], ranked[-size:]
+
+    def _explore(self, config: dict[str, Any]) -> dict[str, Any]:
+        pbt = self.scheduler
+        new = _explore(
+            config,
+            pbt.hyperparam_mutations or {},
+            pbt.resample_probability,
+            pbt.perturbation_factors,
+            self._rng,
+        )
+        if pbt.custom_explore_fn is not None:
+            new = pbt.custom_explore_fn(new)
+            if new is None:
+                raise ConfigError(
+                    "PopulationBasedTraining(custom_explore_fn=...) returned None: return the "
+                    "config to use."
+                )
+        return new
+
+    def _write_policy(self, trial_id: str, exploit: Exploit) -> None:
+        """Ray's records: one line in the search's log; the donor's history and this line
+        as the trial's."""
+        line = json.dumps(
+            [
+                trial_id,
+                exploit.donor,
+                exploit.iteration,
+                exploit.donor_iteration,
+                exploit.donor_config,
+                exploit.config,
+            ],
+            default=str,
+        )
+        with self._lock:
+            global_log = posixpath.join(self.log_dir, GLOBAL_LOG)
+            self._write(global_log, self._read(global_log) + line)
+            donor_history = self._read(self._policy_file(exploit.donor))
+            self._write(self._policy_file(trial_id), donor_history + line)
+
+    def _policy_file(self, trial_id: str) -> str:
+        return posixpath.join(self.log_dir, f"pbt_policy_{trial_id}.txt")
+
+    def _read(self, path: str) -> str:
+        try:
+            return str(self.filesystem.cat_file(path).decode())
+        except FileNotFoundError:
+            return ""
+
+    def _write(self, path: str, lines: str) -> None:
+        """Written whole: object stores have no append."""
+        self.filesystem.pipe_file(path, f"{lines}\n".encode())
+
+
+def _fill(config: dict[str, Any], mutations: Mapping[str, Any], rng: random.Random) -> None:
+    for key, space in mutations.items():
+        if isinstance(space, Mapping):
+            inner = config.setdefault(key, {})
+            if isinstance(inner, dict):
+                _fill(inner, space, rng)
+        elif key not in config:
+            config[key] = _sample(space, rng)
+
+
+def _sample(space: Any, rng: random.Random) -> Any:
+    if isinstance(space, (list, tuple)):
+        return rng.choice(list(space))
+    if isinstance(space, Domain):
+        return space.sample(rng)
+    return space()
+
+
+def _explore(
+    config: dict[str, Any],
+    mutations: Mapping[str, Any],
+    resample_probability: float,
+    factors: tuple[float, float],
+    rng: random.Random,
+) -> dict[str, Any]:
+    """``config`` perturbed as Ray's ``PopulationBasedTraining`` perturbs it."""
+    new = copy.deepcopy(config)
+    for key, space in mutations.items():
+        if isinstance(space, Mapping):
+            new[key] = _explore(config.get(key, {}), space, resample_probability, factors, rng)
+        elif isinstance(space, (list, tuple)):
+            values = list(space)
+            if rng.random() < resample_probability or config.get(key) not in values:
+                new[key] = rng.choice(values)
+            else:
+                index = values.index(config[key]) + rng.choice((-1, 1))
+                new[key] = values[min(max(index, 0), len(values) - 1)]
+        elif rng.random() < resample_probability or key not in config:
+            new[key] = _sample(space, rng)
+        else:
+            new[key] = config[key] * rng.choice(factors)
+            if isinstance(config[key], int) and not isinstance(config[key], bool):
+                new[key] = int(new[key])
+    return new
