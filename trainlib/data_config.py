@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 from trainlib.errors import ConfigError
 
 if TYPE_CHECKING:
-    from trainlib.data.execution_options import ExecutionOptions
+    from trainlib.execution_options import ExecutionOptions
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class DataConfig:
             ``default_ingest_options()``), for every dataset or a dict by dataset name: hints.
             Dask keeps partitions in order (``preserve_order``) and reads next to the data
             (``locality_with_output``); resource limits have no counterpart and are named in
-            one warning (``trainlib.data.execution_options``).
+            one warning (``trainlib.execution_options``).
     """
 
     datasets_to_split: Literal["all"] | Sequence[str] = "all"
@@ -64,13 +64,13 @@ class DataConfig:
     @staticmethod
     def default_ingest_options() -> ExecutionOptions:
         """Ray Train's execution options for ingest, to adjust and pass back."""
-        from trainlib.data.execution_options import default_ingest_options
+        from trainlib.execution_options import default_ingest_options
 
         return default_ingest_options()
 
     def __post_init__(self) -> None:
         if self.execution_options is not None:
-            from trainlib.data.execution_options import check_type, unapplied
+            from trainlib.execution_options import check_type, unapplied
 
             check_type(self.execution_options)
             hints = unapplied(self.execution_options)

@@ -8,10 +8,10 @@ yields this rank's batches. Partitions are computed by Dask tasks on the cluster
 rank that reads them where possible, and reach the rank while it trains.
 """
 
-from trainlib.data.execution_options import ExecutionOptions, ExecutionResources
 from trainlib.data.iterator import DataIterator
 from trainlib.data.shard import get_dataset_shard
 from trainlib.data_config import DataConfig
+from trainlib.execution_options import ExecutionOptions, ExecutionResources
 
 __all__ = [
     "DataConfig",
