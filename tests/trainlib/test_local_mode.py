@@ -8,13 +8,22 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import dask.array as da
+import dask.dataframe as dd
+import pandas as pd
 import pytest
 import torch
 from torch import nn
 
 import trainlib
-from trainlib import Checkpoint, ConfigError, RunConfig, ScalingConfig, WorkerGroupError, tune
+from trainlib import (
+    Checkpoint,
+    ConfigError,
+    DataConfig,
+    RunConfig,
+    ScalingConfig,
+    WorkerGroupError,
+    tune,
+)
 from trainlib.torch import TorchTrainer, prepare_data_loader, prepare_model
 
 
@@ -77,15 +86,49 @@ def test_local_mode_resumes_a_run_by_name_and_reports_a_failure_as_a_rank_would(
     assert resumed.metrics["kept"] == 2
 
 
-def test_local_mode_refuses_datasets_naming_the_alternative(tmp_path: Path) -> None:
-    trainer = TorchTrainer(
-        train_three_epochs,
-        scaling_config=ScalingConfig(num_workers=0),
-        run_config=RunConfig(storage_path=str(tmp_path)),
-        datasets={"train": {"x": da.zeros(4, chunks=2)}},
-    )
-    with pytest.raises(ConfigError, match=r"local mode\) runs without a Dask cluster"):
-        trainer.fit()
+def read_two_passes(config: dict[str, Any]) -> None:
+    """Every pass of the "train" shard: its ids, and the pids that computed its rows."""
+    shard = trainlib.get_dataset_shard("train")
+    passes = []
+    for _ in range(2):
+        batches = list(shard.iter_torch_batches(batch_size=5))
+        passes.append([int(i) for batch in batches for i in batch["id"]])
+    pids = {int(p) for batch in shard.iter_batches(batch_size=None) for p in batch["pid"]}
+    trainlib.report({"passes": passes, "pids": sorted(pids)})
+
+
+def _with_pid(frame: pd.DataFrame) -> pd.DataFrame:
+    if (frame["id"] == 13).any() and os.environ.get("FAIL_ON_13"):
+        raise ValueError("row 13 cannot be read")
+    return frame.assign(pid=os.getpid())
+
+
+def test_local_mode_reads_datasets_in_this_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ray's local mode with datasets=: the Dask collection is computed here, partition by
+    partition, each pass whole (split or not: a world of one); shuffle_seed orders passes."""
+    frame = dd.from_pandas(pd.DataFrame({"id": range(20)}), npartitions=4)
+    dataset = frame.map_partitions(_with_pid, meta={"id": "i8", "pid": "i8"})
+
+    def fit(name: str, config: DataConfig) -> trainlib.Result:
+        return TorchTrainer(
+            read_two_passes,
+            scaling_config=ScalingConfig(num_workers=0),
+            run_config=RunConfig(name=name, storage_path=str(tmp_path)),
+            datasets={"train": dataset},
+            dataset_config=config,
+        ).fit()
+
+    ordered = fit("ordered", DataConfig())
+    assert ordered.metrics["passes"] == [list(range(20))] * 2
+    assert ordered.metrics["pids"] == [os.getpid()]
+    shuffled = fit("shuffled", DataConfig(shuffle_seed=7)).metrics["passes"]
+    assert all(sorted(p) == list(range(20)) for p in shuffled)
+    assert shuffled[0] != shuffled[1]  # another partition order per pass
+    monkeypatch.setenv("FAIL_ON_13", "1")
+    with pytest.raises(WorkerGroupError, match=r"datasets\['train'\] in local mode failed.*13"):
+        fit("failing", DataConfig())
 
 
 def test_local_mode_cannot_be_searched() -> None:

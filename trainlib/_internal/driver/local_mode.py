@@ -1,8 +1,9 @@
 """Local mode (``ScalingConfig(num_workers=0)``, as Ray Train's): the training function runs
 once, in the calling thread of the driver's process, with no Dask cluster and no process group.
 ``report``, ``get_context`` and checkpoints work as in a rank: a world of one, rank 0, its
-reports committed by the run's own collector as they are made. For debugging (a breakpoint in
-the training function stops where it is)."""
+reports committed by the run's own collector as they are made; ``get_dataset_shard`` reads
+the datasets here (``local_feed``). For debugging (a breakpoint in the training function stops
+where it is)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import cloudpickle
 
 from trainlib._internal.common.messages import Command, RankSpec
+from trainlib._internal.driver.local_feed import LocalFeed
 from trainlib._internal.driver.ranks import WorkerSlot
 from trainlib._internal.driver.run_plan import AttemptStart, rank_launch
 from trainlib._internal.driver.watchdog import ProgressWatchdog
@@ -54,12 +56,6 @@ def run_locally(run: Run) -> None:
     """Run the plan's training function here, once; its failure is recorded on ``run`` and
     raised as a ``WorkerGroupError``."""
     plan = run.plan
-    if plan.datasets:
-        raise ConfigError(
-            "ScalingConfig(num_workers=0) (local mode) runs without a Dask cluster, so "
-            "TorchTrainer(datasets=...) cannot be read: use num_workers=1 or more, or load the "
-            "data inside the training function."
-        )
     if RANK.session is not None:
         raise ConfigError(
             "ScalingConfig(num_workers=0) inside a training function: a rank already runs "
@@ -79,7 +75,13 @@ def run_locally(run: Run) -> None:
     run.announce([slot], resume_from)
     watchdog = ProgressWatchdog(None, [slot])
     run.collector.start_attempt(1, start_index, watchdog)
-    session = Session(spec, lambda message: _handle(run, message))
+    feed: LocalFeed | None = None
+    session = Session(spec, lambda message: _handle(run, feed, message))
+    feed = LocalFeed(
+        plan.datasets,
+        plan.data_config.shuffle_seed,
+        lambda name, pass_id, block: session.deliver("data", (name, pass_id, block)),
+    )
     run.collector.reply_with(lambda rank, command: _deliver(session, command))
     info = GroupInfo(1, (slot.placement(),), None)
     for callback in run.callbacks:
@@ -119,10 +121,13 @@ class _DriverError(BaseException):
         self.error = error
 
 
-def _handle(run: Run, message: tuple[str, Any]) -> None:
+def _handle(run: Run, feed: LocalFeed | None, message: tuple[str, Any]) -> None:
     """A message of the training function, handled as the driver handles a rank's (the
     session sends one at a time); its logs are this process's own already."""
     kind, payload = message
+    if kind == "data_next" and feed is not None:
+        feed.request(*payload)
+        return
     if kind in ("report", "started"):
         try:
             run.collector.handle(kind, payload)
