@@ -23,6 +23,12 @@ DEFAULT_STORAGE_PATH = "~/trainlib_results"
 ACCELERATOR_RESOURCE_PREFIX = "accelerator_type:"  # Ray's resource label of an accelerator
 
 
+class Searched:
+    """Base of the values a Tuner samples per trial (``tune.grid_search``, ``tune.choice``,
+    ...). A ``ScalingConfig`` holding one in ``num_workers`` or a resource amount is a search
+    over trial sizes: it belongs in a Tuner's ``param_space["scaling_config"]``."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ScalingConfig:
     """How many ranks to run and what each needs.
@@ -50,6 +56,10 @@ class ScalingConfig:
             workers declaring the resource ``accelerator_type:A100`` (``dask worker
             --resources accelerator_type:A100=1``) take the ranks. Added to
             ``resources_per_worker`` (0.001 a rank, as Ray asks for it).
+
+    In a Tuner's ``param_space={"scaling_config": ScalingConfig(...)}``, ``num_workers`` and
+    the amounts of ``resources_per_worker`` may be searched (``tune.grid_search([1, 2])``):
+    each trial runs at the size it was given.
     """
 
     num_workers: int | tuple[int, int] = 1
@@ -66,17 +76,31 @@ class ScalingConfig:
             return self.num_workers
         return (self.num_workers, self.num_workers)
 
+    @property
+    def searched(self) -> dict[str, Any]:
+        """The fields a Tuner samples per trial (``{}`` for a plain ScalingConfig)."""
+        found: dict[str, Any] = {}
+        if isinstance(self.num_workers, Searched):
+            found["num_workers"] = self.num_workers
+        resources = {
+            name: amount
+            for name, amount in (self.resources_per_worker or {}).items()
+            if isinstance(amount, Searched)
+        }
+        if resources:
+            found["resources_per_worker"] = resources
+        return found
+
     def __post_init__(self) -> None:
         counts = self.num_workers if isinstance(self.num_workers, tuple) else (self.num_workers,)
         whole = all(isinstance(n, Integral) and not isinstance(n, bool) for n in counts)
-        if not whole or len(counts) not in (1, 2):
+        searched = isinstance(self.num_workers, Searched)
+        if not searched and (not whole or len(counts) not in (1, 2)):
             raise ConfigError(
                 f"ScalingConfig(num_workers={self.num_workers!r}) must be an int or a (min, max) "
-                "pair of ints. A search over the number of ranks (tune.grid_search in "
-                "ScalingConfig) is not supported: the Tuner reserves each trial's workers "
-                "before it samples; run one Tuner per num_workers instead."
+                "pair of ints (or, in a Tuner's param_space, a search: tune.grid_search([...]))."
             )
-        low, high = self.worker_range
+        low, high = (1, 1) if searched else self.worker_range
         if not (1 <= low <= high or self.num_workers == 0):
             raise ConfigError(
                 f"ScalingConfig(num_workers={self.num_workers}) must be at least 1 (or 0: local "
@@ -92,7 +116,7 @@ class ScalingConfig:
             resources = {**(self.resources_per_worker or {}), **label}
             object.__setattr__(self, "resources_per_worker", resources)
         for name, amount in (self.resources_per_worker or {}).items():
-            if amount <= 0:
+            if not isinstance(amount, Searched) and amount <= 0:
                 raise ConfigError(
                     f"ScalingConfig(resources_per_worker={{{name!r}: {amount}}}) must be > 0."
                 )

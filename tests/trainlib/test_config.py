@@ -75,13 +75,23 @@ def test_configs_are_keyword_only_and_frozen() -> None:
         config.num_workers = 3  # type: ignore[misc]
 
 
-def test_scaling_config_refuses_a_search_space_naming_the_alternative() -> None:
+def test_scaling_config_refuses_what_is_not_a_count_and_keeps_a_search_for_a_tuner() -> None:
     from trainlib import tune
+    from trainlib.torch import TorchTrainer
 
-    for bad in (tune.grid_search([1, 2]), "2", (1, 2, 3), 2.0, True):
-        with pytest.raises(ConfigError, match="run one Tuner per num_workers instead"):
+    for bad in ("2", (1, 2, 3), 2.0, True):
+        with pytest.raises(ConfigError, match="must be an int or a \\(min, max\\) pair"):
             ScalingConfig(num_workers=bad)  # type: ignore[arg-type]
     assert ScalingConfig(num_workers=np.int64(2)).worker_range == (2, 2)
+    searched = ScalingConfig(
+        num_workers=tune.grid_search([1, 2]),  # type: ignore[arg-type]
+        resources_per_worker={"CPU": tune.grid_search([1, 2]), "disk": 1},  # type: ignore[dict-item]
+    )
+    assert set(searched.searched) == {"num_workers", "resources_per_worker"}
+    assert set(searched.searched["resources_per_worker"]) == {"CPU"}
+    assert ScalingConfig(num_workers=2).searched == {}
+    with pytest.raises(ConfigError, match="a search over trial sizes goes in a Tuner"):
+        TorchTrainer(lambda: None, scaling_config=searched)
 
 
 def test_scaling_config_elastic_range() -> None:

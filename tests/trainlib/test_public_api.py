@@ -51,7 +51,13 @@ DOCUMENTED_TRAINLIB = {
     "report",
 }
 DOCUMENTED_COLLECTIVE = {"barrier", "broadcast_from_rank_zero"}
-DOCUMENTED_DATA = {"DataConfig", "DataIterator", "get_dataset_shard"}
+DOCUMENTED_DATA = {
+    "DataConfig",
+    "DataIterator",
+    "ExecutionOptions",
+    "ExecutionResources",
+    "get_dataset_shard",
+}
 DOCUMENTED_AIR = {
     "Checkpoint",
     "CheckpointConfig",
@@ -161,3 +167,53 @@ def test_public_api_import_does_not_load_dask() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+RAY_TRAIN_V2_PATHS = {
+    "trainlib.v2.api.config": {"CheckpointConfig", "FailureConfig", "RunConfig", "ScalingConfig"},
+    "trainlib.v2.api.context": {"TrainContext"},
+    "trainlib.v2.api.data_parallel_trainer": {"DataParallelTrainer"},
+    "trainlib.v2.api.exceptions": {"TrainingFailedError", "WorkerGroupError"},
+    "trainlib.v2.api.preemption": {"PreemptionInfo"},
+    "trainlib.v2.api.report_config": {"CheckpointConsistencyMode", "CheckpointUploadMode"},
+    "trainlib.v2.api.reported_checkpoint": {"ReportedCheckpoint", "ReportedCheckpointStatus"},
+    "trainlib.v2.api.result": {"Result"},
+    "trainlib.v2.api.train_fn_utils": {
+        "get_all_reported_checkpoints",
+        "get_checkpoint",
+        "get_context",
+        "get_dataset_shard",
+        "get_preemption_info",
+        "report",
+    },
+    "trainlib.v2.api.validation_config": {
+        "ValidationConfig",
+        "ValidationFn",
+        "ValidationTaskConfig",
+    },
+    "trainlib.v2.torch.torch_trainer": {"TorchTrainer"},
+    "trainlib.v2.torch.train_loop_utils": {
+        "get_device",
+        "get_devices",
+        "prepare_data_loader",
+        "prepare_model",
+    },
+}
+
+
+def test_ray_train_v2_module_paths_hold_trainlibs_own_objects() -> None:
+    """``ray.train.v2.api.config`` -> ``trainlib.v2.api.config`` and the like: each name is
+    the very object ``trainlib`` exports (no second class that isinstance checks would miss)."""
+    import importlib
+
+    import trainlib.data_parallel_trainer
+    import trainlib.torch
+    import trainlib.validation
+
+    homes = (trainlib, trainlib.torch, trainlib.data_parallel_trainer, trainlib.validation)
+    for path, names in RAY_TRAIN_V2_PATHS.items():
+        module = importlib.import_module(path)
+        assert set(module.__all__) == names, path
+        for name in names:
+            home = next(h for h in homes if hasattr(h, name))
+            assert getattr(module, name) is getattr(home, name), (path, name)

@@ -80,6 +80,13 @@ class TorchTrainer:
         self._train_loop_config = train_loop_config
         self._train_func = _bind_config(train_loop_per_worker, train_loop_config)
         self._scaling = scaling_config or ScalingConfig()
+        if self._scaling.searched:
+            raise ConfigError(
+                f"TorchTrainer(scaling_config=ScalingConfig({self._scaling.searched})): a "
+                "search over trial sizes goes in a Tuner: give the trainer a plain "
+                "ScalingConfig and Tuner(trainer, param_space={'scaling_config': "
+                "ScalingConfig(num_workers=tune.grid_search([...]))})."
+            )
         self._run_config = run_config or RunConfig()
         self._torch = torch_config or TorchConfig()
         self._dask_config = dask_config or DaskConfig()

@@ -88,6 +88,18 @@ class TrialSetup:
     stopper: Stopper | None = None  # RunConfig(stop=...), TuneConfig(time_budget_s=...)
     fail_fast: bool | str = False  # FailureConfig(fail_fast=...)
     population: Population | None = None  # PopulationBasedTraining's view of the trials
+    sized_by_config: bool = False  # each trial's config["scaling_config"] says its size
+
+    def needs(self, config: Mapping[str, Any]) -> ScalingConfig:
+        """The workers a trial of ``config`` holds: its own ScalingConfig, or the search's."""
+        scaling = config.get("scaling_config") if self.sized_by_config else None
+        if isinstance(scaling, ScalingConfig):
+            return scaling
+        return ScalingConfig(
+            num_workers=self.num_workers,
+            use_gpu=self.use_gpu,
+            resources_per_worker=self.resources,
+        )
 
 
 class TrialRunner:
@@ -105,6 +117,7 @@ class TrialRunner:
         self._lock = threading.Lock()
         self._stopper_lock = threading.Lock()  # a stopper sees one result at a time
         self._first_failure: BaseException | None = None  # fail_fast="raise" raises it
+        self._next: tuple[optuna.Trial, str, dict[str, Any]] | None = None  # asked, waiting
         self.outcomes: list[Trial] = []
 
     def run(self, num_trials: int) -> list[Trial]:
@@ -137,6 +150,7 @@ class TrialRunner:
             for thread in list(self._threads.values()):
                 thread.join()  # each sees Ctrl-C or the cancel, and stops its ranks
             self._reap()
+        self._drop_unstarted()
         if self._first_failure is not None and self._setup.fail_fast == "raise":
             raise self._first_failure
         return self.outcomes
@@ -170,21 +184,29 @@ class TrialRunner:
         return stop
 
     def _start_ready(self, remaining: int) -> int:
-        """Start as many trials as free workers and the concurrency limit allow."""
+        """Start as many trials as free workers and the concurrency limit allow. The next
+        trial is asked for before its workers are reserved: its config may say how many."""
         started = 0
         limit = self._setup.max_concurrent
         while remaining - started > 0 and (limit is None or len(self._threads) < limit):
+            if self._next is None:
+                trial, run_name = self._study.ask("trial_{:05d}")
+                config = self._study.config(trial) or self._setup.config_of(trial.params, run_name)
+                self._next = (trial, run_name, config)
+            trial, run_name, config = self._next
+            needs = self._setup.needs(config)
             owner = uuid.uuid4().hex
             live = worker_selection.eligible_workers(
-                self._client, self._setup.resources, self._setup.use_gpu
+                self._client, needs.resources_per_worker, needs.use_gpu
             )
-            if not self._book.reserve(owner, self._setup.num_workers, live):
+            size = needs.worker_range[1]
+            if not self._book.reserve(owner, size, live):
                 break
-            trial, run_name = self._study.ask("trial_{:05d}")
-            lease = self._book.lease(owner, self._setup.num_workers)
+            self._next = None
+            lease = self._book.lease(owner, size)
             thread = threading.Thread(
                 target=self._run_trial,
-                args=(trial, run_name, lease),
+                args=(trial, run_name, config, lease),
                 name=f"trainlib-{run_name}",
                 daemon=True,
             )
@@ -193,15 +215,24 @@ class TrialRunner:
             started += 1
         return started
 
+    def _drop_unstarted(self) -> None:
+        """The search stopped with a trial asked for but never started: it ends pruned."""
+        if self._next is not None:
+            trial, run_name, _ = self._next
+            self._next = None
+            self._study.finish(trial, TrialState.PRUNED, None, {})
+            logger.info("Trial %s not started: the search stopped first", run_name)
+
     def _reap(self) -> None:
         for owner, thread in list(self._threads.items()):
             if not thread.is_alive():
                 del self._threads[owner]
 
-    def _run_trial(self, trial: optuna.Trial, run_name: str, lease: WorkerLease) -> None:
+    def _run_trial(
+        self, trial: optuna.Trial, run_name: str, config: dict[str, Any], lease: WorkerLease
+    ) -> None:
         setup = self._setup
         population = setup.population
-        config = self._study.config(trial) or setup.config_of(trial.params, run_name)
         if population is not None:
             config = population.add(run_name, config)
         callback = _TrialCallback(self._study, trial, run_name, setup, self.judge)
@@ -317,28 +348,26 @@ class TrialRunner:
         return ended
 
     def _not_enough_workers(self) -> NotEnoughWorkersError:
+        needs = self._setup.needs(self._next[2] if self._next is not None else {})
+        size = needs.worker_range[1]
         live = worker_selection.eligible_workers(
-            self._client, self._setup.resources, self._setup.use_gpu
+            self._client, needs.resources_per_worker, needs.use_gpu
         )
-        if self._setup.use_gpu:
-            scaling = ScalingConfig(
-                num_workers=self._setup.num_workers,
-                use_gpu=True,
-                resources_per_worker=self._setup.resources,
-            )
+        if needs.use_gpu:
             shortage = worker_selection.gpu_shortage(
-                self._client, scaling, len(live), self._setup.worker_timeout_s
+                self._client, needs, len(live), self._setup.worker_timeout_s
             )
             if shortage is not None:
                 return shortage
         scheduler = self._client.scheduler
+        resources = needs.resources_per_worker
         return NotEnoughWorkersError(
-            requested=self._setup.num_workers,
-            num_workers=str(self._setup.num_workers),
+            requested=size,
+            num_workers=str(size),
             available=len(live),
             address=str(scheduler.address) if scheduler is not None else "",
             timeout_s=self._setup.worker_timeout_s,
-            resources=str(dict(self._setup.resources)) if self._setup.resources else "",
+            resources=str(dict(resources)) if resources else "",
         )
 
 

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from trainlib.config import Searched
 from trainlib.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ SEPARATOR = "/"
 
 
 @dataclass(frozen=True)
-class Domain:
+class Domain(Searched):
     """A parameter's range; ``distribution()`` is what Optuna samples from."""
 
     def distribution(self) -> dist.BaseDistribution:
@@ -137,14 +138,14 @@ class Categorical(Domain):
 
 
 @dataclass(frozen=True)
-class SampleFrom:
+class SampleFrom(Searched):
     """A value computed from the rest of the config, as Ray's ``tune.sample_from``."""
 
     func: Callable[[Any], Any]
 
 
 @dataclass(frozen=True)
-class GridSearch:
+class GridSearch(Searched):
     """Every one of ``values`` is tried (times ``num_samples``), as Ray's ``grid_search``."""
 
     values: tuple[Any, ...]

@@ -8,7 +8,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainlib.config import RunConfig, ScalingConfig
+from trainlib.config import RunConfig, ScalingConfig, Searched
 from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError
 from trainlib.torch.trainer import TorchTrainer
@@ -20,12 +20,48 @@ if TYPE_CHECKING:
 
 
 def check_trainer_space(param_space: Mapping[str, Any]) -> None:
-    unknown = sorted(set(param_space) - {"train_loop_config"})
+    unknown = sorted(set(param_space) - {"train_loop_config", "scaling_config"})
     if unknown:
         raise ConfigError(
             f"param_space keys {unknown} cannot be tuned for a TorchTrainer; put the "
-            "hyperparameters under param_space['train_loop_config']."
+            "hyperparameters under param_space['train_loop_config'] (and trial sizes under "
+            "param_space['scaling_config'])."
         )
+    scaling = param_space.get("scaling_config")
+    if scaling is not None and not isinstance(scaling, ScalingConfig):
+        raise ConfigError(
+            f"param_space['scaling_config']={scaling!r} must be a ScalingConfig, e.g. "
+            "ScalingConfig(num_workers=tune.grid_search([1, 2]))."
+        )
+    if scaling is not None and scaling.num_workers == 0:
+        raise ConfigError(
+            "param_space['scaling_config'] with num_workers=0 (local mode) cannot be searched: "
+            "a search runs its trials on a Dask cluster."
+        )
+
+
+def trial_sizes(scaling: ScalingConfig) -> list[int]:
+    """The ``num_workers`` a searched ScalingConfig may give a trial (the largest decides the
+    size of a cluster the Tuner starts)."""
+    from trainlib.tune.search_space import Categorical, GridSearch, Integer
+
+    searched = scaling.num_workers
+    if isinstance(searched, (GridSearch, Categorical)):
+        values = list(searched.values)
+    elif isinstance(searched, Integer):
+        values = [searched.low, searched.high - 1]
+    elif isinstance(searched, Searched):
+        raise ConfigError(
+            f"ScalingConfig(num_workers={searched!r}): search trial sizes with "
+            "tune.grid_search, tune.choice or tune.randint."
+        )
+    else:
+        return [scaling.worker_range[1]]
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values):
+        raise ConfigError(
+            f"ScalingConfig(num_workers={searched!r}) must search whole numbers >= 1."
+        )
+    return values
 
 
 def as_trainer(

@@ -18,7 +18,7 @@ from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import RunPlan
-from trainlib.config import RunConfig
+from trainlib.config import RunConfig, ScalingConfig
 from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError
 from trainlib.result import Result
@@ -28,7 +28,7 @@ from trainlib.tune.config import TuneConfig
 from trainlib.tune.result_grid import ResultGrid
 from trainlib.tune.search_space import flatten
 from trainlib.tune.stopper import CombinedStopper, Stopper, TimeoutStopper, as_stopper
-from trainlib.tune.trainable import as_trainer, check_trainer_space
+from trainlib.tune.trainable import as_trainer, check_trainer_space, trial_sizes
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -92,16 +92,21 @@ class Tuner:
     ) -> None:
         self._is_function = not isinstance(trainable, TorchTrainer)
         self._trainer = as_trainer(trainable, param_space or {}, run_config, dask_config, client)
+        self._param_space = dict(param_space or {})
+        self._sizes: ScalingConfig | None = None  # param_space["scaling_config"] of a trainer
+        searched = dict(param_space or {})
+        if isinstance(trainable, TorchTrainer):
+            check_trainer_space(searched)
+            self._sizes = searched.pop("scaling_config", None)
+            if self._sizes is not None and self._sizes.searched:
+                searched["scaling_config"] = self._sizes.searched
         if self._num_workers() == 0:
             raise ConfigError(
                 "Tuner(TorchTrainer(scaling_config=ScalingConfig(num_workers=0))): local mode runs "
                 "one run in this process; a search runs its trials on a Dask cluster: give "
                 "num_workers=1 or more."
             )
-        self._param_space = dict(param_space or {})
-        self._space = flatten(param_space or {})
-        if isinstance(trainable, TorchTrainer):
-            check_trainer_space(param_space or {})
+        self._space = flatten(searched)
         self._tune_config = tune_config or TuneConfig()
         self._run_config = run_config or self._trainer._run_config
         as_stopper(self._run_config.stop)  # a wrong stop= fails here, not in every trial
@@ -267,7 +272,26 @@ class Tuner:
         return self._tune_config.num_samples * len(self._space.grid_points())
 
     def _num_workers(self) -> int:
+        """Workers of the largest trial."""
+        if self._sizes is not None:
+            return max(trial_sizes(self._sizes))
         return self._trainer._scaling.worker_range[1]
+
+    def _trial_config(self, params: dict[str, Any], run_name: str) -> dict[str, Any]:
+        """A trial's config; with ``param_space["scaling_config"]``, its ScalingConfig."""
+        config = self._space.config(params, run_name)
+        if self._sizes is not None:
+            sampled = config.get("scaling_config", {})
+            resources = {
+                **(self._sizes.resources_per_worker or {}),
+                **sampled.get("resources_per_worker", {}),
+            }
+            config["scaling_config"] = replace(
+                self._sizes,
+                num_workers=sampled.get("num_workers", self._sizes.num_workers),
+                resources_per_worker=resources or None,
+            )
+        return config
 
     def _cluster_size(self) -> int:
         """Workers of a cluster the Tuner starts: enough for the trials that run at once."""
@@ -280,10 +304,11 @@ class Tuner:
         scaling = self._trainer._scaling
         return TrialSetup(
             make_plan=self._make_plan,
-            config_of=self._space.config,
+            config_of=self._trial_config,
             num_workers=self._num_workers(),
             resources=scaling.resources_per_worker,
             use_gpu=scaling.use_gpu,
+            sized_by_config=self._sizes is not None,
             experiment_dir=experiment.run_dir,
             filesystem=experiment.filesystem,
             metric=self._tune_config.metric,
@@ -326,7 +351,9 @@ class Tuner:
     def _make_plan(self, config: dict[str, Any]) -> RunPlan:
         train_loop_config = config if self._is_function else config.get("train_loop_config", {})
         run_config = replace(self._run_config, stop=None)  # the search applies it
-        return replace(self._trainer._plan(train_loop_config), run_config=run_config)
+        plan = replace(self._trainer._plan(train_loop_config), run_config=run_config)
+        sizes = None if self._is_function else config.get("scaling_config")
+        return plan if sizes is None else replace(plan, scaling=sizes)
 
     def _grid(self, study: Study, outcomes: list[Trial], experiment: RunStorage) -> ResultGrid:
         from trainlib.tune._trials import state_name
@@ -367,7 +394,7 @@ class Tuner:
             filesystem=storage.filesystem,
             error=RuntimeError(error) if error else None,
             config=trial.user_attrs.get(CONFIG)
-            or self._space.config(trial.params, trial.user_attrs[RUN_NAME]),
+            or self._trial_config(trial.params, trial.user_attrs[RUN_NAME]),
         )
 
 

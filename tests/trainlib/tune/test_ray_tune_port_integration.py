@@ -728,3 +728,128 @@ def test_ray_tune_pbt_guide_runs_with_imports_swapped(tmp_path: Path) -> None:
         assert trial != donor and iteration == 5
         assert new_config["checkpoint_interval"] == donor_config["checkpoint_interval"] == 5
         assert new_config["momentum"] in (0.8, 0.9, 0.99)
+
+
+# Ray AIR's "Tuning with Ray Tune" (doc/source/ray-air/doc_code/tuner.py): its TorchTrainer
+# section, its Tuner and its result inspection, as written there; the linear example it imports
+# is a small stand-in (below) that also reports the size of its group.
+RAY_TUNE_TRIAL_SIZES = """
+from ray import tune
+from ray.air.config import ScalingConfig
+
+# __torch_start__
+from ray import tune
+from ray.air.examples.pytorch.torch_linear_example import (
+    train_func as linear_train_func,
+)
+from ray.train.torch import TorchTrainer
+
+trainer = TorchTrainer(
+    train_loop_per_worker=linear_train_func,
+    train_loop_config={"lr": 1e-2, "batch_size": 4, "epochs": 10},
+    scaling_config=ScalingConfig(num_workers=1, use_gpu=False),
+)
+
+param_space = {
+    # The params will be merged with the ones defined in the TorchTrainer
+    "train_loop_config": {
+        # This is a parameter that hasn't been set in the TorchTrainer
+        "hidden_size": tune.randint(1, 4),
+        # This will overwrite whatever was set when TorchTrainer was instantiated
+        "batch_size": tune.choice([4, 8]),
+    },
+    # We can also tune the number of distributed workers
+    "scaling_config": ScalingConfig(num_workers=tune.grid_search([1, 2])),
+}
+# __torch_end__
+
+# __tuner_start__
+from ray.air.config import RunConfig
+from ray.tune.tuner import Tuner, TuneConfig
+
+tuner = Tuner(
+    trainable=trainer,
+    run_config=RunConfig(name="test_tuner"),
+    param_space=param_space,
+    tune_config=TuneConfig(mode="min", metric="loss", num_samples=2),
+)
+result_grid = tuner.fit()
+# __tuner_end__
+
+
+# __result_grid_inspection_start__
+
+# Number of results
+num_results = len(result_grid)
+
+# Check if there have been errors
+if result_grid.errors:
+    print("At least one trial failed.")
+
+# Get the best result
+best_result = result_grid.get_best_result()
+
+# And the best checkpoint
+best_checkpoint = best_result.checkpoint
+
+# And the best metrics
+best_metric = best_result.metrics
+
+# Inspect all results
+for result in result_grid:
+    if result.error:
+        print("The trial had an error:", result.error)
+        continue
+
+    print("The trial finished successfully with the metrics:", result.metrics)
+# __result_grid_inspection_end__
+"""
+
+LINEAR_STAND_IN = """
+import torch
+from torch import nn
+
+import trainlib
+from trainlib.torch import prepare_model
+
+
+def train_func(config):
+    torch.manual_seed(0)
+    x = torch.linspace(-1, 1, 32).unsqueeze(1)
+    y = 2 * x + 1
+    model = prepare_model(
+        nn.Sequential(nn.Linear(1, config["hidden_size"]), nn.Linear(config["hidden_size"], 1))
+    )
+    optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    for _ in range(config["epochs"]):
+        for start in range(0, 32, config["batch_size"]):
+            batch = slice(start, start + config["batch_size"])
+            loss = nn.functional.mse_loss(model(x[batch]), y[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        world_size = trainlib.get_context().get_world_size()
+        trainlib.report({"loss": loss.item(), "world_size": world_size})
+"""
+
+PRINT_SIZES = (
+    "\nimport json\n"
+    'print("RESULT", json.dumps({"trials": num_results, "errors": len(result_grid.errors), '
+    '"sizes": sorted((r.config["scaling_config"].num_workers, r.metrics["world_size"]) '
+    'for r in result_grid)}))\n'
+)
+
+
+def test_ray_air_tuner_searches_trial_sizes_with_imports_swapped(tmp_path: Path) -> None:
+    """param_space["scaling_config"] with tune.grid_search([1, 2]): each trial runs on the
+    number of ranks it was given (2 samples of each size; ASHA may stop some early)."""
+    package = tmp_path / "examples"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "torch_linear_stand_in.py").write_text(LINEAR_STAND_IN)
+    source = RAY_TUNE_TRIAL_SIZES.replace(
+        "ray.air.examples.pytorch.torch_linear_example", "examples.torch_linear_stand_in"
+    ).replace("ray.air", "trainlib.air")
+    result = run_ported(tmp_path, swap_imports(source), PRINT_SIZES)
+    assert result["trials"] == 4 and result["errors"] == 0
+    assert result["sizes"] == [[1, 1], [1, 1], [2, 2], [2, 2]]

@@ -1,0 +1,5 @@
+"""``ray.train.v2.api.data_parallel_trainer``."""
+
+from trainlib.data_parallel_trainer import DataParallelTrainer
+
+__all__ = ["DataParallelTrainer"]

@@ -1,0 +1,5 @@
+"""``ray.train.v2.api.result``."""
+
+from trainlib.result import Result
+
+__all__ = ["Result"]
