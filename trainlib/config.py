@@ -190,12 +190,21 @@ class FailureConfig:
         fail_fast: In a Tuner, the first trial that fails stops the search: every running
             trial ends and no new one starts (as in Ray Tune). ``"raise"``: ``fit()`` then
             raises that trial's error. No effect on a single run.
+        relax_collectives_on_preemption: Once ranks are preempted, a ``report()`` is complete
+            when the other ranks made it, so they can commit a just-in-time checkpoint on
+            their own (rank 0 must survive: else reports still wait for every rank). A
+            sharded checkpoint then lacks the preempted ranks' shards.
+        preemption_grace_s: How long the other ranks go on after the preempted ones ended (Dask
+            gives no deadline to count from), so a checkpoint upload can finish; the attempt
+            ends sooner once they committed a checkpoint. ``0``: it ends with them.
     """
 
     max_failures: int = 0
     hang_timeout_s: float | None = None
     max_preemption_failures: int = 0
     fail_fast: bool | Literal["raise"] = False
+    relax_collectives_on_preemption: bool = False
+    preemption_grace_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("max_failures", "max_preemption_failures"):
@@ -206,6 +215,11 @@ class FailureConfig:
         if self.hang_timeout_s is not None and self.hang_timeout_s <= 0:
             raise ConfigError(
                 f"FailureConfig(hang_timeout_s={self.hang_timeout_s}) must be positive or None."
+            )
+        if not self.preemption_grace_s >= 0:
+            raise ConfigError(
+                f"FailureConfig(preemption_grace_s={self.preemption_grace_s}) must be a number "
+                "of seconds >= 0."
             )
         if self.fail_fast not in (True, False, "raise"):
             raise ConfigError(

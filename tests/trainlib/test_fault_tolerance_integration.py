@@ -421,6 +421,73 @@ def test_a_preemption_past_its_budget_fails_the_run_naming_it(tmp_path: Path) ->
         _preempted_fit(client, tmp_path, budget=0)
 
 
+def checkpoint_when_preempted(config: dict[str, Any]) -> None:
+    """Checkpoints its first step only, then once more when told of a preemption (rank 0
+    writes it). Rank 1, whose worker the test retires after the first report, makes no report
+    after that one: it waits to be stopped with its worker. After a resume, two steps and it
+    is done."""
+    checkpoint = trainlib.get_checkpoint()
+    rank = trainlib.get_context().get_world_rank()
+    step, saved = 0, False
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            step = torch.load(os.path.join(directory, "state.pt"), weights_only=True)["step"] + 1
+    last = step + 2 if checkpoint is not None else 1200
+    while True:
+        info = trainlib.get_preemption_info()
+        if checkpoint is None and rank == 1 and step >= 1:
+            threading.Event().wait()  # its worker is leaving: it is stopped with it
+        if step == 0 or (info is not None and not saved and checkpoint is None):
+            saved = info is not None
+            with tempfile.TemporaryDirectory() as directory:
+                if rank == 0:
+                    torch.save({"step": step}, os.path.join(directory, "state.pt"))
+                checkpointed = Checkpoint.from_directory(directory)
+                trainlib.report({"step": step, "jit": saved}, checkpoint=checkpointed)
+        else:
+            trainlib.report({"step": step, "jit": False})
+        if step >= last:
+            return
+        step += 1
+        time.sleep(0.05)  # a training step's time
+
+
+def test_survivors_of_a_preemption_commit_a_checkpoint_within_the_grace(tmp_path: Path) -> None:
+    """Ray's relax_collectives_on_preemption and preemption_grace_s: once rank 1's worker
+    retires, rank 0 commits a just-in-time checkpoint alone (rank 1 never reports it) and the
+    run resumes from it."""
+    with _three_workers() as cluster, Client(cluster) as client:
+        retire = _RetireRankOne(client)
+        failure_config = trainlib.FailureConfig(  # Ray's guide, as written there
+            max_preemption_failures=-1,
+            # Complete `report` and `get_preemption_info` without the workers on
+            # the preempted node.
+            relax_collectives_on_preemption=True,
+            # Keep the surviving workers running for up to two minutes past the
+            # drain deadline, so that a slow checkpoint upload can finish.
+            preemption_grace_s=120.0,
+        )
+        try:
+            result = TorchTrainer(
+                checkpoint_when_preempted,
+                scaling_config=ScalingConfig(num_workers=2),
+                run_config=RunConfig(
+                    storage_path=str(tmp_path), failure_config=failure_config, callbacks=[retire]
+                ),
+                client=client,
+            ).fit()
+        finally:
+            if retire.retirement is not None:
+                retire.retirement.join()
+    [preemption] = result.failures
+    assert preemption.kind == "preempted" and preemption.world_rank == 1
+    history = result.metrics_history
+    jit = [h for h in history if h["jit"]]
+    assert len(jit) == 1  # the one just-in-time checkpoint, committed by rank 0 alone
+    assert [h["step"] for h in history[-3:]] == [jit[0]["step"] + i for i in (1, 2, 3)]
+    assert jit[0]["step"] > 0  # not the first step's checkpoint
+
+
 def test_elastic_minimum_not_met_names_the_setting(dask_client: Client, tmp_path: Path) -> None:
     trainer = TorchTrainer(
         elastic_epochs,

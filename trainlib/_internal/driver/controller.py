@@ -133,12 +133,19 @@ class Run:
             validations.cancel()  # those not ended when the run stops otherwise
 
     def _until_trained(self, client: Client) -> None:
+        from trainlib._internal.driver.preemption_grace import PreemptionGrace
+
         failure_config = self.plan.run_config.failure_config
         while True:
             with self.attempt(client) as (group, watchdog):
                 growth = self._growth(client, group.size)
+                grace = PreemptionGrace(failure_config, self.collector, self.manager, group.size)
                 attempt_failures = group.run(
-                    self.collector.handle, watchdog.check, poll=self.poll, until=growth.due
+                    self.collector.handle,
+                    watchdog.check,
+                    poll=self.poll,
+                    until=growth.due,
+                    grace=grace,
                 )
             if growth.fired:  # the ranks were stopped on leaving the attempt: not a failure
                 logger.info(

@@ -45,6 +45,7 @@ class ReportCollector:
         self._history: list[tuple[int, dict[str, Any]]] = []
         self._pending: dict[int, list[ReportMessage]] = defaultdict(list)
         self._world_size = 0
+        self._required: set[int] | None = None  # None: every rank (see ``relax_to``)
         self._watchdog: ProgressWatchdog | None = None
         self._processed = -1  # every report up to this index is complete
         self._queries: list[CheckpointsQuery] = []
@@ -58,12 +59,25 @@ class ReportCollector:
     def start_attempt(self, world_size: int, start_index: int, watchdog: ProgressWatchdog) -> None:
         """Forget reports newer than the checkpoint this attempt resumes from."""
         self._world_size = world_size
+        self._required = None
         self._watchdog = watchdog
         self._pending.clear()
         self._history = [(i, m) for i, m in self._history if i < start_index]
         self._processed = start_index - 1
         self._queries.clear()
         self._reply = None
+
+    def relax_to(self, ranks: set[int]) -> None:
+        """From now on a report is complete once ``ranks`` made it (the others are being
+        preempted: ``FailureConfig(relax_collectives_on_preemption=True)``); reports waiting
+        only for the others complete now, in order."""
+        self._required = set(ranks)
+        self._finish_ready()
+
+    def _complete_enough(self, reports: list[ReportMessage]) -> bool:
+        if self._required is None:
+            return len(reports) == self._world_size
+        return self._required <= {r.world_rank for r in reports}
 
     def reply_with(self, reply: Reply) -> None:
         """How to answer the ranks' ``get_all_reported_checkpoints`` in this attempt."""
@@ -88,17 +102,26 @@ class ReportCollector:
             self._answer_queries()
             return
         message: ReportMessage = payload
+        if message.index <= self._processed:
+            return  # a preempted rank's late part of a report its survivors completed
         reports = self._pending[message.index]
         reports.append(message)
         if self._watchdog is not None:
             self._watchdog.on_report(message.world_rank, message.index)
-        if len(reports) == self._world_size:
-            del self._pending[message.index]
-            if self._watchdog is not None:
-                self._watchdog.on_complete()
-            self._complete(message.index, reports)
-            self._processed = max(self._processed, message.index)
-            self._answer_queries()
+        self._finish_ready()
+
+    def _finish_ready(self) -> None:
+        """Complete the oldest waiting reports, in order, as long as they are complete."""
+        while self._pending and self._complete_enough(self._pending[min(self._pending)]):
+            self._finish_report(min(self._pending))
+
+    def _finish_report(self, index: int) -> None:
+        reports = self._pending.pop(index)
+        if self._watchdog is not None:
+            self._watchdog.on_complete()
+        self._complete(index, reports)
+        self._processed = max(self._processed, index)
+        self._answer_queries()
 
     def _answer_queries(self) -> None:
         """Answer the queries whose reports are all processed (and, when they ask, whose

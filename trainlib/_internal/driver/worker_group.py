@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distributed import Client, Event, Future, Queue
 
@@ -20,6 +20,9 @@ from trainlib._internal.worker import command_relay
 from trainlib._internal.worker.supervisor import RankOutcome, supervise_rank
 from trainlib.errors import RankFailure
 from trainlib.preemption import PREEMPTION, PreemptionInfo
+
+if TYPE_CHECKING:
+    from trainlib._internal.driver.preemption_grace import PreemptionGrace
 
 STOP_TIMEOUT_S = 10.0
 RETIRING = "closing_gracefully"  # a worker's status while it retires
@@ -51,6 +54,8 @@ class WorkerGroup:
         self._outcomes: dict[int, RankOutcome] = {}
         self._unresponsive: set[str] = set()
         self._retiring: set[str] = set()  # the group's workers seen retiring gracefully
+        self._retired_gracefully: dict[str, bool] = {}  # asked of the scheduler, by address
+        self._grace: PreemptionGrace | None = None  # run(grace=...)
         self._completions = Completions(futures)
         self._mail = Mailbox(queue, self._completions.wake)
 
@@ -103,6 +108,7 @@ class WorkerGroup:
         check_progress: ProgressCheck = dict,
         poll: Callable[[], None] = lambda: None,
         until: Callable[[], bool] = lambda: False,
+        grace: PreemptionGrace | None = None,
     ) -> dict[int, RankFailure]:
         """Relay messages to ``handle`` until every rank ends, one fails, or ``until()``.
 
@@ -110,12 +116,14 @@ class WorkerGroup:
         ``poll`` is called as often and may raise to stop the group (Ctrl-C). An exception
         raised by ``handle`` or ``poll`` propagates after the ranks are stopped (see ``start``).
         ``until`` is asked after each batch of messages; when it holds, the ranks go on
-        running (a live group: see ``send``).
+        running (a live group: see ``send``). ``grace`` is told of preempted ranks and keeps
+        the others running for a while after those ended (``preemption_grace``).
 
         Returns:
             The failures by world rank (empty when every rank finished cleanly); after a
             failure the other ranks are stopped and appear as ``stopped``.
         """
+        self._grace = grace
         next_liveness_check = time.monotonic() + _LIVENESS_CHECK_S
         while True:
             poll()
@@ -124,7 +132,9 @@ class WorkerGroup:
             self._collect_done()
             for rank, failure in check_progress().items():
                 self._outcomes.setdefault(rank, RankOutcome(rank, failure))
-            if self._failures() or len(self._outcomes) == len(self._futures):
+            if len(self._outcomes) == len(self._futures):
+                break
+            if self._failures() and not self._in_grace():
                 break
             if until():
                 return {}
@@ -191,6 +201,27 @@ class WorkerGroup:
             if slot.address not in statuses and slot.world_rank not in self._outcomes:
                 self._record(slot, "worker_lost", f"Dask worker {slot.address} left the cluster")
 
+    def _in_grace(self) -> bool:
+        """Whether every failed rank is a preempted one and the grace keeps the others on."""
+        if self._grace is None:
+            return False
+        failed = set(self._failures())
+        addresses = {slot.address for slot in self._slots if slot.world_rank in failed}
+        retired = {a for a in addresses if self._retired(a)}
+        if retired != addresses:
+            return False
+        if retired - self._retiring:  # gone before a liveness check saw it retiring
+            self._retiring |= retired
+            self._notify_preemption()
+        return self._grace.holds(failed)
+
+    def _retired(self, address: str) -> bool:
+        if address not in self._retired_gracefully:
+            self._retired_gracefully[address] = address in self._retiring or retired_gracefully(
+                self._client, address
+            )
+        return self._retired_gracefully[address]
+
     def _mark_preemptions(self) -> None:
         """Call the end of every rank whose worker retired gracefully a preemption, however it
         was seen first: the worker gone, the rank killed, or its supervisor stopped. The
@@ -216,8 +247,12 @@ class WorkerGroup:
         for slot in self._slots:
             if slot.address in self._retiring:
                 ranks.setdefault(slot.address, []).append(slot.world_rank)
-        self.send(
-            Command(PREEMPTION, PreemptionInfo(deadline_ms=None, preempted_node_to_ranks=ranks))
+        if self._grace is not None:
+            self._grace.notice({rank for group in ranks.values() for rank in group})
+        present = worker_statuses(self._client)  # one gone already would hold the send 30 s
+        self._deliver(
+            Command(PREEMPTION, PreemptionInfo(deadline_ms=None, preempted_node_to_ranks=ranks)),
+            [slot.address for slot in self._slots if slot.address in present],
         )
 
     def _record(self, slot: WorkerSlot, kind: Any, summary: str) -> None:
