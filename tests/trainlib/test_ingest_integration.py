@@ -72,8 +72,14 @@ def read_passes(config: dict[str, Any]) -> None:
 
 
 def test_ingest_splits_rows_equally_each_once_with_transforms_on_workers(
-    dask_client: Client, tmp_path: Path
+    dask_client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Also Ray Data's execution options, per dataset as Ray's page sets them: hints that
+    never stop the run; the limit Dask cannot apply is named in a warning."""
+    train_options = DataConfig.default_ingest_options()
+    train_options.resource_limits.object_store_memory = 10e9
+    val_options = DataConfig.default_ingest_options()
+    val_options.preserve_order = True  # what an unsplit dataset gets anyway
     train = dd.read_parquet(_write_parquet(tmp_path / "train")).map_partitions(
         decode, meta={"id": "i8", "image": object, "pid": "i8"}
     )
@@ -85,11 +91,17 @@ def test_ingest_splits_rows_equally_each_once_with_transforms_on_workers(
         read_passes,
         train_loop_config={"out": str(tmp_path)},
         datasets={"train": train, "val": val},
-        dataset_config=DataConfig(datasets_to_split=["train"], shuffle_seed=0),
+        dataset_config=DataConfig(
+            datasets_to_split=["train"],
+            shuffle_seed=0,
+            execution_options={"train": train_options, "val": val_options},
+        ),
         scaling_config=ScalingConfig(num_workers=2),
         run_config=RunConfig(storage_path=str(tmp_path / "runs")),
         client=dask_client,
     ).fit()
+    (hint,) = [m for m in caplog.messages if "execution options" in m]
+    assert "execution_options['train'].resource_limits" in hint and "'val'" not in hint
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     ends = set(np.cumsum(LENGTHS) - 1)  # a pass drops the last row of its last partition
     for epoch in range(2):
@@ -143,29 +155,6 @@ def test_ingest_local_shuffle_orders_rows_per_rank_and_epoch_and_is_seeded(
     assert all(sorted(order) == list(range(VAL_ROWS)) for order in seen)  # each row once
     assert len(set(seen)) == 4 and tuple(range(VAL_ROWS)) not in seen
     assert orders("again") == first  # the same seed: the same orders
-
-
-def test_ingest_takes_rays_execution_options_as_hints_and_keeps_partition_order(
-    dask_client: Client, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """Ray's data-loading page: adjusted ingest options run, order preserved, the limit
-    Dask cannot apply named in a warning."""
-    options = DataConfig.default_ingest_options()
-    options.resource_limits.object_store_memory = 10e9
-    options.preserve_order = True
-    TorchTrainer(
-        read_shuffled,
-        train_loop_config={"out": str(tmp_path), "shuffle": {}},
-        datasets={"val": {"label": da.arange(VAL_ROWS, chunks=20)}},
-        dataset_config=DataConfig(datasets_to_split=[], execution_options=options),
-        scaling_config=ScalingConfig(num_workers=2),
-        run_config=RunConfig(name="hinted", storage_path=str(tmp_path / "runs")),
-        client=dask_client,
-    ).fit()
-    for rank in range(2):
-        passes = json.loads((tmp_path / f"shuffled{rank}.json").read_text())
-        assert passes == [list(range(VAL_ROWS))] * 2  # both epochs, partitions in order
-    assert any("object_store_memory" in m for m in caplog.messages)
 
 
 def read_list_column(config: dict[str, Any]) -> None:

@@ -731,8 +731,9 @@ def test_ray_tune_pbt_guide_runs_with_imports_swapped(tmp_path: Path) -> None:
 
 
 # Ray AIR's "Tuning with Ray Tune" (doc/source/ray-air/doc_code/tuner.py): its TorchTrainer
-# section, its Tuner and its result inspection, as written there; the linear example it imports
-# is a small stand-in (below) that also reports the size of its group.
+# section, its Tuner and its result inspection, as written there but for the size (2 epochs
+# instead of 10); the linear example it imports is a small stand-in (below) that also reports
+# the size of its group.
 RAY_TUNE_TRIAL_SIZES = """
 from ray import tune
 from ray.air.config import ScalingConfig
@@ -746,7 +747,7 @@ from ray.train.torch import TorchTrainer
 
 trainer = TorchTrainer(
     train_loop_per_worker=linear_train_func,
-    train_loop_config={"lr": 1e-2, "batch_size": 4, "epochs": 10},
+    train_loop_config={"lr": 1e-2, "batch_size": 4, "epochs": 2},
     scaling_config=ScalingConfig(num_workers=1, use_gpu=False),
 )
 
@@ -836,7 +837,7 @@ PRINT_SIZES = (
     "\nimport json\n"
     'print("RESULT", json.dumps({"trials": num_results, "errors": len(result_grid.errors), '
     '"sizes": sorted((r.config["scaling_config"].num_workers, r.metrics["world_size"]) '
-    'for r in result_grid)}))\n'
+    "for r in result_grid)}))\n"
 )
 
 
