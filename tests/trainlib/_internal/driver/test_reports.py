@@ -258,3 +258,23 @@ def test_reports_record_the_copy_kept_of_a_file_ranks_reported_differently(
     [committed] = storage.list_committed()
     assert committed.files["model.pt"].size == len(b"rank one")
     assert storage.verify(committed) is None
+
+
+def test_relaxed_reports_complete_with_the_surviving_ranks_in_order(tmp_path: Path) -> None:
+    """relax_collectives_on_preemption: once rank 2 is preempted, reports waiting only for it
+    complete at once, in order; later ones need ranks 0 and 1; rank 2's late part of a report
+    already complete changes nothing."""
+    collector, _, callback, _, _ = _collector(tmp_path, world_size=3)
+    for index in (0, 1):
+        _report(collector, 0, index, {"step": float(index)})
+        _report(collector, 1, index, {"step": float(index)})
+    _report(collector, 2, 0, {"step": 0.0})
+    assert [r.index for r in callback.reports] == [0]  # 1 waits for rank 2
+    collector.relax_to({0, 1})
+    assert [r.index for r in callback.reports] == [0, 1]
+    _report(collector, 2, 1, {"step": 1.0})  # late: its report is complete already
+    _report(collector, 0, 2, {"step": 2.0})
+    assert [r.index for r in callback.reports] == [0, 1]  # 2 waits for rank 1
+    _report(collector, 1, 2, {"step": 2.0})
+    assert [r.index for r in callback.reports] == [0, 1, 2]
+    assert collector.history == [{"step": 0.0}, {"step": 1.0}, {"step": 2.0}]
