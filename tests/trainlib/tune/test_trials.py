@@ -393,3 +393,25 @@ def test_trials_too_few_workers_for_one_trial_is_one_clear_error(
     assert raised.value.requested == 3
     assert raised.value.available == 2
     assert "tcp://scheduler" in str(raised.value)
+
+
+def test_study_a_resumed_trial_gets_the_config_pbt_gave_it(tmp_path: Path) -> None:
+    """A trial interrupted after PBT changed its config resumes (same run name) with that
+    config, not the one its parameters would make."""
+    settings = StudySettings(
+        name="pbt",
+        storage_url=f"sqlite:///{tmp_path / 'study.db'}",
+        direction="maximize",
+        sampler=optuna.samplers.RandomSampler(seed=0),
+        pruner=optuna.pruners.NopPruner(),
+    )
+    distributions = {"lr": optuna.distributions.FloatDistribution(0.01, 0.1)}
+    study = Study.open(settings, distributions, [], 1)
+    trial, name = study.ask("trial_{:05d}")
+    assert study.config(trial) is None
+    study.set_config(trial, {"lr": 0.5, "note": "explored"})
+    study.set_config(trial, {"lr": object()})  # not JSON: the last one JSON could hold stays
+    reopened = Study.open(settings, distributions, [], 1)  # as the next fit() opens it
+    resumed, same_name = reopened.ask("trial_{:05d}")
+    assert same_name == name and resumed.number != trial.number
+    assert reopened.config(resumed) == {"lr": 0.5, "note": "explored"}
