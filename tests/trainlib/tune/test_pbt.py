@@ -79,6 +79,30 @@ def test_pbt_missing_keys_are_sampled_and_decisions_written_as_rays(tmp_path: Pa
     assert members.on_result("b", result(9.0, 4), True) is None  # now the better...
     again = members.on_result("a", result(0.5, 4), True)  # ...with the config it was given
     assert again is not None and (again.donor, again.donor_config) == ("b", exploit.config)
+    members.exploited("a", again)  # a's history becomes b's, then this line
+    history = [json.loads(x) for x in (tmp_path / "pbt_policy_a.txt").read_text().splitlines()]
+    assert [(h[0], h[1], h[2]) for h in history] == [("b", "a", 2), ("a", "b", 4)]
+    members.on_result("b", result(0.1, 6), True)
+    members.on_result("a", result(9.0, 6), True)
+    members.on_result("b", result(0.1, 8), True)
+    b_again = members.on_result("b", result(0.1, 10), True)
+    assert b_again is not None and b_again.donor == "a"
+    members.exploited("b", b_again)  # b's own history is replaced by a's, as Ray's
+    lines = (tmp_path / "pbt_policy_b.txt").read_text().splitlines()
+    assert [json.loads(x)[2] for x in lines] == [2, 4, 10]
+
+
+def test_pbt_a_trial_exploiting_a_donor_without_history_keeps_its_own(tmp_path: Path) -> None:
+    members = population(tmp_path)
+    members.add("a", {"lr": 0.1})
+    members.add("b", {"lr": 0.01})
+    for iteration in (2, 4):
+        members.on_result("b", result(5.0, iteration), has_checkpoint=True)
+        exploit = members.on_result("a", result(1.0, iteration), has_checkpoint=True)
+        assert exploit is not None and exploit.donor == "b"
+        members.exploited("a", exploit)
+    lines = (tmp_path / "pbt_policy_a.txt").read_text().splitlines()
+    assert [json.loads(x)[2] for x in lines] == [2, 4]  # b never exploited: a keeps its own
 
 
 def test_pbt_require_attrs_fails_a_result_without_the_metric(tmp_path: Path) -> None:

@@ -298,8 +298,8 @@ class Population:
         return new
 
     def _write_policy(self, trial_id: str, exploit: Exploit) -> None:
-        """Ray's records: one line in the search's log; the donor's history and this line
-        as the trial's."""
+        """Ray's records: one line in the search's log; the trial's history becomes the
+        donor's (if it has one; else it keeps its own), with this line."""
         line = json.dumps(
             [
                 trial_id,
@@ -314,8 +314,9 @@ class Population:
         with self._lock:
             global_log = posixpath.join(self.log_dir, GLOBAL_LOG)
             self._write(global_log, self._read(global_log) + line)
-            donor_history = self._read(self._policy_file(exploit.donor))
-            self._write(self._policy_file(trial_id), donor_history + line)
+            donor_file, own_file = self._policy_file(exploit.donor), self._policy_file(trial_id)
+            history = donor_file if self.filesystem.exists(donor_file) else own_file
+            self._write(own_file, self._read(history) + line)
 
     def _policy_file(self, trial_id: str) -> str:
         return posixpath.join(self.log_dir, f"pbt_policy_{trial_id}.txt")
