@@ -44,6 +44,9 @@ def test_time_limit_stops_a_training_in_flight_at_its_next_safe_point() -> None:
 def test_time_limit_lets_a_real_ctrl_c_through_and_puts_an_enclosing_alarm_back() -> None:
     enclosing = signal.getsignal(signal.SIGALRM)  # pytest-timeout's, when it uses signals
     outer = signal.setitimer(signal.ITIMER_REAL, 600.0)
+    # Python's own Ctrl-C, whatever an earlier test of the session left installed (in one
+    # fresh-clone run, SIGINT did not raise here: found, not yet explained)
+    sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt), time_limit(1.0, "demo"):
             signal.raise_signal(signal.SIGINT)
@@ -51,3 +54,4 @@ def test_time_limit_lets_a_real_ctrl_c_through_and_puts_an_enclosing_alarm_back(
         assert 590 < signal.getitimer(signal.ITIMER_REAL)[0] <= 600
     finally:
         signal.setitimer(signal.ITIMER_REAL, *outer)
+        signal.signal(signal.SIGINT, sigint)
