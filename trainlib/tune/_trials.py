@@ -278,8 +278,10 @@ class TrialRunner:
     def _run(self, plan: RunPlan) -> BaseException | None:
         try:
             run_training(plan, self._client)
-        except (_Stopped, _Exploiting) as exc:
-            return exc if isinstance(exc, _Exploiting) else None
+        except _Stopped:
+            return None
+        except _Exploiting as exc:  # the trial goes on from the donor's checkpoint
+            return exc
         except RunCancelled as exc:  # stopped with the search: as told, or as it failed
             return None if self._stopping.is_set() else exc
         except BaseException as exc:
