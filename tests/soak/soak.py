@@ -127,9 +127,10 @@ def _nights(
 ) -> None:
     """Each night of the schedule, then a last one without a fault, into ``records``."""
     champion_checked: str | None = None
+    ended: list[FlowRun] = []  # every run so far, as it ended
     for number, (fault, phase) in enumerate([*schedule, ("none", "-")], start=1):
         rng = random.Random(f"{seed}-{number}")
-        night = _night(rig, number, FAULTS.get(fault), phase, rng, number % 5 == 0)
+        night = _night(rig, number, FAULTS.get(fault), phase, rng, number % 5 == 0, ended)
         champion_checked = _check_champion(rig, night, champion_checked)
         records.append(night)
         _recovery(records)
@@ -141,10 +142,23 @@ def _nights(
         if "lost" in night.outcomes.values():  # the stack is stuck: later nights only wait too
             log(f"stopped after night {number}: a run did not end")
             return
+    # the last window for a late alert (each night's checks saw those about the nights before)
+    time.sleep(_LATE_ALERT_S)
+    rig.webhook.drain()
+    every_alert = [a for _, a in rig.webhook.seen if "run " in a["subject"]]
+    records[-1].problems += [
+        f"over the soak: {p}" for p in checks.alert_problems(ended, every_alert)
+    ]
 
 
 def _night(
-    rig: Rig, number: int, fault: Fault | None, phase: str, rng: random.Random, manual: bool
+    rig: Rig,
+    number: int,
+    fault: Fault | None,
+    phase: str,
+    rng: random.Random,
+    manual: bool,
+    earlier: list[FlowRun],
 ) -> Night:
     night = Night(number, fault.name if fault else "none", phase)
     started = time.time()
@@ -181,7 +195,8 @@ def _night(
         night.problems.append(
             f"{fault.name} is ridden through, yet the nightly ended {night.outcomes['nightly']}"
         )
-    night.problems += _after_night(rig, night, ended)
+    night.problems += _after_night(rig, night, ended, earlier)
+    earlier += ended
     return night
 
 
@@ -248,11 +263,13 @@ def _wait_final(runs: list[FlowRun], timeout: float) -> list[FlowRun]:
     return latest
 
 
-def _after_night(rig: Rig, night: Night, runs: list[FlowRun]) -> list[str]:
-    """The checks, once alerts about the night had time to arrive."""
+def _after_night(rig: Rig, night: Night, runs: list[FlowRun], earlier: list[FlowRun]) -> list[str]:
+    """The checks, once alerts about a failed run had time to arrive. A night whose runs all
+    completed waits for none: a wrong alert about them arrives during the next night, whose
+    checks (or the soak's last window) find it."""
     failed = any(r.state and r.state.is_final() and not r.state.is_completed() for r in runs)
-    deadline = time.monotonic() + (60 if failed else 10)
-    alerts = []
+    deadline = time.monotonic() + (60 if failed else 0)
+    alerts = [a for _, a in rig.webhook.drain()]
     while time.monotonic() < deadline:
         alerts += [a for _, a in rig.webhook.drain()]
         if failed and all(
@@ -274,12 +291,26 @@ def _after_night(rig: Rig, night: Night, runs: list[FlowRun]) -> list[str]:
         night.detected_s = min([*stamps, *crashed]) - night.injected_at
     completed = any(r.state and r.state.is_completed() for r in runs)
     problems = checks.alert_problems(runs, [a for a in alerts if "run " in a["subject"]])
+    problems += _late_alerts(earlier, alerts)
     problems += checks.zombie_problems(rig)
     problems += checks.registry_problems(rig, swept=completed)
     problems += checks.leftover_problems(rig, swept=completed)
     night.storage_mb = checks.storage_use(rig)
     night.outcomes["alerts"] = str(len(alerts))
     return problems
+
+
+_LATE_ALERT_S = 10  # automations act within seconds of a run's final state
+
+
+def _late_alerts(earlier: list[FlowRun], alerts: list[dict[str, Any]]) -> list[str]:
+    """Alerts naming a run of an earlier night: a Completed one's is wrong, a failed one's a
+    second."""
+    return [
+        f"{r.name} (an earlier night's) ended {r.state.name if r.state else None}, alerted again"
+        for r in earlier
+        if any(f"run {r.name} " in a["subject"] for a in alerts)
+    ]
 
 
 def _check_champion(rig: Rig, night: Night, checked: str | None) -> str | None:

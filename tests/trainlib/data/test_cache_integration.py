@@ -39,6 +39,9 @@ def read_three_passes(config: dict[str, Any]) -> None:
         passes.append([i for b in shard.iter_torch_batches(batch_size=8) for i in b["id"].tolist()])
         dist.barrier()
         computed.append(len(list(Path(config["marks"]).iterdir())))
+        # No rank starts the next pass (and computes its partitions) before every rank has
+        # counted this one's.
+        dist.barrier()
     rank = trainlib.get_context().get_world_rank()
     record = {"passes": passes, "computed": computed}
     Path(config["out"], f"rank{rank}.json").write_text(json.dumps(record))
