@@ -18,10 +18,13 @@ runs off one GPU is the claim each run takes on a device's physical name (``devi
 before a rank is placed on it (``driver/gpu_claims.py``); a worker whose preferred device
 is claimed is offered the rest of its pool.
 
-"The same devices" are the same list in the same SLURM job: SLURM names a job's devices by
-the host's numbering (``SLURM_STEP_GPUS`` or ``SLURM_JOB_GPUS``) while ``CUDA_VISIBLE_DEVICES``
+A device's physical name is its UUID where the worker could read them (``gpu_discovery.py``):
+an index of the worker's list is the UUID at that place of the devices it may use, in PCI bus
+order; a UUID or a prefix of one is the UUID. Without UUIDs, the host's numbering: SLURM names
+a job's devices by it (``SLURM_STEP_GPUS`` or ``SLURM_JOB_GPUS``) while ``CUDA_VISIBLE_DEVICES``
 may count only what the job's cgroup lets it see (``ConstrainDevices``: every job on a node
-sees ``0``); ``device_key`` translates back to the host's numbering.
+sees ``0``), which ``device_key`` translates back. "The same devices" are the same list in the
+same SLURM job.
 """
 
 from __future__ import annotations
@@ -30,8 +33,6 @@ import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-
-_NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"  # one entry per GPU the driver manages
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class WorkerDevices:
     visible: tuple[str, ...] | None  # CUDA_VISIBLE_DEVICES split on commas; None when unset
     device_count: int  # CUDA devices on the host, whatever the worker's list says
     job_gpus: tuple[str, ...] | None = None  # its SLURM job's devices, in the host's numbering
+    uuids: tuple[str, ...] | None = None  # the devices it may use, in PCI order (MIG devices)
 
     @property
     def given(self) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
@@ -57,22 +59,6 @@ class HostShortage:
     host: str
     num_devices: int
     num_workers: int
-
-
-def probe_worker_devices() -> tuple[tuple[str, ...] | None, int, tuple[str, ...] | None]:
-    """This process's CUDA_VISIBLE_DEVICES, its host's GPU count and its SLURM job's GPUs (run
-    on a Dask worker).
-
-    Reads the NVIDIA driver's list rather than asking torch: a worker never imports torch.
-    """
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
-    visible = None if value is None else parse_visible(value)
-    try:
-        count = len(os.listdir(_NVIDIA_GPUS_DIR))
-    except OSError:
-        count = 0
-    job = os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS")
-    return visible, count, None if job is None else parse_visible(job)
 
 
 def usable_cores() -> int:
@@ -105,19 +91,37 @@ def pool(worker: WorkerDevices) -> tuple[str, ...]:
     if worker.device_count == 0:
         return ()
     if worker.visible is None:
+        if any(u.startswith("MIG-") for u in worker.uuids or ()):
+            return worker.uuids or ()  # CUDA takes MIG devices by UUID only
         return tuple(str(index) for index in range(worker.device_count))
     return worker.visible
 
 
 def device_key(worker: WorkerDevices, entry: str) -> str:
     """The physical GPU behind ``entry`` of ``worker``'s list, named the same by every worker
-    of its host: ``host/uuid`` or ``host/index`` in the host's numbering."""
-    physical = entry
-    jobs = worker.job_gpus
-    renumbered = jobs is not None and worker.visible != jobs  # a cgroup counting from 0
+    of its host however it names it: ``host/uuid``, else ``host/index`` in the host's
+    numbering."""
+    uuid = _uuid_of(worker, entry)
+    if uuid is not None:
+        return f"{worker.host}/{uuid}"
+    physical, jobs, visible = entry, worker.job_gpus, worker.visible
+    # a cgroup counting from 0 lists other devices than its job's (a rotation lists the same)
+    renumbered = jobs is not None and (visible is None or set(visible) != set(jobs))
     if renumbered and entry.isdigit() and jobs is not None and int(entry) < len(jobs):
         physical = jobs[int(entry)]
     return f"{worker.host}/{physical}"
+
+
+def _uuid_of(worker: WorkerDevices, entry: str) -> str | None:
+    """The UUID ``entry`` names: itself or the one it is a unique prefix of; by index, the
+    device at that place of the worker's (None where the worker's UUIDs are unknown)."""
+    known = worker.uuids or ()
+    if entry.startswith(("GPU-", "MIG-")):
+        matches = [u for u in known if u.startswith(entry)]
+        return matches[0] if len(matches) == 1 else entry
+    if entry.isdigit() and int(entry) < len(known):
+        return known[int(entry)]
+    return None
 
 
 def candidates(workers: Iterable[WorkerDevices]) -> dict[str, tuple[str, ...]]:
@@ -197,9 +201,11 @@ def shortages(
 def visible_together(entries: Sequence[str]) -> tuple[str, ...]:
     """What the ranks of one run on one host see (NCCL needs to see a peer's GPU to use the
     direct link to it): all their devices, in rank order, when CUDA can read them as one list
-    (all indices or all UUIDs, none twice); otherwise nothing shared (each rank sees its own)."""
+    (all indices or all GPU UUIDs, none twice); otherwise nothing shared (each rank sees its
+    own: a CUDA process sees one MIG device)."""
     one_form = all(e.isdigit() for e in entries) or not any(e.isdigit() for e in entries)
-    if one_form and len(set(entries)) == len(entries):
+    mig = any(e.startswith("MIG-") for e in entries)
+    if one_form and not mig and len(set(entries)) == len(entries):
         return tuple(entries)
     return ()
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from distributed import Client
 
-from trainlib._internal.common import devices
+from trainlib._internal.common import devices, gpu_discovery
 from trainlib._internal.driver.batch_jobs import waiting_jobs
 from trainlib._internal.driver.gpu_claims import GpuClaims
 from trainlib._internal.driver.ranks import WorkerSlot, assign_ranks
@@ -161,7 +161,7 @@ def _worker_gpus(client: Client, live: dict[str, Any]) -> _WorkerGpus:
     """Each live worker's view of its GPUs (asked of the workers at once; a worker that left
     since ``live`` was read has none)."""
     hosts = {address: info["host"] for address, info in live.items()}
-    probed = client.run(devices.probe_worker_devices, workers=list(hosts), on_error="return")
+    probed = client.run(gpu_discovery.probe_worker_devices, workers=list(hosts), on_error="return")
     return _WorkerGpus(
         {
             address: devices.WorkerDevices(address, hosts[address], *view)

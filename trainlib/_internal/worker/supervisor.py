@@ -105,6 +105,7 @@ def launch_environment(
             env[variable] = share
     if launch.use_gpu and launch.visible_devices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.visible_devices)
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # indices as the placement read them (NVML's)
     return env
 
 

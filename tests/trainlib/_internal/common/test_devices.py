@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from trainlib._internal.common.devices import (
@@ -14,10 +16,10 @@ from trainlib._internal.common.devices import (
     parse_visible,
     place,
     pool,
-    probe_worker_devices,
     shortages,
     visible_together,
 )
+from trainlib._internal.common.gpu_discovery import driver_devices, probe_worker_devices
 from trainlib._internal.driver.ranks import assign_ranks, device_index
 
 
@@ -147,13 +149,13 @@ def test_devices_probe_reads_the_list_and_slurms_own_numbering(
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("SLURM_JOB_GPUS", "2,3")
     monkeypatch.delenv("SLURM_STEP_GPUS", raising=False)
-    visible, _, job = probe_worker_devices()
+    visible, _, job, _ = probe_worker_devices()
     assert (visible, job) == (("0", "1"), ("2", "3"))
     monkeypatch.setenv("SLURM_STEP_GPUS", "3")  # a job step's own devices come first
     assert probe_worker_devices()[2] == ("3",)
     for name in ("CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS"):
         monkeypatch.delenv(name)
-    assert probe_worker_devices()[0::2] == (None, None)
+    assert probe_worker_devices()[0:3:2] == (None, None)
 
 
 def test_devices_dask_cuda_inside_one_slurm_job_still_gives_each_worker_its_first_entry() -> None:
@@ -253,3 +255,71 @@ def test_devices_a_gpu_without_kernels_in_the_installed_torch_is_named(
     if message is not None:
         assert f"compute capability {capability[0]}.{capability[1]}" in message
         assert "TORCH_INDEX_URL=https://download.pytorch.org/whl/cu126" in message
+
+
+# Faked discovery of one host with four GPUs, as NVML (or the driver's folder) names them in
+# PCI bus order.
+UUIDS = ("GPU-aaaa0000", "GPU-bbbb1111", "GPU-cccc2222", "GPU-dddd3333")
+
+
+def _host(
+    visible: str | None, job: str | None = None, uuids: tuple[str, ...] = UUIDS
+) -> WorkerDevices:
+    return WorkerDevices(
+        "tcp://n:1", "n", None if visible is None else parse_visible(visible), len(uuids),
+        None if job is None else parse_visible(job), uuids,
+    )  # fmt: skip
+
+
+def test_devices_an_index_and_the_uuid_of_one_gpu_are_one_claim() -> None:
+    # before: "n/0" and "n/GPU-aaaa0000", two locks on one GPU, so two runs could share it
+    by_index, by_uuid = _host("0,1"), _host("GPU-aaaa0000,GPU-bbbb1111")
+    assert device_key(by_index, "0") == device_key(by_uuid, "GPU-aaaa0000") == "n/GPU-aaaa0000"
+    assert device_key(_host("GPU-bbbb"), "GPU-bbbb") == "n/GPU-bbbb1111"  # CUDA takes a prefix
+
+
+def test_devices_a_rotated_list_in_a_job_without_constrained_devices_keys_each_gpu_once() -> None:
+    # job GPUs 1,2,3; dask-cuda gives a worker 3,1,2 (no cgroup: the host's numbering)
+    rotated = _host("3,1,2", job="1,2,3")
+    assert [device_key(rotated, e) for e in ("3", "1", "2")] == [
+        "n/GPU-dddd3333", "n/GPU-bbbb1111", "n/GPU-cccc2222",
+    ]  # fmt: skip
+    # another run holds physical 1 and 3: the worker is offered physical 2 only (before, entry 1
+    # was keyed n/2 and entry 2 n/3, so place() gave physical 1, which the other run used)
+    held = {"n/GPU-bbbb1111", "n/GPU-dddd3333"}
+    assert place([rotated], wanted=1, take=lambda key: key not in held) == {"tcp://n:1": "2"}
+    # without UUIDs (no NVML, no driver folder), the host's numbering: a rotation is no cgroup
+    bare = WorkerDevices("tcp://n:1", "n", ("3", "1", "2"), 4, ("1", "2", "3"))
+    assert [device_key(bare, e) for e in ("3", "1", "2")] == ["n/3", "n/1", "n/2"]
+
+
+def test_devices_a_constrained_slurm_job_counts_from_zero_and_keys_the_physical_gpu() -> None:
+    # ConstrainDevices: the job of GPUs 2,3 sees them as 0,1, and so does NVML inside it
+    job = _host("0,1", job="2,3", uuids=UUIDS[2:])
+    assert [device_key(job, e) for e in ("0", "1")] == ["n/GPU-cccc2222", "n/GPU-dddd3333"]
+    outside = _host("GPU-cccc2222")  # the same GPU named by another worker of the host
+    assert device_key(outside, "GPU-cccc2222") == device_key(job, "0")
+
+
+def test_devices_mig_devices_are_the_pool_each_taken_and_seen_alone() -> None:
+    migs = ("MIG-1111", "MIG-2222", "MIG-3333")  # one GPU in MIG mode: three devices
+    worker = _host(None, uuids=migs)
+    assert pool(worker) == migs  # by UUID: CUDA takes MIG devices no other way
+    assert assign_devices([worker]) == {"tcp://n:1": "MIG-1111"}
+    assert device_key(worker, "MIG-2222") == "n/MIG-2222"
+    assert visible_together(["MIG-1111", "MIG-2222"]) == ()  # a process sees one MIG device
+    assert visible_together(["GPU-aaaa0000", "GPU-bbbb1111"]) == ("GPU-aaaa0000", "GPU-bbbb1111")
+
+
+def test_devices_the_driver_folder_gives_uuids_in_pci_order(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from trainlib._internal.common import gpu_discovery
+
+    for bus, uuid in (("0000:41:00.0", "GPU-bbbb1111"), ("0000:01:00.0", "GPU-aaaa0000")):
+        (tmp_path / bus).mkdir()
+        (tmp_path / bus / "information").write_text(f"Model: X\nGPU UUID: {uuid}\nIRQ: 1\n")
+    monkeypatch.setattr(gpu_discovery, "_NVIDIA_GPUS_DIR", str(tmp_path))
+    assert driver_devices() == (2, ("GPU-aaaa0000", "GPU-bbbb1111"))
+    (tmp_path / "0000:81:00.0").mkdir()  # one GPU whose UUID cannot be read: count only
+    assert driver_devices() == (3, None)

@@ -14,7 +14,7 @@ from distributed import Client, Scheduler, SpecCluster, Worker
 
 from tests.helpers import local_cluster
 from trainlib import ConfigError, DaskConfig, NotEnoughWorkersError, ScalingConfig
-from trainlib._internal.common import devices
+from trainlib._internal.common import gpu_discovery
 from trainlib._internal.driver.cluster import connect
 from trainlib._internal.driver.worker_selection import live_workers, select_workers
 
@@ -192,7 +192,8 @@ def _fake_gpus(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, count: int) -> N
     folder.mkdir()
     for index in range(count):
         (folder / f"0000:0{index}:00.0").mkdir()
-    monkeypatch.setattr(devices, "_NVIDIA_GPUS_DIR", str(folder))
+    monkeypatch.setattr(gpu_discovery, "_NVIDIA_GPUS_DIR", str(folder))
+    monkeypatch.setattr(gpu_discovery, "nvml_devices", lambda: None)  # the folder, not NVML
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 

@@ -16,7 +16,7 @@ from distributed import Client, LocalCluster, Worker
 
 from tests.helpers import free_port
 from trainlib import NotEnoughWorkersError, ScalingConfig
-from trainlib._internal.common import devices
+from trainlib._internal.common import gpu_discovery
 from trainlib._internal.driver import worker_selection
 from trainlib._internal.driver.gpu_claims import GpuClaims
 from trainlib._internal.driver.ranks import WorkerSlot
@@ -49,7 +49,8 @@ def rig(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Rig]:
     folder = tmp_path / "gpus"
     for index in range(4):
         (folder / f"0000:0{index}:00.0").mkdir(parents=True)
-    monkeypatch.setattr(devices, "_NVIDIA_GPUS_DIR", str(folder))
+    monkeypatch.setattr(gpu_discovery, "_NVIDIA_GPUS_DIR", str(folder))
+    monkeypatch.setattr(gpu_discovery, "nvml_devices", lambda: None)  # the folder, not NVML
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     with (
         LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster,

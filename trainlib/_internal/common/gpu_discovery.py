@@ -1,0 +1,98 @@
+"""What GPUs a Dask worker's host lets it use, named by physical identity (run on the worker;
+no torch import, no CUDA context).
+
+NVML (``nvidia-ml-py``) first: the GPUs this process may open (a SLURM job's cgroup, a
+container's devices), in PCI bus order, which is how ranks number them
+(``CUDA_DEVICE_ORDER=PCI_BUS_ID``, set by the supervisor); a GPU in MIG mode counts as its MIG
+devices. Without NVML (no driver library, WSL2's partial one), the driver's ``/proc`` list: its
+folders are PCI bus ids and each ``information`` file names the GPU's UUID. Each device is a UUID
+(``GPU-...`` or ``MIG-...``): every way of naming one device (an index, a UUID or its prefix, a
+SLURM-renumbered index, a rotated list) comes back to it (``devices.device_key``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from trainlib._internal.common.devices import parse_visible
+
+_NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"  # one folder per GPU the driver manages
+
+Probe = tuple[tuple[str, ...] | None, int, tuple[str, ...] | None, tuple[str, ...] | None]
+
+
+def probe_worker_devices() -> Probe:
+    """This process's CUDA_VISIBLE_DEVICES, its host's device count, its SLURM job's GPUs and
+    the devices' UUIDs in CUDA's PCI-bus numbering (None where they cannot be read)."""
+    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = None if value is None else parse_visible(value)
+    job = os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS")
+    uuids = nvml_devices()
+    count = len(uuids) if uuids is not None else None
+    if uuids is None:
+        count, uuids = driver_devices()
+    return visible, count or 0, None if job is None else parse_visible(job), uuids
+
+
+def nvml_devices() -> tuple[str, ...] | None:
+    """The UUIDs of the devices NVML lets this process see, MIG devices for a GPU in MIG mode;
+    None without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # no library or no driver: NVML is not there
+        return None
+    try:
+        found: list[str] = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            gpu = pynvml.nvmlDeviceGetHandleByIndex(index)
+            found += _mig_devices(pynvml, gpu) or [_text(pynvml.nvmlDeviceGetUUID(gpu))]
+        return tuple(found)
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _mig_devices(nvml: Any, gpu: Any) -> list[str]:
+    """The MIG devices of a GPU in MIG mode (none otherwise)."""
+    try:
+        current, _ = nvml.nvmlDeviceGetMigMode(gpu)
+    except nvml.NVMLError:  # no MIG on this GPU
+        return []
+    if current != nvml.NVML_DEVICE_MIG_ENABLE:
+        return []
+    found = []
+    for index in range(nvml.nvmlDeviceGetMaxMigDeviceCount(gpu)):
+        try:
+            mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(gpu, index)
+        except nvml.NVMLError:  # an empty slot
+            continue
+        found.append(_text(nvml.nvmlDeviceGetUUID(mig)))
+    return found
+
+
+def driver_devices() -> tuple[int, tuple[str, ...] | None]:
+    """The driver's GPUs in PCI bus order: how many, and their UUIDs where every one's is read."""
+    try:
+        folders = sorted(Path(_NVIDIA_GPUS_DIR).iterdir())
+    except OSError:
+        return 0, None
+    uuids = []
+    for folder in folders:
+        try:
+            lines = (folder / "information").read_text().splitlines()
+        except OSError:
+            return len(folders), None
+        named = [line.split(":", 1)[1].strip() for line in lines if line.startswith("GPU UUID")]
+        if not named:
+            return len(folders), None
+        uuids.append(named[0])
+    return len(folders), tuple(uuids) or None
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
