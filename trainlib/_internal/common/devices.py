@@ -45,6 +45,7 @@ class WorkerDevices:
     device_count: int  # CUDA devices on the host, whatever the worker's list says
     job_gpus: tuple[str, ...] | None = None  # its SLURM job's devices, in the host's numbering
     uuids: tuple[str, ...] | None = None  # the devices it may use, in PCI order (MIG devices)
+    held: tuple[tuple[str, str], ...] = ()  # devices a rank on the host holds, and by whom
 
     @property
     def given(self) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
@@ -112,6 +113,12 @@ def device_key(worker: WorkerDevices, entry: str) -> str:
     return f"{worker.host}/{physical}"
 
 
+def hold_name(key: str) -> str:
+    """The name a rank holds its device by on its host (``device_holds``): the key without
+    the host."""
+    return key.split("/", 1)[1]
+
+
 def _uuid_of(worker: WorkerDevices, entry: str) -> str | None:
     """The UUID ``entry`` names: itself or the one it is a unique prefix of; by index, the
     device at that place of the worker's (None where the worker's UUIDs are unknown)."""
@@ -144,8 +151,8 @@ def place(
 
     Each worker gets the first of its ``candidates`` (positions counted among ``workers`` and
     ``among``: every live worker) whose physical GPU no worker placed before it got and
-    ``take(device_key)`` accepts (another run's claim refuses). Workers without one
-    are left out.
+    ``take(device_key)`` accepts (another run's claim refuses) and no rank on its host holds
+    (``WorkerDevices.held``: a run of another scheduler). Workers without one are left out.
     """
     order = candidates({w.address: w for w in [*among, *workers]}.values())
     placed: dict[str, str] = {}
@@ -153,9 +160,10 @@ def place(
     for worker in workers:
         if len(placed) >= wanted:
             break
+        held = {name for name, _ in worker.held}
         for entry in order[worker.address]:
             key = device_key(worker, entry)
-            if key not in used and take(key):
+            if key not in used and hold_name(key) not in held and take(key):
                 used.add(key)
                 placed[worker.address] = entry
                 break

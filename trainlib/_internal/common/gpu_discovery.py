@@ -16,24 +16,35 @@ import os
 from pathlib import Path
 from typing import Any
 
+from trainlib._internal.common import device_holds
 from trainlib._internal.common.devices import parse_visible
 
 _NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"  # one folder per GPU the driver manages
 
-Probe = tuple[tuple[str, ...] | None, int, tuple[str, ...] | None, tuple[str, ...] | None]
+Probe = tuple[
+    tuple[str, ...] | None,
+    int,
+    tuple[str, ...] | None,
+    tuple[str, ...] | None,
+    tuple[tuple[str, str], ...],
+]
 
 
 def probe_worker_devices() -> Probe:
-    """This process's CUDA_VISIBLE_DEVICES, its host's device count, its SLURM job's GPUs and
-    the devices' UUIDs in CUDA's PCI-bus numbering (None where they cannot be read)."""
+    """This process's CUDA_VISIBLE_DEVICES, its host's device count, its SLURM job's GPUs, the
+    devices' UUIDs in CUDA's PCI-bus numbering (None where they cannot be read), and which
+    devices a rank on the host holds now, with who (``device_holds``)."""
     value = os.environ.get("CUDA_VISIBLE_DEVICES")
     visible = None if value is None else parse_visible(value)
-    job = os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS")
+    job_value = os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS")
+    job = None if job_value is None else parse_visible(job_value)
     uuids = nvml_devices()
     count = len(uuids) if uuids is not None else None
     if uuids is None:
         count, uuids = driver_devices()
-    return visible, count or 0, None if job is None else parse_visible(job), uuids
+    names = uuids or job or tuple(str(i) for i in range(count or 0))
+    held = tuple(sorted(device_holds.holders(names).items())) if count else ()
+    return visible, count or 0, job, uuids, held
 
 
 def nvml_devices() -> tuple[str, ...] | None:

@@ -71,6 +71,7 @@ class RankLaunch:
     # with use_gpu: the CUDA_VISIBLE_DEVICES entries the rank sees (its own and its host's
     # other ranks' devices: NCCL uses a direct link only to a GPU it can see)
     visible_devices: tuple[str, ...] = ()
+    device_hold: str | None = None  # with use_gpu: the name it holds its GPU by on its host
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ class GpuClaims:
         self._client = client
         self._owner = owner
         self._held: dict[str, Lock] = {}
-        self.refused: dict[str, str] = {}  # device key -> the run holding it, at the last try
+        # device key -> who holds it (a run of this scheduler, a rank of another), at the last try
+        self.refused: dict[str, str] = {}
 
     def __enter__(self) -> GpuClaims:
         return self
@@ -48,7 +49,7 @@ class GpuClaims:
         lock = _lock(self._client, key)
         if not lock.acquire(blocking=False):
             holder = self._client.get_metadata([_HOLDERS, key], default=None)
-            self.refused[key] = str(holder or "another run")
+            self.refused[key] = f"run {holder}" if holder else "another run"
             return False
         self._client.set_metadata([_HOLDERS, key], self._owner)
         self._held[key] = lock

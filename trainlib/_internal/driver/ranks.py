@@ -21,6 +21,7 @@ class WorkerSlot:
     device: str | None = None  # with use_gpu: the worker's CUDA_VISIBLE_DEVICES entry
     # with use_gpu: what the rank sees, its own device among those of the host's other ranks
     visible_devices: tuple[str, ...] = ()
+    device_hold: str | None = None  # with use_gpu: the name its rank holds the GPU by on its host
 
     def placement(self) -> RankPlacement:
         """Where this rank runs, as the callbacks are told."""

@@ -178,6 +178,7 @@ def rank_launch(
         spec_payload=cloudpickle.dumps(spec),
         feed=_feed_plan(attempt, slot),
         visible_devices=slot.visible_devices,
+        device_hold=slot.device_hold,
     )
 
 

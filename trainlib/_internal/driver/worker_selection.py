@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from distributed import Client
@@ -73,7 +73,8 @@ def select_workers(
             chosen = [(host, address) for host, address in eligible if address in placed]
             available = len(chosen)
             if available >= low:
-                return assign_ranks(chosen, placed, gpus.scopes)
+                slots = assign_ranks(chosen, placed, gpus.scopes)
+                return [replace(s, device_hold=gpus.hold_name(s)) for s in slots]
             if claims is not None:
                 claims.release()  # none held while waiting: two waiting runs never deadlock
             if allowed is None and claims is not None and claims.refused:
@@ -140,6 +141,12 @@ class _WorkerGpus:
         view = self.views.get(address)
         return view is not None and bool(devices.pool(view))
 
+    def hold_name(self, slot: WorkerSlot) -> str | None:
+        """The name the slot's rank holds its GPU by on its host (``device_holds``)."""
+        if slot.device is None:
+            return None
+        return devices.hold_name(devices.device_key(self.views[slot.address], slot.device))
+
     @property
     def scopes(self) -> dict[str, object]:
         """Workers whose devices are numbered alike (the same SLURM job, or none)."""
@@ -152,6 +159,9 @@ class _WorkerGpus:
         every = list(self.views.values())
         if claims is None:
             return devices.place(views, wanted, among=every)
+        for view in views:  # held by a rank another scheduler started: said if it fails
+            for name, who in view.held:
+                claims.refused[f"{view.host}/{name}"] = f"{who} on {view.host} (its rank holds it)"
         placed = devices.place(views, wanted, claims.take, among=every)
         claims.keep({devices.device_key(self.views[a], e) for a, e in placed.items()})
         return placed
@@ -197,7 +207,7 @@ def _gpus_in_use(
     refused: dict[str, str],
     timeout_s: float,
 ) -> NotEnoughWorkersError:
-    holders = "; ".join(f"GPU {key} is used by run {run}" for key, run in sorted(refused.items()))
+    holders = "; ".join(f"GPU {key} is used by {who}" for key, who in sorted(refused.items()))
     return _gpu_error(client, scaling, available, timeout_s, gpus_in_use=holders)
 
 

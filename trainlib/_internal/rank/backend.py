@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixed
 
+from trainlib._internal.common import device_holds
 from trainlib._internal.common.devices import duplicate_devices, missing_kernels
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ def init_process_group(
 
     device = None
     if use_gpu:
+        _hold_device(host)
         if not torch.cuda.is_available():
             raise RuntimeError(
                 f"ScalingConfig(use_gpu=True) but rank {os.environ['RANK']} on host "
@@ -68,6 +70,21 @@ def init_process_group(
         timeout=timeout,
         device_id=device if backend == "nccl" else None,  # NCCL binds its communicator at once
     )
+
+
+def _hold_device(host: str) -> None:
+    """Hold this rank's GPU on its host until the rank ends (``device_holds``), before CUDA."""
+    name = os.environ.get(device_holds.HOLD_VARIABLE)
+    if not name:
+        return
+    try:
+        device_holds.hold(name)
+    except device_holds.DeviceBusy as busy:
+        raise RuntimeError(
+            f"Rank {os.environ.get('RANK', '0')} on host {host or socket.gethostname()}: {busy} "
+            "(a run of another Dask scheduler on this host, or a process that kept it); wait "
+            "for it to end, or give this run's workers other GPUs."
+        ) from None
 
 
 def _wait_for_store(host: str, port: int, timeout_s: float) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from distributed import Event, Queue, get_client, get_worker, secede
 
+from trainlib._internal.common import device_holds
 from trainlib._internal.common.devices import usable_cores
 from trainlib._internal.common.messages import RankLaunch, is_private
 from trainlib._internal.worker import command_relay, rank_pool
@@ -106,6 +107,8 @@ def launch_environment(
     if launch.use_gpu and launch.visible_devices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.visible_devices)
         env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # indices as the placement read them (NVML's)
+        if launch.device_hold is not None:
+            env[device_holds.HOLD_VARIABLE] = launch.device_hold
     return env
 
 

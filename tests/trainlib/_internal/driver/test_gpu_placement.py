@@ -3,7 +3,11 @@ share a GPU, whatever joins, restarts or leaves between and during their selecti
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -174,3 +178,49 @@ def test_a_search_short_of_gpu_workers_is_told_which_hosts_lack_devices(
     assert error is not None
     assert re.search(r"host \S+ has 1 CUDA device\(s\) for its 4 Dask workers", str(error))
     assert worker_selection.gpu_shortage(rig.client, ScalingConfig(num_workers=5), 1, 5) is None
+
+
+def test_a_gpu_a_rank_of_another_scheduler_holds_is_never_given_and_its_holder_is_named(
+    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # another fit() on this host, with a LocalCluster of its own: its rank holds GPU 2
+    monkeypatch.setenv("TRAINLIB_GPU_LOCK_DIR", str(tmp_path / "locks"))
+    with _holding("2", tmp_path / "locks") as pid:
+        three = ScalingConfig(num_workers=3, use_gpu=True)
+        with GpuClaims(rig.client, "run-a") as claims:
+            slots = select_workers(rig.client, three, timeout_s=5, claims=claims)
+            assert _gpus(slots) == {"0", "1", "3"}
+            assert {s.device_hold for s in slots} == {"0", "1", "3"}  # what each rank will hold
+        four = ScalingConfig(num_workers=4, use_gpu=True)
+        with (
+            GpuClaims(rig.client, "run-b") as claims,
+            pytest.raises(NotEnoughWorkersError, match=rf"GPU \S+/2 is used by process {pid} on"),
+        ):
+            select_workers(rig.client, four, timeout_s=60, claims=claims)
+    # the holder gone (however it ended), the GPU is free again
+    with GpuClaims(rig.client, "run-c") as claims:
+        assert _gpus(select_workers(rig.client, four, timeout_s=5, claims=claims)) == {
+            "0", "1", "2", "3",
+        }  # fmt: skip
+
+
+@contextlib.contextmanager
+def _holding(name: str, folder: Path) -> Iterator[int]:
+    """A process that holds device ``name`` as a rank does, until it is SIGKILLed."""
+    code = (
+        "import sys\n"
+        "from trainlib._internal.common import device_holds\n"
+        f"device_holds.hold({name!r})\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    env = {**os.environ, "TRAINLIB_GPU_LOCK_DIR": str(folder)}
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == b"held\n"
+        yield process.pid
+    finally:
+        process.kill()
+        process.wait()

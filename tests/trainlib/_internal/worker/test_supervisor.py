@@ -66,8 +66,11 @@ def test_supervisor_keeps_thread_settings_the_user_chose() -> None:
 
 def test_supervisor_gives_a_gpu_rank_the_devices_the_driver_chose() -> None:
     inherited = {"CUDA_VISIBLE_DEVICES": "0,1,2,3"}
-    env = launch_environment(_launch(use_gpu=True, visible_devices=("2", "0")), inherited)
+    launch = _launch(use_gpu=True, visible_devices=("2", "0"), device_hold="GPU-cccc2222")
+    env = launch_environment(launch, inherited)
     assert env["CUDA_VISIBLE_DEVICES"] == "2,0"  # its own and its host's other rank's
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"  # numbered as the placement read them
+    assert env["TRAINLIB_GPU_HOLD"] == "GPU-cccc2222"  # held on its host while it lives
 
 
 def test_supervisor_shares_the_cores_of_the_cpuset_not_of_the_host() -> None:
