@@ -51,7 +51,11 @@ class GpuClaims:
             holder = self._client.get_metadata([_HOLDERS, key], default=None)
             self.refused[key] = f"run {holder}" if holder else "another run"
             return False
-        self._client.set_metadata([_HOLDERS, key], self._owner)
+        try:
+            self._client.set_metadata([_HOLDERS, key], self._owner)
+        except BaseException:  # the lock is held: never leave it behind
+            lock.release()
+            raise
         self._held[key] = lock
         self.refused.pop(key, None)
         return True

@@ -4,6 +4,7 @@ what it has now."""
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
@@ -103,7 +104,8 @@ def select_workers(
             started.replace_lost_workers()
             next_rescale = time.monotonic() + _RESCALE_EVERY_S
         poll()
-        time.sleep(_WORKER_POLL_S)
+        # jittered: runs waiting for the same GPUs do not all ask again at the same moment
+        time.sleep(_WORKER_POLL_S * random.uniform(0.5, 1.5))
 
 
 def gpu_shortage(

@@ -224,3 +224,18 @@ def _holding(name: str, folder: Path) -> Iterator[int]:
     finally:
         process.kill()
         process.wait()
+
+
+def test_a_claim_whose_holder_cannot_be_recorded_is_not_left_held(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the scheduler refuses the holder's name (a fault injected into this client's call)
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise OSError("scheduler unreachable")
+
+    with Client(rig.cluster) as other:
+        monkeypatch.setattr(other, "set_metadata", refuse)
+        with GpuClaims(other, "run-a") as failing, pytest.raises(OSError):
+            failing.take("h/0")
+        with GpuClaims(rig.client, "run-b") as claims:
+            assert claims.take("h/0")  # at once: the failed claim let go of the lock
