@@ -29,7 +29,7 @@ test-fast: $(STAMP)
 
 # The chaos soak: a compressed month of nightlies (30 by default; NIGHTS=, SEED=) on real
 # services, one fault injected a night, every check after every night, and a table at the end
-# (docs/reliability.md). About 45 minutes on 2 cores; `make test` runs a 6-night one.
+# (docs/reliability.md). About 42 minutes on 2 cores; `make test` runs a 6-night one.
 NIGHTS ?= 30
 SEED ?= 0
 soak: $(STAMP) postgres

@@ -5,7 +5,9 @@
 
 For every variable ``NAME_FILE`` in the environment that names a file in /run/secrets (where
 compose mounts its secrets), ``NAME`` is set to that file's contents (a trailing newline
-dropped) and ``NAME_FILE`` removed; other ``*_FILE`` variables (a log file) stay as they are.
+dropped) and ``NAME_FILE`` removed; other ``*_FILE`` variables (a log file) stay as they are,
+and so do those whose program reads the secret file itself (``AWS_SHARED_CREDENTIALS_FILE``,
+Dask's ``..._TLS__CA_FILE``: the credentials never enter the environment).
 The secrets so never appear in the compose file, in ``docker inspect`` or in a Prefect job
 variable, only in the environment of the process that uses them. A file that cannot be read
 stops the container with one line naming it.
@@ -18,6 +20,9 @@ import sys
 
 SUFFIX = "_FILE"
 SECRETS = "/run/secrets/"
+READ_BY_THE_PROGRAM = frozenset(
+    {"AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE", "DASK_DISTRIBUTED__COMM__TLS__CA_FILE"}
+)
 
 
 def load(environ: dict[str, str]) -> dict[str, str]:
@@ -25,6 +30,8 @@ def load(environ: dict[str, str]) -> dict[str, str]:
     loaded = dict(environ)
     for key, path in environ.items():
         if not key.endswith(SUFFIX) or key == SUFFIX or not path.startswith(SECRETS):
+            continue
+        if key in READ_BY_THE_PROGRAM:
             continue
         try:
             with open(path, encoding="utf-8") as secret:

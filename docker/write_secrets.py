@@ -7,8 +7,8 @@ enter) from the environment variables docker/.env.example lists, or docker/.env.
 Refuses, naming each, a variable that is missing, or whose value is not letters, digits, ``-``,
 ``_`` or ``.`` (values are written into URLs, JSON and an ini file), or a password MLflow would
 refuse (shorter than 12). Files that the services need in another form (Prefect's database URL
-and auth string, MLflow's store URI and auth configuration) are made from them; nothing is
-printed but the names of the files written.
+and auth string, MLflow's store URI and auth configuration) are made from them, and the inside
+certificates once (docker/certificates.py); nothing is printed but the names of the files.
 """
 
 from __future__ import annotations
@@ -36,6 +36,15 @@ database_uri = postgresql://mlflow:{MLFLOW_DB_PASSWORD}@postgres:5432/mlflow_aut
 admin_username = {MLFLOW_ADMIN_USER}
 admin_password = {MLFLOW_ADMIN_PASSWORD}
 authorization_function = mlflow.server.auth:authenticate_request_basic_auth
+"""
+
+
+# The Prefect worker's second S3 key (its cache records' bucket), as a profile of its own: the
+# data key stays in the environment, for everything else
+PREFECT_CREDENTIALS = """\
+[prefect-cache]
+aws_access_key_id = {S3_PREFECT_ACCESS_KEY}
+aws_secret_access_key = {S3_PREFECT_SECRET_KEY}
 """
 
 
@@ -101,7 +110,7 @@ def secret_files(v: dict[str, str]) -> dict[str, str]:
         "alerts_url": v["CIFAR_ALERTS_URL"],
         **{
             f"s3_{who}_{part}_key": v[f"S3_{who.upper()}_{part.upper()}_KEY"]
-            for who in ("admin", "data", "mlflow")
+            for who in ("admin", "data", "mlflow", "prefect")
             for part in ("access", "secret")
         },
     }
@@ -114,6 +123,7 @@ def secret_files(v: dict[str, str]) -> dict[str, str]:
         "mlflow_backend_store_uri": "postgresql://"
         + database.format(user="mlflow", password=v["MLFLOW_DB_PASSWORD"], db="mlflow"),
         "mlflow_auth_ini": AUTH_INI.format(**v),
+        "s3_prefect_credentials": PREFECT_CREDENTIALS.format(**v),
     }
 
 
@@ -134,6 +144,11 @@ def main() -> None:
         path.write_text(content if content.endswith("\n") else content + "\n")
         path.chmod(0o644)
     print(f"Wrote {len(secret_files(values))} secrets to {SECRETS}")
+    sys.path.insert(0, str(DOCKER))  # docker/certificates.py, beside this script
+    import certificates
+
+    if made := certificates.ensure(SECRETS):
+        print(f"Made the certificates {', '.join(made)} in {SECRETS}")
 
 
 if __name__ == "__main__":

@@ -43,14 +43,15 @@ def result_storage(layout: StorageLayout) -> WritableFileSystem | Path | None:
     A local folder is a path; a bucket is a ``RemoteFileSystem`` block saved on the Prefect
     server (Prefect keeps only saved blocks as result storage), named after the folder.
     """
+    options = layout.cache_storage_options
     try:
-        layout.check_writable(layout.cache)
+        layout.check_writable(layout.cache, **options)
     except PermissionError as exc:
         logger.warning("%s Data steps run without Prefect's cache.", exc)
         return None
     if "://" not in layout.cache:
         return Path(layout.cache)
-    block = RemoteFileSystem(basepath=layout.cache)
+    block = RemoteFileSystem(basepath=layout.cache, settings=options)  # no secret: a profile
     digest = hashlib.sha256(layout.cache.encode()).hexdigest()[:12]
     block.save(f"cifar-cache-{digest}", overwrite=True)
     return block

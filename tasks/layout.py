@@ -9,13 +9,22 @@
         runs/{run name}/                training runs: checkpoints (trainlib's run directories)
         predictions/{mlflow run id}.csv batch predictions of a flow run
         cache/                          Prefect's cached results of download and preprocess
+
+A worker's operator may keep Prefect's cached results apart, where the Dask workers' credentials
+do not reach (a record is unpickled by the flow that finds it): ``$CIFAR_CACHE_PATH`` (a folder
+or URL; each storage path's records in a folder of their own under it) and
+``$CIFAR_CACHE_STORAGE_OPTIONS`` (JSON: fsspec's options for it, e.g. ``{"profile": "cache"}``
+for an S3 key of its own).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import posixpath
 from dataclasses import dataclass
+from typing import Any
 
 import fsspec
 
@@ -23,6 +32,8 @@ from mlops.outages import ride_out
 
 STORAGE_PATH_VARIABLE = "CIFAR_STORAGE_PATH"  # where a deployment's work pool names the storage
 DEFAULT_STORAGE_PATH = "./cifar-data"
+CACHE_PATH_VARIABLE = "CIFAR_CACHE_PATH"
+CACHE_OPTIONS_VARIABLE = "CIFAR_CACHE_STORAGE_OPTIONS"
 
 
 @dataclass(frozen=True)
@@ -31,9 +42,14 @@ class StorageLayout:
 
     Attributes:
         root: The root as a URL or absolute local path, ``~`` expanded, no trailing slash.
+        cache_root: Where the worker's operator keeps Prefect's cached results (None: under
+            the root).
+        cache_options: fsspec's options for ``cache_root``, as (name, JSON value) pairs.
     """
 
     root: str
+    cache_root: str | None = None
+    cache_options: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def at(cls, storage_path: str | None) -> StorageLayout:
@@ -43,9 +59,8 @@ class StorageLayout:
             storage_path = os.environ.get(STORAGE_PATH_VARIABLE) or DEFAULT_STORAGE_PATH
         if not storage_path.strip():
             raise ValueError("storage_path is empty; give a folder or a URL such as s3://bucket.")
-        if "://" in storage_path:
-            return cls(storage_path.rstrip("/"))
-        return cls(os.path.abspath(os.path.expanduser(storage_path)))
+        cache_root, cache_options = _operator_cache()
+        return cls(_absolute(storage_path), cache_root, cache_options)
 
     def join(self, *parts: str) -> str:
         """A location under the root."""
@@ -71,20 +86,28 @@ class StorageLayout:
 
     @property
     def cache(self) -> str:
-        """Where Prefect keeps the cached results of the data steps."""
-        return self.join("cache")
+        """Where Prefect keeps the cached results of the data steps: under the root, or the
+        operator's cache root in a folder named after the root."""
+        if self.cache_root is None:
+            return self.join("cache")
+        return posixpath.join(self.cache_root, hashlib.sha256(self.root.encode()).hexdigest()[:16])
+
+    @property
+    def cache_storage_options(self) -> dict[str, Any]:
+        """fsspec's options for the cache folder."""
+        return {name: json.loads(value) for name, value in self.cache_options}
 
     def predictions(self, run_id: str) -> str:
         """Where the batch predictions of MLflow run ``run_id`` are written."""
         return self.join("predictions", f"{run_id}.csv")
 
-    def check_writable(self, folder: str | None = None) -> None:
-        """Raise ``PermissionError`` naming the root (or ``folder`` under it) if nothing can be
-        written there (a storage out of reach is waited for, ``mlops.outages.ride_out``)."""
+    def check_writable(self, folder: str | None = None, **storage_options: Any) -> None:
+        """Raise ``PermissionError`` naming the root (or ``folder``) if nothing can be written
+        there (a storage out of reach is waited for, ``mlops.outages.ride_out``)."""
         probe = posixpath.join(folder or self.root, ".write-probe")
 
         def write() -> None:
-            fs, path = fsspec.core.url_to_fs(probe)
+            fs, path = fsspec.core.url_to_fs(probe, **storage_options)
             fs.makedirs(posixpath.dirname(path), exist_ok=True)
             fs.pipe_file(path, b"")
             fs.rm_file(path)
@@ -97,3 +120,25 @@ class StorageLayout:
                 f"({type(exc).__name__}: {exc}); "
                 "give a folder you can write to, or check the credentials of that bucket."
             ) from exc
+
+
+def _absolute(path: str) -> str:
+    """A URL without its trailing slash, or an absolute local path with ``~`` expanded."""
+    if "://" in path:
+        return path.rstrip("/")
+    return os.path.abspath(os.path.expanduser(path))
+
+
+def _operator_cache() -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """The worker's cache root and its options, from the environment (the module's docstring)."""
+    root = os.environ.get(CACHE_PATH_VARIABLE, "").strip()
+    raw = os.environ.get(CACHE_OPTIONS_VARIABLE, "").strip()
+    try:
+        options = json.loads(raw) if raw else {}
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"${CACHE_OPTIONS_VARIABLE} is not JSON ({exc}); give an object such "
+                         'as {"profile": "cache"}, or unset it.') from exc  # fmt: skip
+    if not isinstance(options, dict):
+        raise ValueError(f"${CACHE_OPTIONS_VARIABLE} must be a JSON object of fsspec options.")
+    pairs = tuple(sorted((str(k), json.dumps(v)) for k, v in options.items()))
+    return (_absolute(root) if root else None), pairs

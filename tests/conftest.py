@@ -12,18 +12,19 @@ from dataclasses import dataclass
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import pytest
-import s3fs
 from distributed import Client
-from moto.server import ThreadedMotoServer
 
 from tests.helpers import SESSION_VARIABLE, free_port, local_cluster, skip_or_fail
 from tests.postgres_rig import Postgres, postgres_server
 from tests.postgres_rig import unavailable_reason as postgres_unavailable
 from tests.prefect_stack import prefect_stack
 from tests.slurm_rig import SlurmCluster, slurm_cluster, unavailable_reason
+
+if TYPE_CHECKING:
+    import s3fs
 
 S3_BUCKET = "trainlib-test"
 os.environ[SESSION_VARIABLE] = uuid.uuid4().hex  # marks this session's rank processes
@@ -166,6 +167,9 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
 @pytest.fixture(scope="session")
 def s3_filesystem() -> Iterator[s3fs.S3FileSystem]:
     """An S3 filesystem on a moto server listening on a free local port, with one bucket."""
+    import s3fs  # here, not at the top: a GPU host with only trainlib's packages runs the rest
+    from moto.server import ThreadedMotoServer
+
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
     server.start()

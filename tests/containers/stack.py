@@ -150,14 +150,15 @@ class Stack:
     def mlflow_url(self) -> str:
         return f"http://127.0.0.1:{self.env['MLFLOW_PORT']}"
 
-    def s3(self) -> Any:
-        """The data bucket's S3 client (the key the Prefect worker and Dask workers hold)."""
+    def s3(self, who: str = "DATA") -> Any:
+        """An S3 client with one identity's key: the data bucket's (the key the Prefect worker
+        and Dask workers hold), or ``PREFECT`` (the Prefect worker's cache records)."""
         import s3fs
 
         return s3fs.S3FileSystem(
             endpoint_url=f"http://127.0.0.1:{self.env['S3_PORT']}",
-            key=self.env["S3_DATA_ACCESS_KEY"],
-            secret=self.env["S3_DATA_SECRET_KEY"],
+            key=self.env[f"S3_{who}_ACCESS_KEY"],
+            secret=self.env[f"S3_{who}_SECRET_KEY"],
             skip_instance_cache=True,
         )
 
@@ -215,6 +216,23 @@ def wait_healthy(services: tuple[str, ...]) -> None:
                     f"{check.stderr}\n{logs.stdout}{logs.stderr}"
                 )
             time.sleep(2)
+
+
+def up(stack: Stack) -> None:
+    """Every service up and healthy, then the one-shot deploy."""
+    stack.compose("up", "-d")
+    wait_healthy(SERVICES)
+    stack.one_shot("deploy")
+
+
+def remove_networks() -> None:
+    """The project's networks (podman-compose 1.0 leaves them behind on ``down``)."""
+    names = podman(
+        "network", "ls", "--filter", f"label=io.podman.compose.project={PROJECT}",
+        "--format", "{{.Name}}",
+    ).stdout.split()  # fmt: skip
+    if names:
+        podman("network", "rm", *names, check=False)
 
 
 def leftovers() -> list[str]:

@@ -22,7 +22,6 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,6 @@ from mlflow.exceptions import MlflowException
 
 from tests.containers.stack import (
     DATABASES,
-    ENGINE_ENV,
     MODEL,
     PROJECT,
     REPO,
@@ -39,8 +37,6 @@ from tests.containers.stack import (
     Stack,
     container,
     deployment_version,
-    leftovers,
-    new_stack,
     pg_dump,
     pg_restore,
     podman,
@@ -48,6 +44,7 @@ from tests.containers.stack import (
     run_deployment,
     skip_reason,
     start_run,
+    up,
     wait_healthy,
 )
 
@@ -57,34 +54,6 @@ pytestmark = [
     pytest.mark.timeout(3600),
 ]
 RANK_MODULE = "trainlib._internal.rank.rank_main"  # how a rank process shows in `podman top`
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    """Images built (cached after the first time), the stack up and healthy, deploy run."""
-    stack = new_stack(tmp_path_factory.mktemp("secrets"))
-    subprocess.run(
-        ["bash", "docker/build-local.sh"],
-        cwd=REPO,
-        env={**os.environ, **ENGINE_ENV, "GIT_SHA": stack.env["GIT_SHA"]},
-        check=True,
-        timeout=3000,
-    )
-    stack.compose("down", "-v", check=False)
-    try:
-        _up(stack)
-        yield stack
-    finally:
-        stack.compose("down", "-v", check=False)
-        # podman-compose 1.0 leaves the project's network behind; only ours is removed
-        podman("network", "rm", f"{PROJECT}_default", check=False)
-    assert leftovers() == []
-
-
-def _up(stack: Stack) -> None:
-    stack.compose("up", "-d")
-    wait_healthy(SERVICES)
-    stack.one_shot("deploy")
 
 
 @pytest.fixture(autouse=True)
@@ -147,6 +116,9 @@ def test_a_deployment_trains_on_the_stack_with_least_privilege(
     assert deployment_version(stack, "train-cifar/manual") == stack.env["GIT_SHA"]
     with pytest.raises(MlflowException, match="403"):  # the training account deletes nothing
         client.delete_registered_model(MODEL)
+    # Prefect's cache records went to their own bucket, none beside the data
+    assert stack.s3("PREFECT").find("prefect/cache") != []
+    assert not stack.s3().exists("cifar/data/cache")
     # The host loads the champion through MLflow's artifact proxy (README).
     code = (
         "import mlflow, numpy as np\n"
@@ -202,7 +174,7 @@ def test_the_stack_keeps_its_state_across_down_and_up_and_searches_with_postgres
     stack: Stack, archive: dict[str, str]
 ) -> None:
     stack.compose("down")  # no -v: the named volumes stay
-    _up(stack)
+    up(stack)
     assert stack.mlflow().get_model_version_by_alias(MODEL, "champion").version == "1"
     assert stack.s3().exists(archive["data_url"])
     parameters = {
@@ -355,7 +327,7 @@ def test_a_dump_restored_into_fresh_volumes_brings_the_registry_and_history_back
     assert psql("prefect", "SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == "0"
     for database in DATABASES:
         pg_restore(database, tmp_path / f"{database}.dump")
-    _up(stack)
+    up(stack)
     assert psql("prefect", history) == runs
     assert psql("mlflow", "SELECT count(*) FROM model_versions") == versions
     client = stack.mlflow()  # the training account came back with the auth database

@@ -155,3 +155,20 @@ def test_compose_test_file_gives_every_service_of_the_image_a_local_image() -> N
     local = yaml.safe_load((DOCKER / "compose.test.yml").read_text())["services"]
     built = {name for name, service in services.items() if "build" in service}
     assert built - set(local) == set()
+
+
+def test_compose_every_server_a_service_names_shares_a_network_with_it() -> None:
+    """The networks are the only way between services: a server named on a service's command
+    line or in its environment (URLs, ``wait-for host:port``) must be on one of its networks."""
+    services = _compose()["services"]
+    address = re.compile(r"\b([a-z][a-z0-9-]*):(\d+)\b")
+    problems = []
+    for name, service in services.items():
+        environment = service.get("environment") or {}
+        text = " ".join([*_strings(service.get("command", "")), *map(str, environment.values())])
+        named = {host for host, _ in address.findall(text) if host in services and host != name}
+        networks = set(service.get("networks") or ["default"])
+        for server in sorted(named):
+            if not networks & set(services[server].get("networks") or ["default"]):
+                problems.append(f"{name} names {server} but shares no network with it")
+    assert problems == []

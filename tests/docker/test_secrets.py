@@ -48,7 +48,7 @@ def _write(tmp_path: Path, values: dict[str, str]) -> subprocess.CompletedProces
 
 def test_secrets_the_example_lists_every_credential_and_each_is_used() -> None:
     names = _module("write_secrets").variables()
-    assert len(names) == len(set(names)) == 18
+    assert len(names) == len(set(names)) == 20
     assert all(n.endswith(("_USER", "_PASSWORD", "_KEY", "_URL")) for n in names), names
     values = _values()
     files = "".join(_module("write_secrets").secret_files(values).values())
@@ -66,7 +66,10 @@ def test_secrets_are_written_as_files_only_their_folder_owner_reaches(tmp_path: 
     assert stat.S_IMODE(folder.stat().st_mode) == 0o700
     declared = yaml.safe_load((DOCKER / "docker-compose.yml").read_text())["secrets"]
     files = sorted(p.name for p in folder.iterdir())
-    assert files == sorted(declared)  # every secret compose mounts, and no other
+    authorities = ["dask_ca_key", "s3_grpc_ca_key"]  # the setup's alone: mounted nowhere
+    assert files == sorted([*declared, *authorities])  # every secret compose mounts, no other
+    assert all(stat.S_IMODE((folder / k).stat().st_mode) == 0o600 for k in authorities)
+    files = sorted(declared)
     read = {name: (folder / name).read_text() for name in files}
     assert read["postgres_password"] == values["POSTGRES_PASSWORD"] + "\n"
     assert read["prefect_auth_string"] == (
@@ -117,13 +120,41 @@ def test_with_secrets_sets_each_variable_from_its_secret_file(
         {
             "DATABASE_URL_FILE": f"{tmp_path}/db_url",
             "CIFAR_LOG_FILE": "/var/log/train.log",  # not a secret: left as it is
+            # a secret file its program reads itself (botocore): the path stays, not the keys
+            "AWS_SHARED_CREDENTIALS_FILE": f"{tmp_path}/db_url",
+            "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": f"{tmp_path}/db_url",
             "PATH": "/bin",
         }
     )
     assert loaded == {
         "DATABASE_URL": "postgresql://u:p@h/d",
         "CIFAR_LOG_FILE": "/var/log/train.log",
+        "AWS_SHARED_CREDENTIALS_FILE": f"{tmp_path}/db_url",
+        "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": f"{tmp_path}/db_url",
         "PATH": "/bin",
     }
     with pytest.raises(SystemExit, match="cannot read MISSING_FILE"):
         with_secrets.load({"MISSING_FILE": f"{tmp_path}/absent"})
+
+
+def _verifies(folder: Path, authority: str, certificate: str) -> bool:
+    done = subprocess.run(
+        ["openssl", "verify", "-CAfile", folder / authority, folder / certificate],
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def test_secrets_make_each_system_its_own_certificates_once(tmp_path: Path) -> None:
+    assert _write(tmp_path, _values()).returncode == 0
+    folder = tmp_path / "secrets"
+    assert _verifies(folder, "dask_ca", "dask_cert")
+    assert _verifies(folder, "s3_grpc_ca", "s3_grpc_cert")
+    # a member of one system is no member of the other
+    assert not _verifies(folder, "s3_grpc_ca", "dask_cert")
+    assert not _verifies(folder, "dask_ca", "s3_grpc_cert")
+    before = (folder / "dask_cert").read_bytes()
+    again = _write(tmp_path, _values())
+    assert again.returncode == 0 and "certificates" not in again.stdout  # kept, not remade
+    assert (folder / "dask_cert").read_bytes() == before

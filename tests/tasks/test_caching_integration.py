@@ -80,3 +80,34 @@ def test_caching_unwritable_cache_folder_runs_uncached_with_a_warning(
             assert (states["download"], states["preprocess"]) == ("Completed", "Completed")
     warnings = [r.getMessage() for r in caplog.records if r.name == "tasks.caching"]
     assert warnings and "Data steps run without Prefect's cache" in warnings[0]
+
+
+def test_caching_keeps_records_where_the_operator_says_one_folder_per_storage_path(
+    prefect_server: None,
+    dask_client: Any,
+    archive: tuple[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url, md5 = archive
+    records = tmp_path / "records"
+    monkeypatch.setenv("CIFAR_CACHE_PATH", str(records))
+    scheduler = dask_client.scheduler.address
+    first, _ = _states(url, md5, tmp_path, scheduler)
+    again, _ = _states(url, md5, tmp_path, scheduler)
+    assert (first["download"], again["download"]) == ("Completed", "Cached")
+    assert not (tmp_path / "store" / "cache").exists()  # none beside the data
+    [folder] = records.iterdir()
+    assert len(list(folder.iterdir())) >= 2  # download's and preprocess's records
+    # another storage path has records of its own: nothing cached for it yet
+    elsewhere, _ = _states(url, md5, tmp_path / "elsewhere", scheduler)
+    assert elsewhere["download"] == "Completed"
+    assert len(list(records.iterdir())) == 2
+
+
+def test_caching_options_that_are_not_json_are_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("CIFAR_CACHE_STORAGE_OPTIONS", "profile=cache")
+    with pytest.raises(ValueError, match=r"\$CIFAR_CACHE_STORAGE_OPTIONS is not JSON"):
+        StorageLayout.at("/tmp/store")
