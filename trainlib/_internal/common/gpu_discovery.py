@@ -12,6 +12,7 @@ SLURM-renumbered index, a rotated list) comes back to it (``devices.device_key``
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -39,17 +40,18 @@ def probe_worker_devices() -> Probe:
     job_value = os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS")
     job = None if job_value is None else parse_visible(job_value)
     uuids = nvml_devices()
-    count = len(uuids) if uuids is not None else None
-    if uuids is None:
-        count, uuids = driver_devices()
-    names = uuids or job or tuple(str(i) for i in range(count or 0))
+    count, uuids = (len(uuids), uuids) if uuids is not None else driver_devices()
+    names = uuids or job or tuple(str(i) for i in range(count))
     held = tuple(sorted(device_holds.holders(names).items())) if count else ()
-    return visible, count or 0, job, uuids, held
+    return visible, count, job, uuids, held
 
 
+@functools.cache
 def nvml_devices() -> tuple[str, ...] | None:
     """The UUIDs of the devices NVML lets this process see, MIG devices for a GPU in MIG mode;
-    None without NVML."""
+    None without NVML. Read once per process: placement probes a worker at every poll while it
+    waits, and a host's devices do not change under a running worker (MIG is reconfigured only
+    with no process on the GPU)."""
     try:
         import pynvml
 
