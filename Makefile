@@ -11,7 +11,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 
 .PHONY: run run-offline test test-fast test-containers check clean slurm postgres gpu-benchmark soak \
-	podman stack-up stack-down stack-up-local stack-down-local
+	podman stack-up stack-down stack-rotate stack-up-local stack-down-local stack-rotate-local
 
 run: $(STAMP)
 	$(VENV)/bin/train-cifar $(ARGS)
@@ -72,11 +72,17 @@ stack-up:
 stack-down:
 	$(STACK) down
 
+# A credential changed: its new value in docker/.env, then this. Each changed one is altered
+# where it lives (PostgreSQL roles, MLflow's admin), its secret rewritten and its services
+# restarted (docker/rotate_secrets.py; docs/containers.md, "Rotating a credential").
+stack-rotate:
+	python3 docker/rotate_secrets.py $(STACK)
+
 # The same on a machine without an image registry, as tests/containers runs it: podman, the
 # images built by docker/build-local.sh from a local Debian base in place of the ones the
 # shipped file pulls (docker/compose.test.yml).
 LOCAL_STACK := podman-compose -p dask-train-cifar -f docker/docker-compose.yml -f docker/compose.test.yml
-stack-up-local stack-down-local test-containers: export CONTAINERS_CONF ?= $(CURDIR)/docker/podman-containers.conf
+stack-up-local stack-down-local stack-rotate-local test-containers: export CONTAINERS_CONF ?= $(CURDIR)/docker/podman-containers.conf
 stack-up-local: podman
 	python3 docker/write_secrets.py
 	bash docker/build-local.sh
@@ -85,6 +91,9 @@ stack-up-local: podman
 
 stack-down-local:
 	$(LOCAL_STACK) down
+
+stack-rotate-local:
+	python3 docker/rotate_secrets.py $(LOCAL_STACK)
 
 # The SLURM tests start a real SLURM cluster (tests/slurm_rig.py): Debian's slurm-wlm and munge.
 # Where it cannot be installed (not root, no apt-get), the SLURM tests are skipped and say why

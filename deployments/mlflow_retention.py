@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from mlflow.tracking import MlflowClient
 
-from mlops.registry import WITHDRAWN_TAG
+from mlops.version_tags import WITHDRAWN_TAG
 
 logger = logging.getLogger("deployments.mlflow_retention")
 EXPERIMENTS = ("train-cifar", "tune-cifar")

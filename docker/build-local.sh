@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Build the stack's images with podman on a machine that cannot pull from a registry:
 #   localhost/debian-py:bookworm      a Debian base with Python 3.11 (debootstrap, once)
-#   localhost/dask-train-cifar:latest the project's image (docker/Dockerfile, target app), also
-#                                     tagged with the commit it was built from ($GIT_SHA)
+#   localhost/dask-train-cifar:latest the project's training image (docker/Dockerfile, target
+#                                     app), also tagged with the commit it was built from ($GIT_SHA)
+#   localhost/dask-train-cifar-services:latest  the same without torch (target services), for
+#                                     what never runs a model; also tagged with the commit
 #   localhost/dask-train-cifar-s3:latest  the same with SeaweedFS (tests' S3, compose.test.yml)
 #   localhost/dask-train-cifar-postgres:latest  Debian's PostgreSQL (the tests' postgres)
 # With a registry, `docker compose -f docker/docker-compose.yml up -d --build` is all it takes.
@@ -42,6 +44,8 @@ build() {  # build target $1 as $2 (more flags after), then drop the image it re
 }
 build app localhost/dask-train-cifar:latest "${pip_flags[@]}"
 podman tag localhost/dask-train-cifar:latest "localhost/dask-train-cifar:$GIT_SHA"
+build services localhost/dask-train-cifar-services:latest "${pip_flags[@]}"
+podman tag localhost/dask-train-cifar-services:latest "localhost/dask-train-cifar-services:$GIT_SHA"
 build seaweedfs localhost/dask-train-cifar-s3:latest "${pip_flags[@]}"
 # apt only (the CA bundle's mount would make ssl-cert's setup fail: it writes /etc/ssl/certs)
 build postgres localhost/dask-train-cifar-postgres:latest

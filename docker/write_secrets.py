@@ -7,8 +7,10 @@ enter) from the environment variables docker/.env.example lists, or docker/.env.
 Refuses, naming each, a variable that is missing, or whose value is not letters, digits, ``-``,
 ``_`` or ``.`` (values are written into URLs, JSON and an ini file), or a password MLflow would
 refuse (shorter than 12). Files that the services need in another form (Prefect's database URL
-and auth string, MLflow's store URI and auth configuration) are made from them, and the inside
-certificates once (docker/certificates.py); nothing is printed but the names of the files.
+auth string, MLflow's auth configuration) are made from them, and the inside certificates once
+(docker/certificates.py); nothing is printed but the names of the files. No database password
+goes into a URL (a URL lands in process listings and logs): the services give it to libpq and
+Prefect on its own (``PGPASSWORD``, ``PREFECT_SERVER_DATABASE_PASSWORD``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ MLFLOW_MIN_LENGTH = 12
 AUTH_INI = """\
 [mlflow]
 default_permission = READ
-database_uri = postgresql://mlflow:{MLFLOW_DB_PASSWORD}@postgres:5432/mlflow_auth
+database_uri = postgresql://mlflow@postgres:5432/mlflow_auth
 admin_username = {MLFLOW_ADMIN_USER}
 admin_password = {MLFLOW_ADMIN_PASSWORD}
 authorization_function = mlflow.server.auth:authenticate_request_basic_auth
@@ -114,20 +116,17 @@ def secret_files(v: dict[str, str]) -> dict[str, str]:
             for part in ("access", "secret")
         },
     }
-    database = "{user}:{password}@postgres:5432/{db}"
     return {
         **raw,
-        "prefect_database_url": "postgresql+asyncpg://"
-        + database.format(user="prefect", password=v["PREFECT_DB_PASSWORD"], db="prefect"),
         "prefect_auth_string": f"{v['PREFECT_ADMIN_USER']}:{v['PREFECT_ADMIN_PASSWORD']}",
-        "mlflow_backend_store_uri": "postgresql://"
-        + database.format(user="mlflow", password=v["MLFLOW_DB_PASSWORD"], db="mlflow"),
         "mlflow_auth_ini": AUTH_INI.format(**v),
         "s3_prefect_credentials": PREFECT_CREDENTIALS.format(**v),
     }
 
 
-def main() -> None:
+def wanted_values() -> dict[str, str]:
+    """The credentials asked for (the environment over docker/.env); exits naming each one
+    that cannot be used."""
     if changed := owner_only(ENV_FILE):
         print(changed)
     names = variables()
@@ -137,12 +136,27 @@ def main() -> None:
             "The stack's credentials are not ready (docker/.env.example lists them; set them "
             "in the environment or in docker/.env):\n  " + "\n  ".join(found)
         )
+    return values
+
+
+def contents(text: str) -> str:
+    return text if text.endswith("\n") else text + "\n"
+
+
+def write(values: dict[str, str]) -> None:
+    """Every secret file written from ``values``, in place (a running container's mount of a
+    file sees the new contents once its service restarts)."""
     SECRETS.mkdir(mode=0o700, exist_ok=True)
     SECRETS.chmod(0o700)  # the host's other users; in a container, its user reads the file
     for name, content in secret_files(values).items():
         path = SECRETS / name
-        path.write_text(content if content.endswith("\n") else content + "\n")
+        path.write_text(contents(content))
         path.chmod(0o644)
+
+
+def main() -> None:
+    values = wanted_values()
+    write(values)
     print(f"Wrote {len(secret_files(values))} secrets to {SECRETS}")
     sys.path.insert(0, str(DOCKER))  # docker/certificates.py, beside this script
     import certificates

@@ -8,8 +8,8 @@ from prefect import flow
 
 from flows.run_policy import run_policy
 from flows.time_limit import time_limit
-from mlops.registry import CHAMPION
 from mlops.tracking import resolve_tracking_uri
+from mlops.version_tags import CHAMPION
 from tasks.predict import predict_task
 
 

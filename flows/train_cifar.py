@@ -15,8 +15,9 @@ from flows.publish import publish
 from flows.run_policy import run_policy
 from flows.time_limit import time_limit
 from mlops.promotion import DEFAULT_ALPHA, PromotionRule
-from mlops.registry import CHAMPION, model_name_for
+from mlops.registry import model_name_for
 from mlops.release_gates import DEFAULT_MAX_CLASS_DROP, DEFAULT_MIN_TEST_ACCURACY
+from mlops.version_tags import CHAMPION
 from tasks.monitoring import tag_flow_run
 from tasks.predict import predict_task
 from tasks.retention import tidy_storage_task

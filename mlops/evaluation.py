@@ -32,8 +32,9 @@ from cifar.dataset import Dataset, read_split
 from cifar.format import CLASS_NAMES, Batch
 from mlops.lineage import DIGEST_TAG, SYNTHETIC_TAG, log_test_input
 from mlops.model_loading import check_readable, load_version, scores_in_fresh_process
-from mlops.registry import CHAMPION, logged_model_id, version_at_alias
+from mlops.registry import logged_model_id, version_at_alias
 from mlops.release_gates import Gate, GateCannotRunError, fresh_load
+from mlops.version_tags import CHAMPION
 
 logger = logging.getLogger(__name__)
 

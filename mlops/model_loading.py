@@ -12,7 +12,8 @@ import numpy as np
 from torch import nn
 
 from cifar.errors import PipelineError
-from mlops.registry import CHAMPION, using_store, version_at_alias
+from mlops.registry import using_store, version_at_alias
+from mlops.version_tags import CHAMPION
 
 FRESH_PROCESS_TIMEOUT_S = 300.0
 

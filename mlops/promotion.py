@@ -25,7 +25,7 @@ from mlops import ledger
 from mlops.evaluation import ChampionScore, Evaluation
 from mlops.model_card import DataFacts, model_card
 from mlops.paired_test import PairedComparison, compare
-from mlops.registry import ALIASES, CHALLENGER, CHAMPION, PROMOTION_TAG, version_at_alias
+from mlops.registry import version_at_alias
 from mlops.release_gates import (
     DEFAULT_MAX_CLASS_DROP,
     DEFAULT_MIN_TEST_ACCURACY,
@@ -33,6 +33,7 @@ from mlops.release_gates import (
     accuracy_floor,
     class_drop,
 )
+from mlops.version_tags import ALIASES, CHALLENGER, CHAMPION, PROMOTION_TAG
 
 logger = logging.getLogger(__name__)
 

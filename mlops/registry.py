@@ -25,18 +25,13 @@ import cifar
 from cifar.checkpoint import checkpoint_epoch, load_classifier
 from cifar.dataset import Dataset
 from mlops.lineage import DIGEST_TAG, SYNTHETIC_TAG
+from mlops.version_tags import PROMOTION_TAG, REQUEST_TAG, WITHDRAWN_TAG
 
 logger = logging.getLogger(__name__)
 
-CHAMPION = "champion"
-CHALLENGER = "challenger"
-ALIASES = (CHAMPION, CHALLENGER)
 DEFAULT_MODEL_NAME = "cifar10-classifier"
 SYNTHETIC_SUFFIX = "-synthetic"
 MODEL_ARTIFACT = "model"
-REQUEST_TAG = "prefect_flow_run_id"  # the flow run that registered a version
-WITHDRAWN_TAG = "withdrawn"  # a version taken out of use: a rollback, a duplicate, a sweep
-PROMOTION_TAG = "promotion"  # the promote step's decision, recorded on the version
 # What the model needs, pinned to what trained it (a local build's "+cpu" suffix dropped).
 _REQUIREMENTS = [
     f"torch=={torch.__version__.split('+')[0]}",

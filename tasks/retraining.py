@@ -22,8 +22,9 @@ from prefect.cache_policies import NO_CACHE
 
 from mlops import ledger
 from mlops.lineage import DIGEST_TAG
-from mlops.registry import CHAMPION, version_at_alias
+from mlops.registry import version_at_alias
 from mlops.tracking import git_sha
+from mlops.version_tags import CHAMPION
 from tasks.retrying import TRANSIENT_RETRIES
 
 

@@ -39,7 +39,8 @@ from cli import commands as cli
 from cli import local_run
 from cli.options import LOG_FILE_VARIABLE
 from flows.run_policy import POLICY_VARIABLE
-from mlops.registry import CHAMPION, register_model
+from mlops.registry import register_model
+from mlops.version_tags import CHAMPION
 from tests.conftest import HttpDir
 from tests.helpers import WAIT_S, free_port
 from trainlib._internal.common.commit_marker import COMMIT_MARKER

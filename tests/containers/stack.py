@@ -35,6 +35,7 @@ SERVICES = (
 IMAGES = (
     "localhost/debian-py:bookworm",
     "localhost/dask-train-cifar:latest",
+    "localhost/dask-train-cifar-services:latest",
     "localhost/dask-train-cifar-s3:latest",
     "localhost/dask-train-cifar-postgres:latest",
 )
@@ -186,10 +187,13 @@ def new_stack(secrets_dir: Path) -> Stack:
     return Stack(env)
 
 
-def podman(*args: str, check: bool = True, stdin: Any = None) -> subprocess.CompletedProcess[str]:
+def podman(
+    *args: str, check: bool = True, stdin: Any = None, input: str | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["podman", *args],
         env={**os.environ, **ENGINE_ENV},
+        input=input,
         capture_output=True,
         text=True,
         check=check,

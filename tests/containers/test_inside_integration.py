@@ -1,17 +1,22 @@
 """The stack's inside, attacked as a compromised container would: each service reaches only the
 services it needs (by name and by address), SeaweedFS's filer, master and volume server are out
 of reach and its gRPC wants the stack's certificate, the Dask scheduler refuses a client without
-the Dask certificate, and every container runs hardened (no capabilities but those it needs, no
-privilege gain, bounded processes, memory and logs, read-only where the service allows)."""
+the Dask certificate, every container runs hardened (no capabilities but those it needs, no
+privilege gain, bounded processes, memory and logs, read-only where the service allows), the
+services that run no model have no torch, and no secret is on a command line, in
+``podman inspect``, in a URL of a process environment, or in a process that does not use it."""
 
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.containers.stack import Stack, container, podman, skip_reason
+from tests.containers.stack import REPO, SERVICES, Stack, container, podman, skip_reason
 
 SKIP_REASON = skip_reason()
 pytestmark = [
@@ -155,3 +160,60 @@ def test_every_container_is_hardened(stack: Stack, service: str) -> None:
     assert host["PidsLimit"] > 0
     assert host["LogConfig"]["Size"] not in ("", "0B", None)
     assert host["ReadonlyRootfs"] is (service in READ_ONLY)
+
+
+# the training image's services; the others run the services' image, without torch
+TRAINING = {"dask-worker-1", "dask-worker-2", "prefect-worker"}
+
+
+@pytest.mark.parametrize("service", sorted(TRAINING | READ_ONLY))
+def test_only_the_services_that_train_have_torch(stack: Stack, service: str) -> None:
+    code = "import importlib.util as u; print(u.find_spec('torch') is not None)"
+    found = podman("exec", container(service), "python", "-c", code).stdout.strip()
+    assert found == str(service in TRAINING)
+
+
+def _processes(service: str) -> list[tuple[str, dict[str, str]]]:
+    """Each process of the service's container: its command line and its environment, read
+    from the host's /proc (the container's own user may not read another user's)."""
+    found = []
+    for pid in podman("top", container(service), "hpid").stdout.split()[1:]:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except FileNotFoundError:  # ended since
+            continue
+        pairs = (item.decode(errors="replace").partition("=") for item in environ if item)
+        found.append((command.decode(errors="replace"), {k: v for k, _, v in pairs}))
+    return found
+
+
+def test_no_secret_is_on_a_command_line_in_inspect_or_where_it_is_not_used(stack: Stack) -> None:
+    """Every secret value of the stack (passwords, keys, the alert URL) searched for in every
+    container's configuration and in every process's command line and environment: a process
+    holds only the secrets its service mounts, and none inside a URL."""
+    secrets = {n: v for n, v in stack.env.items() if n.endswith(("PASSWORD", "_KEY", "_URL"))}
+    folder = Path(stack.env["CIFAR_SECRETS_DIR"])
+    mounted = yaml.safe_load((REPO / "docker" / "docker-compose.yml").read_text())["services"]
+    problems = []
+    running = [s for s, c in mounted.items() if c.get("restart") != "no" and "profiles" not in c]
+    assert set(SERVICES) <= set(running)
+    for service in running:
+        inspected = podman("inspect", container(service)).stdout
+        problems += [
+            f"{service}: {n} in podman inspect" for n, v in secrets.items() if v in inspected
+        ]
+        files = "".join((folder / f).read_text() for f in mounted[service].get("secrets", []))
+        for command, environ in _processes(service):
+            problems += [
+                f"{service}: {n} on a command line" for n, v in secrets.items() if v in command
+            ]
+            for variable, value in environ.items():
+                for name, secret in secrets.items():
+                    if secret not in value:
+                        continue
+                    if secret not in files:
+                        problems.append(f"{service}: {name} in {variable}, not its secret")
+                    if re.search(r"\w+://", value) and variable != name:
+                        problems.append(f"{service}: {name} inside a URL ({variable})")
+    assert sorted(set(problems)) == []

@@ -16,6 +16,7 @@ about 15 minutes and downloads about 3 GB (docs/containers.md, "Tests and CI").
 
 from __future__ import annotations
 
+import base64
 import io
 import os
 import subprocess
@@ -29,7 +30,9 @@ import pytest
 from mlflow.exceptions import MlflowException
 
 from tests.containers.stack import (
+    COMPOSE_FILES,
     DATABASES,
+    ENGINE_ENV,
     MODEL,
     PROJECT,
     REPO,
@@ -101,6 +104,71 @@ def test_every_published_api_refuses_a_request_without_credentials(stack: Stack)
     assert _status(f"{s3}/cifar/") == 403  # S3: no signature, nothing listed
     with pytest.raises(PermissionError):  # the data key cannot touch MLflow's bucket
         stack.s3().pipe("mlflow/not-allowed.txt", b"x")
+
+
+# One credential of each kind: a PostgreSQL role, MLflow's admin, an S3 identity, Prefect's
+# auth string. The tests after this one run on the new values.
+ROTATED = ("PREFECT_DB_PASSWORD", "MLFLOW_ADMIN_PASSWORD", "S3_DATA_SECRET_KEY",
+           "PREFECT_ADMIN_PASSWORD")  # fmt: skip
+
+
+def _logs_in_to_postgres(role: str, password: str) -> bool:
+    """Whether ``role`` logs in with ``password`` over TCP (the password on stdin)."""
+    login = 'read -r p; PGPASSWORD="$p" psql -h localhost -U "$1" -d "$1" -Atc "select 1"'
+    done = podman(
+        "exec", "-i", container("postgres"), "sh", "-c", login, "sh", role,
+        check=False, input=password + "\n",
+    )  # fmt: skip
+    return done.returncode == 0
+
+
+def test_one_credential_of_each_kind_is_rotated_by_one_command(stack: Stack) -> None:
+    old = dict(stack.env)
+    new = {**old, **{name: old[name][::-1] + "r" for name in ROTATED}}
+    done = subprocess.run(
+        [sys.executable, "docker/rotate_secrets.py", "podman-compose", "-p", PROJECT,
+         *COMPOSE_FILES],
+        cwd=REPO, env={**os.environ, **ENGINE_ENV, **new}, capture_output=True, text=True,
+        timeout=900,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [v for v in new.values() if v in done.stdout + done.stderr] == []
+    stack.env.update(new)  # the stack's clients in the tests after this one
+    wait_healthy(SERVICES)
+    assert _logs_in_to_postgres("prefect", new["PREFECT_DB_PASSWORD"])
+    assert not _logs_in_to_postgres("prefect", old["PREFECT_DB_PASSWORD"])
+    assert stack.mlflow("ADMIN").search_experiments() != []
+    with pytest.raises(MlflowException, match="401"):
+        Stack(old).mlflow("ADMIN").search_experiments()
+    stack.s3().pipe("cifar/rotated", b"x")
+    assert stack.s3().cat("cifar/rotated") == b"x"
+    with pytest.raises(PermissionError):
+        Stack(old).s3().cat("cifar/rotated")
+    prefect = stack.prefect_env["PREFECT_API_URL"] + "/admin/version"
+    assert (
+        _status(
+            prefect, Authorization=_basic(new["PREFECT_ADMIN_USER"], new["PREFECT_ADMIN_PASSWORD"])
+        )
+        == 200
+    )
+    assert (
+        _status(
+            prefect, Authorization=_basic(old["PREFECT_ADMIN_USER"], old["PREFECT_ADMIN_PASSWORD"])
+        )
+        == 401
+    )
+    # and once more: every credential already the one the stack runs on, nothing restarted
+    again = subprocess.run(
+        [sys.executable, "docker/rotate_secrets.py", "podman-compose", "-p", PROJECT,
+         *COMPOSE_FILES],
+        cwd=REPO, env={**os.environ, **ENGINE_ENV, **new}, capture_output=True, text=True,
+        timeout=300,
+    )  # fmt: skip
+    assert "every credential is already the one the stack runs on" in again.stdout, again.stderr
+
+
+def _basic(user: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 def test_a_deployment_trains_on_the_stack_with_least_privilege(

@@ -21,8 +21,9 @@ from mlflow.tracking import MlflowClient
 from cifar.models import build_model
 from mlops.evaluation import Evaluation
 from mlops.promotion import PromotionRule, promote
-from mlops.registry import WITHDRAWN_TAG, register_model, withdraw_version
+from mlops.registry import register_model, withdraw_version
 from mlops.tracking import start_run
+from mlops.version_tags import WITHDRAWN_TAG
 from tests.lossy_proxy import lossy_proxy
 from tests.mlflow_rig import mlflow_server
 

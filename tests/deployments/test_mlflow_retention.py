@@ -10,7 +10,7 @@ from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from deployments.mlflow_retention import expire, purge
-from mlops.registry import WITHDRAWN_TAG
+from mlops.version_tags import WITHDRAWN_TAG
 
 
 def test_mlflow_retention_deletes_what_no_version_in_use_needs(tmp_path: Path) -> None:

@@ -155,6 +155,18 @@ def test_compose_test_file_gives_every_service_of_the_image_a_local_image() -> N
     local = yaml.safe_load((DOCKER / "compose.test.yml").read_text())["services"]
     built = {name for name, service in services.items() if "build" in service}
     assert built - set(local) == set()
+    # and the image of the same target: a service without torch given the training image
+    # would run, but the services' image would not be what the tests try
+    local_images = {
+        "app": "localhost/dask-train-cifar:latest",
+        "services": "localhost/dask-train-cifar-services:latest",
+    }
+    wrong = {
+        name: local[name]["image"]
+        for name in built
+        if local[name]["image"] != local_images[services[name]["build"]["target"]]
+    }
+    assert wrong == {}
 
 
 def test_compose_every_server_a_service_names_shares_a_network_with_it() -> None:

@@ -20,8 +20,9 @@ from cifar.format import CLASS_NAMES
 from flows.publish import PublishError, publish
 from mlops.evaluation import score
 from mlops.promotion import PromotionRule
-from mlops.registry import WITHDRAWN_TAG, register_model
+from mlops.registry import register_model
 from mlops.tracking import start_run
+from mlops.version_tags import WITHDRAWN_TAG
 from tasks.download import Archive
 from tasks.train import TrainedRun
 from tests.lossy_proxy import lossy_proxy

@@ -18,8 +18,9 @@ from cifar.models import build_model
 from mlops.evaluation import Evaluation
 from mlops.model_loading import ModelNotFoundError, load_model, scores_in_fresh_process
 from mlops.promotion import PromotionRule, promote
-from mlops.registry import WITHDRAWN_TAG, model_name_for, register_model, using_store
+from mlops.registry import model_name_for, register_model, using_store
 from mlops.tracking import start_run
+from mlops.version_tags import WITHDRAWN_TAG
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import FlowRun, StateType
 
 import trainlib
-from mlops.registry import PROMOTION_TAG, REQUEST_TAG, WITHDRAWN_TAG
+from mlops.version_tags import PROMOTION_TAG, REQUEST_TAG, WITHDRAWN_TAG
 from tests.helpers import rank_processes
 from tests.soak.rig import MODEL, STORAGE, Rig
 
