@@ -28,6 +28,7 @@ from trainlib.errors import RankFailure, TrainingFailedError
 if TYPE_CHECKING:
     from distributed import Client
 
+    from trainlib._internal.driver.gpu_claims import GpuClaims
     from trainlib._internal.driver.watchdog import ProgressWatchdog
     from trainlib._internal.driver.worker_group import WorkerGroup
 
@@ -57,6 +58,7 @@ class LiveGroup:
         )
         self._stack = ExitStack()
         self._client: Client | None = None
+        self._claims: GpuClaims | None = None  # the run's GPUs, across its attempts
         self._attempt: AbstractContextManager[tuple[WorkerGroup, ProgressWatchdog]] | None = None
         self._group: WorkerGroup | None = None
         self._watchdog: ProgressWatchdog | None = None
@@ -72,6 +74,7 @@ class LiveGroup:
             NotEnoughWorkersError: The cluster cannot provide the ranks.
         """
         from trainlib._internal.driver import cluster
+        from trainlib._internal.driver.gpu_claims import GpuClaims
         from trainlib._internal.worker import preemption_retirement
         from trainlib._internal.worker.rank_pool import RankPoolPlugin
 
@@ -82,6 +85,7 @@ class LiveGroup:
                 live._client = live._stack.enter_context(
                     cluster.connect(plan.dask_config, workers, client)
                 )
+                live._claims = live._stack.enter_context(GpuClaims(live._client, live.run_name))
                 live._client.register_plugin(RankPoolPlugin())
                 preemption_retirement.register(live._client)
                 live._form()
@@ -143,8 +147,8 @@ class LiveGroup:
         logger.info("Run %s closed", self._run.name)
 
     def _form(self) -> None:
-        assert self._client is not None, "connected before forming"
-        self._attempt = self._run.attempt(self._client)
+        assert self._client is not None and self._claims is not None, "connected before forming"
+        self._attempt = self._run.attempt(self._client, self._claims)
         self._group, self._watchdog = self._attempt.__enter__()
         self._next_report()  # the ranks' first report: set up and waiting for commands
 

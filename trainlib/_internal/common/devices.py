@@ -71,6 +71,17 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def pinned_to_own_cores() -> bool:
+    """Whether this process runs on fewer cores than its parent: a worker pinned to its own
+    cores (dask-cuda pins each worker to the cores near its GPU), whose cores are then its
+    rank's alone rather than shared by its host's ranks. A SLURM job's or a container's
+    cpuset narrows the parent too: not pinned."""
+    try:
+        return os.sched_getaffinity(0) < os.sched_getaffinity(os.getppid())
+    except (AttributeError, OSError):  # not Linux; the parent gone
+        return False
+
+
 def parse_visible(value: str) -> tuple[str, ...]:
     """CUDA_VISIBLE_DEVICES as CUDA reads it: the entries up to the first invalid one.
 

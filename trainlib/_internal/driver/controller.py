@@ -133,11 +133,17 @@ class Run:
             validations.cancel()  # those not ended when the run stops otherwise
 
     def _until_trained(self, client: Client) -> None:
+        from trainlib._internal.driver.gpu_claims import GpuClaims
+
+        with GpuClaims(client, self.name) as claims:  # the run's GPUs, across its attempts
+            self._attempt_until_trained(client, claims)
+
+    def _attempt_until_trained(self, client: Client, claims: GpuClaims) -> None:
         from trainlib._internal.driver.preemption_grace import PreemptionGrace
 
         failure_config = self.plan.run_config.failure_config
         while True:
-            with self.attempt(client) as (group, watchdog):
+            with self.attempt(client, claims) as (group, watchdog):
                 growth = self._growth(client, group.size)
                 grace = PreemptionGrace(failure_config, self.collector, self.manager, group.size)
                 attempt_failures = group.run(
@@ -199,19 +205,12 @@ class Run:
         return watch_growth(client, scaling, group_size, self.manager)
 
     @contextmanager
-    def attempt(self, client: Client) -> Iterator[tuple[WorkerGroup, ProgressWatchdog]]:
-        """Form the next group, resuming from the latest intact checkpoint (or the plan's);
-        on leaving, its ranks are stopped and its GPUs' claims released. Workers unresponsive
-        before are avoided."""
-        from trainlib._internal.driver.gpu_claims import GpuClaims
-
-        with GpuClaims(client, self.name) as claims, self._group(client, claims) as attempt:
-            yield attempt
-
-    @contextmanager
-    def _group(
+    def attempt(
         self, client: Client, claims: GpuClaims
     ) -> Iterator[tuple[WorkerGroup, ProgressWatchdog]]:
+        """Form the next group, resuming from the latest intact checkpoint (or the plan's), its
+        GPUs claimed in the run's ``claims``; on leaving, its ranks are stopped. Workers
+        unresponsive before are avoided."""
         from trainlib._internal.driver import worker_selection
         from trainlib._internal.driver.worker_group import WorkerGroup
 

@@ -2,27 +2,37 @@
 (of this driver or any other client of the cluster) is given that GPU while it runs.
 
 A claim is a ``distributed.Lock`` (whose lease the client keeps alive) named after the GPU's
-physical name (``devices.device_key``), taken without waiting when the run's ranks are placed
-and released when the attempt ends. If the driver dies, the scheduler frees it after
-``distributed.scheduler.locks.lease-timeout`` (30 s by default). The name of the run holding a
-GPU is kept in the scheduler's metadata, so a run refused a GPU can say by whom.
+physical name (``devices.device_key``), taken without waiting when the run's ranks are placed,
+kept across the run's attempts (a restart or an elastic re-form places its ranks on the GPUs
+it holds) and released when the run ends. Runs place one at a time (a short lock of the
+scheduler's, ``placing``), and a run that cannot place enough ranks keeps none of its claims:
+two runs that each need both GPUs of a host never each take one. If the driver dies, the
+scheduler frees its claims after ``distributed.scheduler.locks.lease-timeout`` (30 s by
+default). The name of the run holding a GPU is kept in the scheduler's metadata, so a run
+refused a GPU can say by whom. After a scheduler restart the claims it knew are gone: a claim
+is taken afresh there (the ranks' own holds on their hosts, ``common/device_holds``, still keep
+a GPU in use from being given twice).
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 
 from distributed import Client, Lock
 
 _HOLDERS = "trainlib-gpu-holders"  # scheduler metadata: device key -> run name
+_PLACING = "placing"  # the lock runs place under (device keys are "host/device")
+_PLACING_WAIT_S = 10.0  # a placement takes well under a second
 _LOCKS: weakref.WeakKeyDictionary[Client, dict[str, Lock]] = weakref.WeakKeyDictionary()
 _LOCKS_GUARD = threading.Lock()
 
 
 class GpuClaims:
-    """The GPUs one attempt of a run holds; released on leaving the ``with`` block."""
+    """The GPUs a run holds; released on leaving the ``with`` block."""
 
     def __init__(self, client: Client, owner: str) -> None:
         self._client = client
@@ -46,8 +56,8 @@ class GpuClaims:
         """Hold the GPU ``key`` for this run; False (nothing held) if another run holds it."""
         if key in self._held:
             return True
-        lock = _lock(self._client, key)
-        if not lock.acquire(blocking=False):
+        lock = self._acquired(key, timeout=None)
+        if lock is None:
             holder = self._client.get_metadata([_HOLDERS, key], default=None)
             self.refused[key] = f"run {holder}" if holder else "another run"
             return False
@@ -59,6 +69,17 @@ class GpuClaims:
         self._held[key] = lock
         self.refused.pop(key, None)
         return True
+
+    @contextmanager
+    def placing(self) -> Iterator[bool]:
+        """Whether this run may place now (no other run of the scheduler is placing), for
+        the ``with`` block; False after waiting ``_PLACING_WAIT_S`` for another run."""
+        lock = self._acquired(_PLACING, timeout=_PLACING_WAIT_S)
+        try:
+            yield lock is not None
+        finally:
+            if lock is not None:
+                lock.release()
 
     def keep(self, keys: set[str]) -> None:
         """Release every held GPU not in ``keys`` (those the placement did not use)."""
@@ -74,12 +95,32 @@ class GpuClaims:
         """The device keys held now."""
         return set(self._held)
 
+    def _acquired(self, key: str, timeout: float | None) -> Lock | None:
+        """The lock ``key`` acquired (waiting up to ``timeout``; None: not at all), or None.
+        A scheduler restarted since the lock was made does not know it: a new one is made."""
+        lock = _lock(self._client, key)
+        try:
+            return lock if _acquire(lock, timeout) else None
+        except RuntimeError as error:
+            if "not known" not in str(error):
+                raise
+            lock = _lock(self._client, key, fresh=True)
+            return lock if _acquire(lock, timeout) else None
 
-def _lock(client: Client, key: str) -> Lock:
+
+def _acquire(lock: Lock, timeout: float | None) -> bool:
+    if timeout is None:
+        return bool(lock.acquire(blocking=False))
+    return bool(lock.acquire(timeout=timeout))
+
+
+def _lock(client: Client, key: str, fresh: bool = False) -> Lock:
     """``client``'s lock for ``key`` (a Lock keeps a periodic callback for its lifetime, so
-    one per client and device is made, not one per try)."""
+    one per client and device is made, not one per try; ``fresh``: a new one)."""
     with _LOCKS_GUARD:
         locks = _LOCKS.setdefault(client, {})
+        if fresh and key in locks:
+            locks.pop(key).close()
         if key not in locks:
             locks[key] = Lock(
                 f"trainlib-gpu/{key}", scheduler_rpc=client.scheduler, loop=client.loop

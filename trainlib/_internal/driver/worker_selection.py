@@ -41,7 +41,7 @@ def select_workers(
     raise to stop the wait (Ctrl-C). On a cluster class that ``connect`` started, lost workers
     are replaced while waiting (once a second). With ``use_gpu``, only workers that can be
     given a device are eligible (see ``devices``), and each chosen worker's device is claimed
-    in ``claims`` (kept by the caller until its ranks have stopped).
+    in ``claims`` (the run's: kept across its attempts until it ends), all or nothing.
 
     Raises:
         NotEnoughWorkersError: Fewer eligible workers than ``num_workers`` after ``timeout_s``;
@@ -70,17 +70,16 @@ def select_workers(
             if available >= low:
                 return assign_ranks(eligible[:high])
         else:
-            placed = gpus.place([address for _, address in eligible], high, claims)
-            chosen = [(host, address) for host, address in eligible if address in placed]
+            placed = gpus.place([address for _, address in eligible], high, low, claims)
+            chosen = [(host, address) for host, address in eligible if address in (placed or {})]
             available = len(chosen)
-            if available >= low:
+            if placed is not None and available >= low:
                 slots = assign_ranks(chosen, placed, gpus.scopes)
                 return [replace(s, device_hold=gpus.hold_name(s)) for s in slots]
-            if claims is not None:
-                claims.release()  # none held while waiting: two waiting runs never deadlock
-            if allowed is None and claims is not None and claims.refused:
+            placing = placed is None  # another run was placing: ask again, not a verdict
+            if not placing and allowed is None and claims is not None and claims.refused:
                 raise _gpus_in_use(client, scaling, available, claims.refused, timeout_s)
-            if allowed is None and len(found) >= low:
+            if not placing and allowed is None and len(found) >= low:
                 raise _gpu_shortage(client, scaling, available, gpus, found, timeout_s)
         if time.monotonic() >= deadline:
             if claims is not None and claims.refused:  # a trial waited for GPUs in use
@@ -154,19 +153,29 @@ class _WorkerGpus:
         """Workers whose devices are numbered alike (the same SLURM job, or none)."""
         return {address: view.job_gpus for address, view in self.views.items()}
 
-    def place(self, addresses: list[str], wanted: int, claims: GpuClaims | None) -> dict[str, str]:
-        """Devices for up to ``wanted`` of ``addresses``, each claimed in ``claims`` if given;
-        the claims not used are released."""
+    def place(
+        self, addresses: list[str], wanted: int, least: int, claims: GpuClaims | None
+    ) -> dict[str, str] | None:
+        """Devices for up to ``wanted`` of ``addresses``, each claimed in ``claims`` if given,
+        all or nothing: with fewer than ``least`` placed, no claim is kept (two runs waiting
+        for the same GPUs never hold part of them each; the devices it could have had are
+        still returned, for the caller's message); else those not used are released.
+        None when another run of the scheduler was placing all along (ask again)."""
         views = [self.views[a] for a in addresses]
         every = list(self.views.values())
         if claims is None:
             return devices.place(views, wanted, among=every)
-        for view in views:  # held by a rank another scheduler started: said if it fails
-            for name, who in view.held:
-                claims.refused[f"{view.host}/{name}"] = f"{who} on {view.host} (its rank holds it)"
-        placed = devices.place(views, wanted, claims.take, among=every)
-        claims.keep({devices.device_key(self.views[a], e) for a, e in placed.items()})
-        return placed
+        with claims.placing() as placing:
+            if not placing:
+                return None
+            for view in views:  # held by a rank another scheduler started: said if it fails
+                for name, who in view.held:
+                    where = f"{view.host}/{name}"
+                    claims.refused[where] = f"{who} on {view.host} (its rank holds it)"
+            placed = devices.place(views, wanted, claims.take, among=every)
+            kept = placed if len(placed) >= least else {}
+            claims.keep({devices.device_key(self.views[a], e) for a, e in kept.items()})
+            return placed
 
 
 def _worker_gpus(client: Client, live: dict[str, Any]) -> _WorkerGpus:

@@ -22,7 +22,7 @@ from typing import Any
 from distributed import Event, Queue, get_client, get_worker, secede
 
 from trainlib._internal.common import device_holds
-from trainlib._internal.common.devices import usable_cores
+from trainlib._internal.common.devices import pinned_to_own_cores, usable_cores
 from trainlib._internal.common.messages import RankLaunch, is_private
 from trainlib._internal.worker import command_relay, rank_pool
 from trainlib._internal.worker.feeder import Feeder
@@ -100,7 +100,7 @@ def launch_environment(
         and "DASK_SCHEDULER_ADDRESS" not in process_env
     ):
         env["DASK_SCHEDULER_ADDRESS"] = scheduler_address
-    share = str(thread_share(usable_cores(), launch.local_world_size))
+    share = str(thread_share(usable_cores(), launch.local_world_size, pinned_to_own_cores()))
     for variable in ("OMP_NUM_THREADS", "TORCHINDUCTOR_COMPILE_THREADS"):
         if variable not in process_env:
             env[variable] = share
@@ -112,9 +112,11 @@ def launch_environment(
     return env
 
 
-def thread_share(cpu_count: int | None, local_world_size: int) -> int:
-    """A rank's share of the cores: at least one thread each."""
-    return max(1, (cpu_count or 1) // local_world_size)
+def thread_share(cpu_count: int | None, local_world_size: int, pinned: bool = False) -> int:
+    """A rank's share of its worker's cores: divided between the host's ranks, unless the
+    worker was pinned to cores of its own (then they are the share already: dividing again
+    would leave a dask-cuda rank a quarter of its cores); at least one thread each."""
+    return max(1, (cpu_count or 1) // (1 if pinned else local_world_size))
 
 
 def _locked(send: Callable[[Any], None]) -> Callable[[Any], None]:

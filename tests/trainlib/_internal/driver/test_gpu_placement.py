@@ -239,3 +239,86 @@ def test_a_claim_whose_holder_cannot_be_recorded_is_not_left_held(
             failing.take("h/0")
         with GpuClaims(rig.client, "run-b") as claims:
             assert claims.take("h/0")  # at once: the failed claim let go of the lock
+
+
+def test_a_run_keeps_its_gpus_across_attempts_and_a_queued_run_never_takes_them(
+    rig: Rig,
+) -> None:
+    """A restart (or an elastic re-form) places its ranks again with the run's claims: the
+    GPUs its first attempt had stay its own in between, and it gets them back."""
+    with Client(rig.cluster) as other, GpuClaims(rig.client, "run-a") as run:
+        first = select_workers(rig.client, GPU, timeout_s=5, claims=run)
+        # the attempt failed and its ranks stopped; a queued run places meanwhile
+        with GpuClaims(other, "run-b") as queued:
+            four = ScalingConfig(num_workers=4, use_gpu=True)
+            with pytest.raises(NotEnoughWorkersError, match=r"is used by run run-a"):
+                select_workers(other, four, timeout_s=60, claims=queued)
+            assert queued.held == set()  # all or nothing: not the two it could have had
+        again = select_workers(rig.client, GPU, timeout_s=5, claims=run)
+        assert _gpus(again) == _gpus(first) == {"0", "1"}
+        assert len(run.held) == 2
+
+
+def test_while_another_run_places_a_run_waits_and_is_not_told_of_a_shortage(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs place one at a time: two that each need every GPU, started together, never take
+    some each and both fail. One placing holds the lock: the other is given nothing meanwhile
+    and, at its timeout, told it waited for workers (not that GPUs are missing)."""
+    from trainlib._internal.driver import gpu_claims
+
+    monkeypatch.setattr(gpu_claims, "_PLACING_WAIT_S", 0.2)
+    four = ScalingConfig(num_workers=4, use_gpu=True)
+    with Client(rig.cluster) as other, GpuClaims(other, "run-a") as placing_run:
+        with placing_run.placing() as placing:  # run-a is half-way through its placement
+            assert placing
+            with GpuClaims(rig.client, "run-b") as waiting:
+                with pytest.raises(NotEnoughWorkersError) as raised:
+                    select_workers(rig.client, four, timeout_s=1.0, claims=waiting)
+                assert "used by" not in str(raised.value)
+                assert waiting.held == set() and waiting.refused == {}
+        with GpuClaims(rig.client, "run-b") as after:  # the placement over, it places
+            assert len(select_workers(rig.client, four, timeout_s=5, claims=after)) == 4
+
+
+_SCHEDULER = (sys.executable, "-m", "distributed.cli.dask_scheduler", "--dashboard-address", ":0")
+
+
+def test_claims_of_a_client_whose_scheduler_restarted_are_taken_afresh() -> None:
+    port = free_port()
+    command = [*_SCHEDULER, "--host", "127.0.0.1", "--port", str(port)]
+    scheduler = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+    try:
+        with (
+            Client(f"tcp://127.0.0.1:{port}", timeout=30) as client,
+            GpuClaims(client, "run-a") as claims,
+        ):
+            assert claims.take("h/GPU-0")
+            scheduler.kill()
+            scheduler.wait()
+            scheduler = subprocess.Popen(command, stderr=subprocess.DEVNULL)
+            _reconnected(client)
+            assert claims.take("h/GPU-1")
+            claims.release()  # the old claim's lease died with the old scheduler
+            # the lock of GPU-0 was made (and registered) on the old scheduler: "Semaphore or
+            # Lock `trainlib-gpu/h/GPU-0` not known" before, a fresh claim now
+            assert claims.take("h/GPU-0")
+            with Client(f"tcp://127.0.0.1:{port}", timeout=30) as other:
+                assert not GpuClaims(other, "run-b").take("h/GPU-0")  # a claim again
+    finally:
+        scheduler.kill()
+        scheduler.wait()
+
+
+def _reconnected(client: Client) -> None:
+    """Until the client has found the restarted scheduler (Dask reconnects on its own)."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            client.scheduler_info()
+            if client.status == "running":
+                return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "the client never reconnected"
+        time.sleep(0.2)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -56,6 +57,28 @@ def test_supervisor_thread_share_divides_the_cores_between_a_hosts_ranks() -> No
     assert thread_share(16, 3) == 5
     assert thread_share(2, 4) == 1  # never zero threads
     assert thread_share(None, 1) == 1  # os.cpu_count() may not know
+
+
+def test_supervisor_thread_share_of_a_worker_pinned_to_its_own_cores_is_those_cores() -> None:
+    """dask-cuda pins each of a host's four workers to its GPU's 4 of 16 cores: each rank
+    gets those 4, not 4 divided by the host's 4 ranks."""
+    assert thread_share(4, 4, pinned=True) == 4
+    assert thread_share(16, 4, pinned=False) == 4
+
+
+_PINNED = """
+import os, sys
+from trainlib._internal.common.devices import pinned_to_own_cores
+before = pinned_to_own_cores()
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core: fewer than its parent's
+print(before, pinned_to_own_cores())
+"""
+
+
+def test_supervisor_a_process_on_fewer_cores_than_its_parent_is_pinned() -> None:
+    assert len(os.sched_getaffinity(0)) >= 2, "needs two cores to pin to fewer"
+    done = subprocess.run([sys.executable, "-c", _PINNED], capture_output=True, text=True)
+    assert done.stdout.split() == ["False", "True"], done.stderr
 
 
 def test_supervisor_keeps_thread_settings_the_user_chose() -> None:
