@@ -157,6 +157,10 @@ def test_one_credential_of_each_kind_is_rotated_by_one_command(stack: Stack) -> 
         )
         == 401
     )
+    # the restarted Dask workers are reachable from the scheduler (a worker on two networks
+    # once came back on the other one's address: every run then timed out connecting to it)
+    ran = podman("exec", container("prefect-worker"), "python", "-c", _WORKERS_REACHED)
+    assert ran.stdout.strip().splitlines()[-1] == "2", ran.stdout + ran.stderr
     # and once more: every credential already the one the stack runs on, nothing restarted
     again = subprocess.run(
         [sys.executable, "docker/rotate_secrets.py", "podman-compose", "-p", PROJECT,
@@ -165,6 +169,15 @@ def test_one_credential_of_each_kind_is_rotated_by_one_command(stack: Stack) -> 
         timeout=300,
     )  # fmt: skip
     assert "every credential is already the one the stack runs on" in again.stdout, again.stderr
+
+
+# Run in the Prefect worker: how many Dask workers the scheduler reaches (runs a task on)
+_WORKERS_REACHED = """
+from distributed import Client
+with Client("tls://dask-scheduler:8786", timeout=30) as client:
+    answers = client.run(lambda: "here", on_error="return")
+print(sum(answer == "here" for answer in answers.values()))
+"""
 
 
 def _basic(user: str, password: str) -> str:

@@ -169,6 +169,18 @@ def test_compose_test_file_gives_every_service_of_the_image_a_local_image() -> N
     assert wrong == {}
 
 
+def test_compose_a_dask_worker_is_on_one_network_only() -> None:
+    """A Dask worker listens on the address it finds towards the scheduler; on two networks,
+    a name lookup failing at its start picked the other network's address, unreachable from
+    the scheduler (seen after a restart: every later run timed out connecting to it)."""
+    services = _compose()["services"]
+    workers = {
+        n: s["networks"] for n, s in services.items() if "dask worker" in str(s.get("command"))
+    }
+    assert len(workers) == 2
+    assert all(len(networks) == 1 for networks in workers.values()), workers
+
+
 def test_compose_every_server_a_service_names_shares_a_network_with_it() -> None:
     """The networks are the only way between services: a server named on a service's command
     line or in its environment (URLs, ``wait-for host:port``) must be on one of its networks."""
