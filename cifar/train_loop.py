@@ -89,6 +89,7 @@ def cifar_train_func(loop: dict[str, Any]) -> None:
     # fp16's loss scale, kept across epochs (a new scaler would skip steps to find it again)
     scaler = torch.amp.GradScaler("cuda", enabled=_autocast_dtype(config) is torch.float16)
     start_epoch = _resume(classifier, optimizer, scheduler, scaler)
+    took_effect = _took_effect(classifier, config)
     train, val = trainlib.get_dataset_shard("train"), trainlib.get_dataset_shard("val")
     for epoch in range(start_epoch, config.epochs):
         began = time.perf_counter()
@@ -111,6 +112,8 @@ def cifar_train_func(loop: dict[str, Any]) -> None:
             "val_loss": val_loss,
             "val_accuracy": val_accuracy,
             "epoch_time_s": time.perf_counter() - began,
+            **took_effect,
+            "compiled_graphs": _compiled_graphs() if config.compile else 0.0,
         }
         _log_epoch(metrics, config.epochs)
         with tempfile.TemporaryDirectory() as directory:
@@ -237,6 +240,29 @@ def _inputs(images: torch.Tensor, config: TrainConfig) -> torch.Tensor:
     if config.use_gpu:
         return images.contiguous(memory_format=torch.channels_last)
     return images
+
+
+def _took_effect(classifier: nn.Module, config: TrainConfig) -> dict[str, float]:
+    """What the GPU settings did, measured on the model (reported with each epoch, so a test
+    or a reader of the run sees the mechanism, not only the accuracy): its weights in
+    channels_last, and the dtype its forward pass gives under the loop's autocast."""
+    first = next(p for p in classifier.parameters() if p.dim() == 4)  # the first convolution
+    probe = _inputs(torch.zeros(2, 3, 32, 32, device=first.device), config)
+    with torch.no_grad(), _autocast(_autocast_dtype(config)):
+        dtype = classifier.eval()(probe).dtype
+    classifier.train()
+    return {
+        "channels_last": float(first.is_contiguous(memory_format=torch.channels_last)),
+        "autocast_bf16": float(dtype is torch.bfloat16),
+        "autocast_fp16": float(dtype is torch.float16),
+    }
+
+
+def _compiled_graphs() -> float:
+    """How many graphs torch.compile made in this process so far (0: nothing was compiled)."""
+    from torch._dynamo.utils import counters
+
+    return float(counters["stats"]["unique_graphs"])
 
 
 def _autocast_dtype(config: TrainConfig) -> torch.dtype | None:

@@ -56,6 +56,16 @@ def test_gpu_training_learns_the_synthetic_classes(tmp_path: Path, compile_model
     trained = _train(tmp_path, num_workers=1, compile=compile_model)
     assert trained.best_metrics["val_accuracy"] > 0.5  # ten classes: chance is 0.1
     assert torch.isfinite(torch.tensor(trained.final_metrics["train_loss"]))
+    _assert_the_gpu_settings_took_effect(trained.final_metrics, compile_model)
+
+
+def _assert_the_gpu_settings_took_effect(metrics: dict[str, float], compiled: bool) -> None:
+    """The mechanism, not only the outcome: the weights in channels_last, the forward pass in
+    bf16 where the GPU has it (else fp16), and graphs compiled exactly when asked."""
+    bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
+    assert metrics["channels_last"] == 1
+    assert (metrics["autocast_bf16"], metrics["autocast_fp16"]) == ((1, 0) if bf16 else (0, 1))
+    assert (metrics["compiled_graphs"] > 0) is compiled
 
 
 @pytest.mark.gpu
@@ -63,3 +73,4 @@ def test_gpu_training_learns_the_synthetic_classes(tmp_path: Path, compile_model
 def test_gpu_training_ddp_on_two_gpus_learns_as_one(tmp_path: Path) -> None:
     trained = _train(tmp_path, num_workers=2, compile=True)
     assert trained.best_metrics["val_accuracy"] > 0.5
+    _assert_the_gpu_settings_took_effect(trained.final_metrics, compiled=True)

@@ -59,3 +59,7 @@ def test_train_ranks_import_what_training_needs_only(
     assert sorted(m for m in imported if m.split(".")[0] in HEAVY) == []
     run = MlflowClient(tracking_uri).get_run(trained.run_id)
     assert run.info.status == "FINISHED"
+    # what the GPU settings did, measured on the model: nothing, on a CPU rank without compile
+    took_effect = ("channels_last", "autocast_bf16", "autocast_fp16", "compiled_graphs")
+    assert {key: trained.final_metrics[key] for key in took_effect} == dict.fromkeys(took_effect, 0)
+    assert set(took_effect) <= set(run.data.metrics)
