@@ -10,7 +10,8 @@ TORCH_INDEX_URL ?=
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: run run-offline test test-fast test-containers check clean slurm postgres gpu-benchmark soak \
+.PHONY: run run-offline test test-fast test-containers check clean slurm postgres gpu-benchmark \
+	gpu-check soak \
 	podman stack-up stack-down stack-rotate stack-up-local stack-down-local stack-rotate-local
 
 run: $(STAMP)
@@ -120,6 +121,11 @@ postgres:
 				"apt-get install postgresql); the tests that need a Prefect server will be" \
 				"skipped (in CI, CI=true, they fail)."; \
 		fi
+
+# On a bare GPU host (torch, torchvision and the wheels of benchmarks/gpu_check.txt; no network,
+# no venv): the facts, the GPU tests, one round of the comparison below, in about five minutes.
+gpu-check:
+	$(PYTHON) benchmarks/gpu_check.py --out gpu-check.md
 
 # On a GPU machine: the pipeline's training against a plain script on one GPU (bf16,
 # channels_last), compile off and on, both models; figures go to docs/benchmarks.md.

@@ -1,6 +1,6 @@
 """GPU ranks on real devices: each binds its own GPU, sees its host's other ranks' GPUs (NCCL's
-peer links), and a second run started meanwhile is given other GPUs. Skipped without two CUDA
-devices (none of the machines here has one); tests/trainlib/_internal/driver/ covers the
+peer links), and a second run started meanwhile is given other GPUs. Skipped without the CUDA
+devices each needs (none of the machines here has one); tests/trainlib/_internal/driver/ covers the
 placement itself with the device discovery faked."""
 
 from __future__ import annotations
@@ -15,16 +15,12 @@ import torch
 
 import trainlib
 from tests.helpers import local_cluster
-from trainlib import DaskConfig, RunConfig, ScalingConfig
+from trainlib import DaskConfig, NotEnoughWorkersError, RunConfig, ScalingConfig
 from trainlib.torch import TorchTrainer, get_device
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(
-        not torch.cuda.is_available() or torch.cuda.device_count() < 2,
-        reason="needs two CUDA devices",
-    ),
-]
+GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
+pytestmark = pytest.mark.gpu
+two_gpus = pytest.mark.skipif(GPUS < 2, reason="needs two CUDA devices")
 
 
 def _where(config: dict[str, Any]) -> None:
@@ -52,6 +48,7 @@ def _where(config: dict[str, Any]) -> None:
     trainlib.report({"ranks": everyone})
 
 
+@two_gpus
 def test_gpu_ranks_of_a_host_see_each_others_devices_and_bind_their_own(tmp_path: Path) -> None:
     with local_cluster(2, processes=True) as client:
         result = TorchTrainer(
@@ -68,6 +65,7 @@ def test_gpu_ranks_of_a_host_see_each_others_devices_and_bind_their_own(tmp_path
     assert first["sum"] == second["sum"] == 3.0
 
 
+@two_gpus
 def test_gpu_a_run_started_while_another_holds_a_gpu_is_given_another(tmp_path: Path) -> None:
     with local_cluster(2, processes=True) as client:
         address = client.scheduler.address  # type: ignore[union-attr]
@@ -91,3 +89,45 @@ def test_gpu_a_run_started_while_another_holds_a_gpu_is_given_another(tmp_path: 
             run.join()
     uuids = {name: result.metrics["ranks"][0]["uuid"] for name, result in results.items()}
     assert uuids["a"] != uuids["b"]
+
+
+def _hold_until_released(config: dict[str, Any]) -> None:
+    """A rank that holds its GPU until the test says so (a file), then reports."""
+    Path(config["started"]).touch()
+    deadline = time.monotonic() + 120
+    while not Path(config["release"]).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    trainlib.report({"device": str(get_device())})
+
+
+@pytest.mark.skipif(GPUS < 1, reason="needs a CUDA device")
+def test_gpu_a_run_started_while_another_holds_the_only_gpu_is_told_which(tmp_path: Path) -> None:
+    started, release = tmp_path / "started", tmp_path / "release"
+    with local_cluster(2, processes=True) as client:
+        address = client.scheduler.address  # type: ignore[union-attr]
+
+        def trainer(name: str) -> TorchTrainer:
+            return TorchTrainer(
+                _hold_until_released,
+                train_loop_config={"started": str(started), "release": str(release)},
+                scaling_config=ScalingConfig(num_workers=1, use_gpu=True),
+                run_config=RunConfig(name=name, storage_path=str(tmp_path)),
+                dask_config=DaskConfig(address=address),
+            )
+
+        first: dict[str, Any] = {}
+        holder = threading.Thread(target=lambda: first.update(result=trainer("first").fit()))
+        holder.start()
+        try:
+            deadline = time.monotonic() + 120
+            while not started.exists():  # the first run's rank is on the GPU
+                assert time.monotonic() < deadline and holder.is_alive(), (
+                    "the first run never started"
+                )
+                time.sleep(0.05)
+            with pytest.raises(NotEnoughWorkersError, match=r"GPU \S+ is used by run first"):
+                trainer("second").fit()
+        finally:
+            release.touch()
+            holder.join()
+    assert first["result"].metrics["device"].startswith("cuda")

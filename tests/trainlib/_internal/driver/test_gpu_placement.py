@@ -322,3 +322,53 @@ def _reconnected(client: Client) -> None:
             pass
         assert time.monotonic() < deadline, "the client never reconnected"
         time.sleep(0.2)
+
+
+_DRIVER = """
+import sys
+from distributed import Client
+from trainlib._internal.driver.gpu_claims import GpuClaims
+client = Client(sys.argv[1], timeout=30)
+assert GpuClaims(client, "run-a").take("h/GPU-0")
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_claim_of_a_sigkilled_driver_lapses_with_its_lease() -> None:
+    """The scheduler frees a dead driver's claims once their lease times out (the drivers'
+    setting, shortened here from 30 s to 2 s); the GPU is then claimed by another run."""
+    port = free_port()
+    command = [*_SCHEDULER, "--host", "127.0.0.1", "--port", str(port)]
+    lease = {
+        "DASK_DISTRIBUTED__SCHEDULER__LOCKS__LEASE_TIMEOUT": "2s",
+        "DASK_DISTRIBUTED__SCHEDULER__LOCKS__LEASE_VALIDATION_INTERVAL": "0.5s",
+    }
+    scheduler = subprocess.Popen(command, env={**os.environ, **lease}, stderr=subprocess.DEVNULL)
+    address = f"tcp://127.0.0.1:{port}"
+    driver = subprocess.Popen(
+        [sys.executable, "-c", _DRIVER, address],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={**os.environ, **lease},
+    )
+    try:
+        assert driver.stdout is not None and driver.stdout.readline() == b"held\n"
+        with (
+            dask.config.set({"distributed.scheduler.locks.lease-timeout": "2s"}),
+            Client(address, timeout=30) as client,
+            GpuClaims(client, "run-b") as claims,
+        ):
+            assert not claims.take("h/GPU-0")
+            assert claims.refused == {"h/GPU-0": "run run-a"}
+            driver.kill()
+            driver.wait()
+            killed = time.monotonic()
+            while not claims.take("h/GPU-0"):  # until the scheduler finds the lease expired
+                assert time.monotonic() - killed < 30, "the dead driver's claim never lapsed"
+                time.sleep(0.2)
+    finally:
+        driver.kill()
+        driver.wait()
+        scheduler.kill()
+        scheduler.wait()

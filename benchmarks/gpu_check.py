@@ -1,0 +1,143 @@
+"""The GPU check: what a GPU host has, the GPU tests that need only trainlib's packages, and
+trainlib against plain PyTorch on one GPU, for a bare GPU host (torch and torchvision, no
+network, no Prefect, MLflow or S3), in about five minutes.
+
+    python benchmarks/gpu_check.py [--out gpu-check.md] [--no-throughput]
+    make gpu-check
+
+The packages beyond torch and torchvision (benchmarks/gpu_check.txt) come from a folder of
+wheels made where the package index is reachable, for the GPU host's Python and platform: all
+of them are 72 MB (pyarrow 54, pandas 12), over one 64 MiB upload; a CUDA image that ships
+pandas, pyarrow and pytest (most do) lacks about 3 MB (dask, distributed, tenacity and theirs),
+so download with ``--no-deps`` only what ``pip list`` there lacks:
+
+    pip download -d gpu-wheels --no-deps --only-binary=:all: --python-version 3.12 \
+        --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 dask==2026.8.0 ...
+    # on the GPU host, in a checkout with gpu-wheels/ beside it:
+    pip install --no-index --no-deps --find-links gpu-wheels gpu-wheels/*.whl
+
+Steps, each bounded and reported; the exit status is that of the first step that failed:
+1. facts: torch, the CUDA and cuDNN it was built with, its arch list, each device (name,
+   compute capability, memory, UUID, native bf16, whether the arch list covers it), and how
+   trainlib discovers the devices (NVML, or the driver's /proc files where NVML is missing);
+2. the GPU tests (``-m gpu``) of GPU_TESTS: placement on real devices, two runs on one GPU,
+   the rank's device, peer copies;
+3. ``benchmarks/epoch_throughput.py --gpu``, one round of 3 epochs (the first left out), for
+   small_cnn and resnet18, eager and compiled: the tables docs/benchmarks.md's GPU section
+   takes.
+Without a CUDA device it prints the facts and exits 2, saying so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GPU_TESTS = (
+    "tests/trainlib/test_gpu_placement_integration.py",
+    "tests/trainlib/test_torch_train_loop.py",
+    "tests/trainlib/_internal/rank/test_transfer.py",
+)
+THROUGHPUT = [
+    (model, compiled) for model in ("small_cnn", "resnet18") for compiled in (False, True)
+]
+NO_DEVICE = 2
+
+
+def facts() -> list[str]:
+    """What this host has, one line each."""
+    import torch
+
+    lines = [
+        f"torch {torch.__version__}, built with CUDA {torch.version.cuda}, "
+        f"cuDNN {torch.backends.cudnn.version()}"
+    ]
+    if not torch.cuda.is_available():
+        return [*lines, "CUDA devices: none (torch.cuda.is_available() is False)"]
+    arches = torch.cuda.get_arch_list()
+    lines.append(f"arch list: {' '.join(arches)}")
+    for index in range(torch.cuda.device_count()):
+        p = torch.cuda.get_device_properties(index)
+        arch = f"sm_{p.major}{p.minor}"
+        lines.append(
+            f"GPU {index}: {p.name}, {arch}, {p.total_memory / 2**30:.0f} GiB, GPU-{p.uuid}, "
+            f"native bf16 {torch.cuda.is_bf16_supported(including_emulation=False)}, "
+            f"in the arch list {arch in arches}"
+        )
+    from trainlib._internal.common import gpu_discovery
+
+    nvml = gpu_discovery.nvml_devices()
+    how = "NVML" if nvml is not None else "the driver's /proc files (NVML missing)"
+    lines.append(
+        f"trainlib's discovery: {how}; a worker's view: {gpu_discovery.probe_worker_devices()}"
+    )
+    return lines
+
+
+def step(name: str, command: list[str], timeout_s: float) -> tuple[int, str]:
+    """Run one step; its exit status and output (a step past its bound: status 124)."""
+    print(f"\n## {name}\n$ {' '.join(command)}", flush=True)
+    began = time.monotonic()
+    try:
+        done = subprocess.run(
+            command, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+        status, output = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as expired:
+        partial = "".join(
+            part.decode(errors="replace") if isinstance(part, bytes) else part or ""
+            for part in (expired.stdout, expired.stderr)
+        )
+        status, output = 124, f"{partial}\n(over {timeout_s:.0f} s)"
+    print(output[-6000:], flush=True)
+    print(f"({name}: exit status {status}, {time.monotonic() - began:.0f} s)", flush=True)
+    return status, output
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", help="also write the report (markdown) here")
+    parser.add_argument("--no-throughput", action="store_true", help="facts and tests only")
+    args = parser.parse_args()
+    report = ["# GPU check", "", *(f"- {line}" for line in facts())]
+    print("\n".join(report), flush=True)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("\nNo CUDA device here: nothing more to check.", file=sys.stderr)
+        _write(args.out, report)
+        sys.exit(NO_DEVICE)
+    statuses = []
+    status, output = step(
+        "GPU tests",
+        [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *GPU_TESTS],
+        timeout_s=150,
+    )
+    statuses.append(status)
+    report += ["", "## GPU tests", "", "```", *output.strip().splitlines()[-15:], "```"]
+    if not args.no_throughput:
+        report += ["", "## trainlib against plain PyTorch, one GPU"]
+        for model, compiled in THROUGHPUT:
+            command = [
+                sys.executable, "benchmarks/epoch_throughput.py", "--gpu", "--model", model,
+                "--rounds", "1", "--epochs", "3", *(["--compile"] if compiled else []),
+            ]  # fmt: skip
+            status, output = step(f"{model}, compile {'on' if compiled else 'off'}", command, 120)
+            statuses.append(status)
+            table = [line for line in output.splitlines() if line.startswith(("|", "trainlib /"))]
+            report += ["", f"{model}, compile {'on' if compiled else 'off'}:", "", *table]
+    _write(args.out, report)
+    sys.exit(next((s for s in statuses if s != 0), 0))
+
+
+def _write(path: str | None, report: list[str]) -> None:
+    if path:
+        Path(path).write_text("\n".join(report) + "\n")
+
+
+if __name__ == "__main__":
+    main()
