@@ -21,7 +21,8 @@ Steps, each bounded and reported; the exit status is that of the first step that
    compute capability, memory, UUID, native bf16, whether the arch list covers it), and how
    trainlib discovers the devices (NVML, or the driver's /proc files where NVML is missing);
 2. the GPU tests (``-m gpu``) of GPU_TESTS: placement on real devices, two runs on one GPU,
-   the rank's device, peer copies;
+   the fork server never initialising CUDA while its forked ranks do, the rank's device, peer
+   copies;
 3. ``benchmarks/epoch_throughput.py --gpu``, one round of 3 epochs (the first left out), for
    small_cnn and resnet18, eager and compiled: the tables docs/benchmarks.md's GPU section
    takes.

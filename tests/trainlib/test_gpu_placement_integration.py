@@ -5,6 +5,7 @@ placement itself with the device discovery faked."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -131,3 +132,38 @@ def test_gpu_a_run_started_while_another_holds_the_only_gpu_is_told_which(tmp_pa
             release.touch()
             holder.join()
     assert first["result"].metrics["device"].startswith("cuda")
+
+
+def _cuda_in_rank(config: dict[str, Any]) -> None:
+    torch.ones(1, device=get_device())  # the rank's CUDA context
+    trainlib.report({"initialized": torch.cuda.is_initialized(), "pid": os.getpid()})
+
+
+def _fork_servers_with_cuda(dask_worker: Any) -> dict[int, bool]:
+    """Each fork server of this worker: whether the CUDA driver is mapped into it."""
+    from trainlib._internal.worker.state import WORKER
+
+    servers = WORKER.fork_servers.get(dask_worker.address, [])
+    return {
+        s.process.pid: "libcuda.so" in Path(f"/proc/{s.process.pid}/maps").read_text()
+        for s in servers
+    }
+
+
+@pytest.mark.skipif(GPUS < 1, reason="needs a CUDA device")
+def test_gpu_the_fork_server_never_initialises_cuda_its_forked_rank_does(tmp_path: Path) -> None:
+    """A forked child of a process with a CUDA context cannot use CUDA: the server must never
+    make one, whatever its ranks did."""
+    with local_cluster(1, processes=True) as client:
+        for _ in range(2):  # the second rank forked after the first used CUDA
+            result = TorchTrainer(
+                _cuda_in_rank,
+                train_loop_config={},
+                scaling_config=ScalingConfig(num_workers=1, use_gpu=True),
+                run_config=RunConfig(storage_path=str(tmp_path)),
+                dask_config=DaskConfig(address=client.scheduler.address),  # type: ignore[union-attr]
+            ).fit()
+            assert result.metrics["initialized"] is True
+        servers = client.run(_fork_servers_with_cuda)
+    found = [used for by_server in servers.values() for used in by_server.values()]
+    assert found and not any(found)
