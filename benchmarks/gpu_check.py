@@ -32,12 +32,16 @@ Without a CUDA device it prints the facts and exits 2, saying so.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# trainlib and cifar from this checkout, here and in the steps (a bare host installs neither)
+sys.path.insert(0, str(REPO))
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
 GPU_TESTS = (
     "tests/trainlib/test_gpu_placement_integration.py",
     "tests/trainlib/test_torch_train_loop.py",
