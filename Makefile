@@ -55,7 +55,7 @@ podman:
 				"apt-get install podman podman-compose runc debootstrap)."; exit 1; \
 		fi
 
-# The full stack (README.md, "Run the full stack"): every variable of docker/.env.example set
+# The full stack (docs/running.md, "The full stack"): every variable of docker/.env.example set
 # (exported, or in docker/.env). stack-up writes the secrets (docker/write_secrets.py, refusing
 # a missing one by name), builds the image tagged with this commit, starts every service and
 # runs the one-shot deploy (MLflow's training account, the work pool, the deployments; its
