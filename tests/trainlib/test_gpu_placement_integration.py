@@ -49,16 +49,32 @@ def _where(config: dict[str, Any]) -> None:
     trainlib.report({"ranks": everyone})
 
 
+def _gpu_trainer(
+    loop: Any,
+    config: dict[str, Any],
+    storage: Path,
+    address: str,
+    num_workers: int = 1,
+    name: str | None = None,
+) -> TorchTrainer:
+    """A GPU run of ``loop`` on the cluster at ``address``."""
+    return TorchTrainer(
+        loop,
+        train_loop_config=config,
+        scaling_config=ScalingConfig(num_workers=num_workers, use_gpu=True),
+        run_config=RunConfig(name=name, storage_path=str(storage)),
+        dask_config=DaskConfig(address=address),
+    )
+
+
+def _address(client: Any) -> str:
+    return str(client.scheduler.address)
+
+
 @two_gpus
 def test_gpu_ranks_of_a_host_see_each_others_devices_and_bind_their_own(tmp_path: Path) -> None:
     with local_cluster(2, processes=True) as client:
-        result = TorchTrainer(
-            _where,
-            train_loop_config={},
-            scaling_config=ScalingConfig(num_workers=2, use_gpu=True),
-            run_config=RunConfig(storage_path=str(tmp_path)),
-            dask_config=DaskConfig(address=client.scheduler.address),  # type: ignore[union-attr]
-        ).fit()
+        result = _gpu_trainer(_where, {}, tmp_path, _address(client), num_workers=2).fit()
     first, second = result.metrics["ranks"]
     assert first["visible"] == second["visible"] and len(first["visible"].split(",")) == 2
     assert (first["index"], second["index"]) == (0, 1)
@@ -69,19 +85,14 @@ def test_gpu_ranks_of_a_host_see_each_others_devices_and_bind_their_own(tmp_path
 @two_gpus
 def test_gpu_a_run_started_while_another_holds_a_gpu_is_given_another(tmp_path: Path) -> None:
     with local_cluster(2, processes=True) as client:
-        address = client.scheduler.address  # type: ignore[union-attr]
+        address = _address(client)
         results: dict[str, Any] = {}
         meet = tmp_path / "meet"
         meet.mkdir()
 
         def fit(name: str) -> None:
-            results[name] = TorchTrainer(
-                _where,
-                train_loop_config={"meet": str(meet)},
-                scaling_config=ScalingConfig(num_workers=1, use_gpu=True),
-                run_config=RunConfig(name=name, storage_path=str(tmp_path)),
-                dask_config=DaskConfig(address=address),
-            ).fit()
+            loop = {"meet": str(meet)}
+            results[name] = _gpu_trainer(_where, loop, tmp_path, address, name=name).fit()
 
         runs = [threading.Thread(target=fit, args=(name,)) for name in ("a", "b")]
         for run in runs:
@@ -105,16 +116,11 @@ def _hold_until_released(config: dict[str, Any]) -> None:
 def test_gpu_a_run_started_while_another_holds_the_only_gpu_is_told_which(tmp_path: Path) -> None:
     started, release = tmp_path / "started", tmp_path / "release"
     with local_cluster(2, processes=True) as client:
-        address = client.scheduler.address  # type: ignore[union-attr]
+        address = _address(client)
 
         def trainer(name: str) -> TorchTrainer:
-            return TorchTrainer(
-                _hold_until_released,
-                train_loop_config={"started": str(started), "release": str(release)},
-                scaling_config=ScalingConfig(num_workers=1, use_gpu=True),
-                run_config=RunConfig(name=name, storage_path=str(tmp_path)),
-                dask_config=DaskConfig(address=address),
-            )
+            loop = {"started": str(started), "release": str(release)}
+            return _gpu_trainer(_hold_until_released, loop, tmp_path, address, name=name)
 
         first: dict[str, Any] = {}
         holder = threading.Thread(target=lambda: first.update(result=trainer("first").fit()))
@@ -156,13 +162,7 @@ def test_gpu_the_fork_server_never_initialises_cuda_its_forked_rank_does(tmp_pat
     make one, whatever its ranks did."""
     with local_cluster(1, processes=True) as client:
         for _ in range(2):  # the second rank forked after the first used CUDA
-            result = TorchTrainer(
-                _cuda_in_rank,
-                train_loop_config={},
-                scaling_config=ScalingConfig(num_workers=1, use_gpu=True),
-                run_config=RunConfig(storage_path=str(tmp_path)),
-                dask_config=DaskConfig(address=client.scheduler.address),  # type: ignore[union-attr]
-            ).fit()
+            result = _gpu_trainer(_cuda_in_rank, {}, tmp_path, _address(client)).fit()
             assert result.metrics["initialized"] is True
         servers = client.run(_fork_servers_with_cuda)
     found = [used for by_server in servers.values() for used in by_server.values()]
