@@ -56,7 +56,7 @@ class GpuClaims:
         """Hold the GPU ``key`` for this run; False (nothing held) if another run holds it."""
         if key in self._held:
             return True
-        lock = self._acquired(key, timeout=None)
+        lock = self._acquired(key, timeout=0)  # not waiting
         if lock is None:
             holder = self._client.get_metadata([_HOLDERS, key], default=None)
             self.refused[key] = f"run {holder}" if holder else "another run"
@@ -95,23 +95,17 @@ class GpuClaims:
         """The device keys held now."""
         return set(self._held)
 
-    def _acquired(self, key: str, timeout: float | None) -> Lock | None:
-        """The lock ``key`` acquired (waiting up to ``timeout``; None: not at all), or None.
-        A scheduler restarted since the lock was made does not know it: a new one is made."""
+    def _acquired(self, key: str, timeout: float) -> Lock | None:
+        """The lock ``key`` acquired within ``timeout`` seconds, or None. A scheduler
+        restarted since the lock was made does not know it: a new one is made."""
         lock = _lock(self._client, key)
         try:
-            return lock if _acquire(lock, timeout) else None
+            return lock if lock.acquire(timeout=timeout) else None
         except RuntimeError as error:
             if "not known" not in str(error):
                 raise
             lock = _lock(self._client, key, fresh=True)
-            return lock if _acquire(lock, timeout) else None
-
-
-def _acquire(lock: Lock, timeout: float | None) -> bool:
-    if timeout is None:
-        return bool(lock.acquire(blocking=False))
-    return bool(lock.acquire(timeout=timeout))
+            return lock if lock.acquire(timeout=timeout) else None
 
 
 def _lock(client: Client, key: str, fresh: bool = False) -> Lock:
