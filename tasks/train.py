@@ -26,11 +26,6 @@ from trainlib.torch import TorchTrainer
 
 EXPERIMENT = "train-cifar"
 RUN_PREFIX = "train-cifar-"  # + the flow run's id: a run's default name
-# Every task that trains on the Dask cluster carries this tag. A Prefect tag concurrency limit on
-# it (`prefect concurrency-limit create dask-training 1`: the stack's deploy step) queues the
-# trainings, whichever deployment started them; the cluster's own training slot
-# (tasks.training_slot) keeps them apart, also through an outage of the Prefect API.
-TRAINING_TAG = "dask-training"
 METRIC = "val_accuracy"  # what the best checkpoint is chosen by (cifar_train_func reports it)
 # The best checkpoint and the latest (the one a resumed run continues from), in train and tune.
 CHECKPOINTS = CheckpointConfig(num_to_keep=2, checkpoint_score_attribute=METRIC)
@@ -160,8 +155,7 @@ def is_infrastructure_failure(task: object, task_run: object, state: State) -> b
 
 @task(
     name="train",
-    tags=[TRAINING_TAG],
-    cache_policy=NO_CACHE,
+    cache_policy=NO_CACHE,  # no tags: the training slot is the cluster's (tasks.training_slot)
     retries=1,
     retry_delay_seconds=2,
     retry_condition_fn=is_infrastructure_failure,

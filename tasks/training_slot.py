@@ -1,30 +1,43 @@
-"""One training at a time on the Dask cluster, held by the cluster's own scheduler.
+"""One training at a time on the Dask cluster, held by the cluster's own scheduler, and on this
+host's loopback clusters, by a lock of the host.
 
-Prefect's tag concurrency limit (``dask-training``, the stack's deploy step makes it) queues
-the trainings of every deployment, but its slot is a lease the task renews through the Prefect
-API, and Prefect's task engine carries on when a renewal fails: an API outage longer than the
-lease (60 s) frees the slot while the training goes on. The slot that keeps two trainings off
-the same workers is therefore a ``distributed.Semaphore`` on the cluster's scheduler, held by
-the training's Dask client while it trains: it lives as long as the training does, whatever the
-Prefect API does, and lapses about 30 s after its driver dies
-(``distributed.scheduler.locks.lease-timeout``).
+The slot is a ``distributed.Semaphore`` on the cluster's scheduler, held by the training's Dask
+client while it trains: it lives as long as the training does, whatever the Prefect API does,
+and lapses about 30 s after its driver dies (``distributed.scheduler.locks.lease-timeout``).
+A cluster on loopback (a run's own ``LocalCluster``) shares this host's cores with every other
+one, and a run's own scheduler sees no other run: there the training also holds one of the
+host's slot files (``flock``, released by the kernel when its process ends, however it ends).
+
+No Prefect concurrency limit takes part, and the training tasks carry no tag: Prefect's task
+engine asks the API for a tagged task's slots with a client that has not yet connected, which
+gives up at once while the server is down (the run then Failed with
+``ConcurrencySlotAcquisitionError``: seen in the soak), and its lease lapses during an outage
+longer than a minute while the training goes on.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import ipaddress
 import logging
 import os
+import random
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import urlsplit
 
-from distributed import Semaphore
+from distributed import Client, Semaphore
 
 from trainlib import DaskConfig
 
 logger = logging.getLogger(__name__)
 
-SLOTS_VARIABLE = "CIFAR_TRAINING_SLOTS"  # the worker's: as many as the tag limit's slots
+SLOTS_VARIABLE = "CIFAR_TRAINING_SLOTS"  # the worker's: how many trainings at once
+LOCK_DIR_VARIABLE = "CIFAR_TRAINING_LOCK_DIR"  # the host's slot files; default in the temp dir
 SEMAPHORE = "cifar-training"
 WAIT_LOG_S = 60.0
 
@@ -44,24 +57,100 @@ def training_slots() -> int:
 def training_slot(dask_config: DaskConfig, run_name: str) -> Iterator[None]:
     """Hold one of the cluster's training slots while the block runs; wait for one first
     (saying so every minute). ``dask_config`` names the running cluster (``attached_to``)."""
-    with dask_config.connect() as client:
-        semaphore = Semaphore(
-            max_leases=training_slots(),
-            name=SEMAPHORE,
-            scheduler_rpc=client.scheduler,
-            loop=client.loop,
-        )
-        started = time.monotonic()
-        while not semaphore.acquire(timeout=WAIT_LOG_S):
-            logger.warning(
-                "Training %s waits for the cluster's training slot (another training holds "
-                "it; %.0f s so far)",
-                run_name,
-                time.monotonic() - started,
-            )
+    with dask_config.connect() as client, contextlib.ExitStack() as held:
+        if on_loopback(str(client.scheduler.address if client.scheduler else "")):
+            held.enter_context(_host_slot(run_name))
+        held.enter_context(_cluster_slot(client, run_name))
+        logger.info("Training %s holds the training slot", run_name)
         try:
             yield
         finally:
-            semaphore.release()
-            if (refresh := getattr(semaphore, "refresh_callback", None)) is not None:
-                refresh.stop()  # (close() would delete the semaphore for every client)
+            logger.info("Training %s releases the training slot", run_name)
+
+
+def on_loopback(address: str) -> bool:
+    """Whether a scheduler ``address`` (``tcp://127.0.0.1:8786``) is on this host's loopback
+    (or in this process: ``inproc://``)."""
+    parts = urlsplit(address)
+    if parts.scheme == "inproc":
+        return True
+    host = parts.hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@contextmanager
+def _cluster_slot(client: Client, run_name: str) -> Iterator[None]:
+    semaphore = Semaphore(
+        max_leases=training_slots(),
+        name=SEMAPHORE,
+        scheduler_rpc=client.scheduler,
+        loop=client.loop,
+    )
+    started = time.monotonic()
+    while not semaphore.acquire(timeout=WAIT_LOG_S):
+        _waiting(run_name, "the cluster's training slot", started)
+    try:
+        yield
+    finally:
+        semaphore.release()
+        if (refresh := getattr(semaphore, "refresh_callback", None)) is not None:
+            refresh.stop()  # (close() would delete the semaphore for every client)
+
+
+@contextmanager
+def _host_slot(run_name: str) -> Iterator[None]:
+    folder = lock_dir()
+    files = [
+        os.open(folder / f"slot-{i}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        for i in range(training_slots())
+    ]
+    started = logged = time.monotonic()
+    try:
+        while (held := _lock_any(files)) is None:
+            if time.monotonic() - logged >= WAIT_LOG_S:
+                _waiting(run_name, "this host's training slot", started)
+                logged = time.monotonic()
+            time.sleep(random.uniform(0.5, 1.5))  # a lock file gives no wake-up to wait on
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+    finally:
+        for fd in files:
+            os.close(fd)
+
+
+def lock_dir() -> Path:
+    """The folder of this host's slot files (made, open to every user, if missing)."""
+    folder = Path(
+        os.environ.get(LOCK_DIR_VARIABLE) or Path(tempfile.gettempdir(), "cifar-training-slots")
+    )
+    if not folder.is_dir():
+        folder.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):  # a folder another user made
+            folder.chmod(0o1777)
+    return folder
+
+
+def _lock_any(files: list[int]) -> int | None:
+    for fd in files:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            continue
+    return None
+
+
+def _waiting(run_name: str, slot: str, started: float) -> None:
+    logger.warning(
+        "Training %s waits for %s (another training holds it; %.0f s so far)",
+        run_name,
+        slot,
+        time.monotonic() - started,
+    )

@@ -23,7 +23,7 @@ from mlops.tracking import MLflowCallback, start_run, terminated_run
 from tasks.layout import StorageLayout
 from tasks.monitoring import pipeline_info_logs
 from tasks.search_space import search_space
-from tasks.train import CHECKPOINTS, METRIC, TRAINING_TAG, TrainedRun, cifar_trainer
+from tasks.train import CHECKPOINTS, METRIC, TrainedRun, cifar_trainer
 from tasks.training_slot import training_slot
 from trainlib import DaskConfig, RunConfig, tune
 
@@ -230,7 +230,7 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
     return TunedSearch(parent, trained, config, tracker.rows)
 
 
-@task(name="tune", tags=[TRAINING_TAG], cache_policy=NO_CACHE)
+@task(name="tune", cache_policy=NO_CACHE)  # no tags: tasks.training_slot
 def tune_task(request: TuneRequest) -> TunedSearch:
     """Run the search, with the trials' table as a Prefect artifact updated as trials end."""
     from prefect.artifacts import create_markdown_artifact, create_table_artifact

@@ -98,7 +98,8 @@ class PrefectServer:
 # Concurrency slots' leases on disk (in PREFECT_HOME), not in the server's memory: a server
 # restarted while a run held a slot then expires the lease and frees the slot; in memory, the
 # lease was lost and the slot stayed taken for good (seen in the soak: the next training waited
-# forever for the `dask-training` tag's only slot)
+# forever for the `dask-training` tag's only slot, a tag limit the trainings no longer take;
+# deployments' concurrency limits hold their slots by lease the same way)
 LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
 
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
-from datetime import timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,6 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import StateType
 
 from cifar.format import write_synthetic_archive
-from tasks.train import TRAINING_TAG
 from tests.conftest import HttpDir
 from tests.deployments.conftest import ALERTS_COMMAND, Webhook
 from tests.prefect_records import final_flow_runs, flow_finished, flow_run_logs, task_runs
@@ -212,28 +210,32 @@ def test_deployment_nightly_runs_one_at_a_time(failing_nightlies: list[Any]) -> 
 def test_deployment_manual_waits_for_the_nightly_training(
     deployed: dict[str, str], http_dir: HttpDir, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """The cluster's training slot as docs/mlops.md sets it: `manual` and `nightly` started at
-    once both complete, and their trainings (the tagged tasks) never overlap."""
-    limit = [sys.executable, "-m", "prefect", "--no-prompt", "concurrency-limit"]
-    subprocess.run([*limit, "create", TRAINING_TAG, "1"], env=deployed, check=True, timeout=60)
-    try:
-        md5 = write_synthetic_archive(str(http_dir.path / "slot.tar.gz"), images_per_batch=200)
-        from prefect.deployments import run_deployment
+    """The training slot with no Prefect limit (tasks/training_slot.py): `manual` and `nightly`
+    started at once, each on a LocalCluster of its own on this host, both complete, and their
+    trainings (the train tasks) never overlap."""
+    md5 = write_synthetic_archive(str(http_dir.path / "slot.tar.gz"), images_per_batch=200)
+    from prefect.deployments import run_deployment
 
-        started = []
-        for deployment in ("train-cifar/nightly", "train-cifar/manual"):
-            parameters = _one_epoch(
-                f"{http_dir.url}/slot.tar.gz", md5, tmp_path_factory.mktemp("slot")
-            )
-            started.append(run_deployment(deployment, parameters=parameters, timeout=0))
-        runs = final_flow_runs([run.id for run in started], timeout=RUN_TIMEOUT_S)
-    finally:
-        subprocess.run([*limit, "delete", TRAINING_TAG], env=deployed, check=True, timeout=60)
+    started = []
+    for deployment in ("train-cifar/nightly", "train-cifar/manual"):
+        parameters = _one_epoch(f"{http_dir.url}/slot.tar.gz", md5, tmp_path_factory.mktemp("slot"))
+        started.append(run_deployment(deployment, parameters=parameters, timeout=0))
+    runs = final_flow_runs([run.id for run in started], timeout=RUN_TIMEOUT_S)
     assert [run.state.type for run in runs] == [StateType.COMPLETED] * 2, runs
     trainings = [task_runs(run.id, ["train"])["train"] for run in runs]
     assert all(t.state_name == "Completed" for t in trainings), trainings
-    first, second = sorted(trainings, key=lambda t: t.start_time)
-    assert first.end_time <= second.start_time  # the second waited for the slot
+    held = [_slot_held(run.id) for run in runs]  # (took, released) of each training
+    first, second = sorted(held)
+    assert first[1] <= second[0]  # the second took the slot once the first released it
+
+
+def _slot_held(flow_run_id: Any) -> tuple[datetime, datetime]:
+    """When a run's training took the training slot and released it, from its logs."""
+    logs = flow_run_logs(flow_run_id, flow_finished)
+    took = [log.timestamp for log in logs if "holds the training slot" in log.message]
+    released = [log.timestamp for log in logs if "releases the training slot" in log.message]
+    assert len(took) == 1 and len(released) == 1, [log.message for log in logs]
+    return took[0], released[0]
 
 
 def test_deployment_failed_nightly_notifies_the_webhook(

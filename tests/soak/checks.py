@@ -58,9 +58,6 @@ def zombie_problems(rig: Rig) -> list[str]:
         problems += [
             f"{r.name} left {r.state.name}" for r in late if r.state and r.state.name == "Late"
         ]
-        limit = client.read_concurrency_limit_by_tag("dask-training")
-        if limit.active_slots:
-            problems.append(f"the dask-training slot is held by {limit.active_slots}")
         nightly = client.read_deployment_by_name("train-cifar/nightly")
         if nightly.global_concurrency_limit and nightly.global_concurrency_limit.active_slots:
             problems.append("train-cifar/nightly's concurrency slot is held")

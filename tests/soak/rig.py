@@ -275,7 +275,6 @@ def soak_rig(root: Path, bounds: Bounds, small_disk: bool = False) -> Iterator[R
         create_pool(env)
         deploy_all(env)
         _without_schedules(env)
-        _prefect(env, "concurrency-limit", "create", "dask-training", "1")
         http, webhook = _webhook()
         threading.Thread(target=http.serve_forever, daemon=True).start()
         stack.callback(http.shutdown)
@@ -354,10 +353,6 @@ def _without_schedules(env: dict[str, str]) -> None:
         for deployment in client.read_deployments():
             for schedule in deployment.schedules:
                 client.update_deployment_schedule(deployment.id, schedule.id, active=False)
-
-
-def _prefect(env: dict[str, str], *args: str) -> None:
-    _run(env, "-m", "prefect", *args)
 
 
 def _run(env: dict[str, str], *args: str) -> None:
