@@ -22,11 +22,19 @@ def predict_cifar(
     mlflow_tracking_uri: str | None = None,
     timeout_minutes: float | None = 1440.0,
 ) -> dict[str, Any]:
-    """Write predictions of the model ``registered_model_name`` at ``alias`` for the images at
-    ``input`` (a folder, an image or a CIFAR batch file; any fsspec URL) to ``output`` (CSV,
-    or Parquet for ``.parquet``); a run longer than ``timeout_minutes`` fails (None: no limit).
-    The parameters are the predict-cifar command's options; a worker's run policy confines
-    ``input``, ``output`` and ``mlflow_tracking_uri`` (``flows.run_policy``)."""
+    """Write the predictions of a registered model for a set of images.
+
+    A worker's run policy confines ``input``, ``output`` and ``mlflow_tracking_uri``
+    (``flows.run_policy``).
+
+    Args:
+        input: A folder of images, an image or a CIFAR batch file (any fsspec URL).
+        output: Where the predictions go: CSV, or Parquet for ``.parquet``.
+        registered_model_name: The model in MLflow's registry.
+        alias: The version's alias.
+        mlflow_tracking_uri: MLflow's server; default $MLFLOW_TRACKING_URI.
+        timeout_minutes: A longer run fails (None: no limit).
+    """
     with time_limit(timeout_minutes, "predict-cifar"):
         run_policy().confine(input=input, output=output, mlflow_tracking_uri=mlflow_tracking_uri)
         tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)

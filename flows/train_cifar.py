@@ -65,42 +65,55 @@ def train_cifar(
 ) -> dict[str, Any]:
     """Download, preprocess, train, register, evaluate, promote and (optionally) predict.
 
-    ``data_md5`` defaults to the official archive's checksum when ``data_url`` is the official
-    URL; for another URL without ``data_md5`` the archive is checked by structure only and
-    logged as unverified. Without ``mlflow_tracking_uri``, $MLFLOW_TRACKING_URI or
-    ``./mlflow.db`` is used; without ``storage_path``, $CIFAR_STORAGE_PATH or ``./cifar-data``
-    (a work pool's environment can name all three: docs/containers.md). Dask:
-    ``dask_address`` (an existing scheduler), else
-    ``dask_cluster_class`` started with ``dask_cluster_kwargs`` (e.g.
-    ``"dask_jobqueue.SLURMCluster"``), else $DASK_SCHEDULER_ADDRESS, else a LocalCluster.
-    Where a worker has a run policy, the places, servers and cluster classes a run names must be
-    ones it allows (``flows.run_policy``), else the run fails before anything is read.
-    ``compile`` wraps the model in ``torch.compile`` on every rank. ``seed`` seeds the model's
-    initial weights and the order of the training images (recorded with the run's params); the
-    split of the archive into train and validation images does not depend on it.
-    ``rows_per_file`` is the number of images per dataset file (a partition when training).
-    ``run_name`` names the training run (checkpoints and the MLflow run); running the flow again
-    with the same ``run_name`` and ``storage_path`` resumes it. Default: one per flow run.
-    ``registered_model_name`` defaults to ``cifar10-classifier``, or
-    ``cifar10-classifier-synthetic`` when the archive is synthetic (``--synthetic``).
-    ``system_metrics`` logs CPU, memory (and GPU) use of the driver and of the ranks' hosts on
-    the MLflow run every 10 s.
-    Download and preprocess are cached by Prefect under ``storage_path``: a run on the same
-    data reuses them (shown as Cached) after checking the files are intact. A run that would
-    change nothing (the champion's data, commit and training configuration) ends there,
-    saying why, unless ``force`` (``tasks.retraining``).
-    ``timeout_minutes``: a run that takes longer fails, its training stopped
-    (``flows.time_limit``; None: no limit).
-    The new version is promoted to ``@champion`` only if the one-sided lower confidence limit of
-    its accuracy gain over the champion, on the same test images, clears ``promote_margin``, at
-    the share of ``promote_alpha`` (the lifetime false-promotion budget) this comparison may
-    spend (``mlops.promotion``), and only if it passes the release
-    gates: test accuracy at least ``min_test_accuracy``, no class's accuracy lower than the
-    champion's by more than ``max_class_drop``, and, with ``check_fresh_load``, the registered
-    model loaded in a new process scores like the evaluation (``mlops.release_gates``); else
-    @challenger.
-    Returns the MLflow run id, model version, test accuracy and whether the version was
-    promoted to ``@champion``.
+    Where a worker has a run policy, every place, server and cluster class a run names must be
+    one it allows (``flows.run_policy``), else the run fails before anything is read.
+
+    Args:
+        data_url: The CIFAR-10 python archive, any fsspec URL.
+        data_md5: The archive's MD5; default the official one for the official URL, else
+            checked by structure only and logged as unverified.
+        storage_path: Where datasets, checkpoints and Prefect's cache records go (any fsspec
+            URL); default $CIFAR_STORAGE_PATH, else ``./cifar-data``.
+        model: The network: ``small_cnn`` or ``resnet18``.
+        epochs: Passes over the training images.
+        batch_size: Images per step on each rank.
+        lr: The learning rate.
+        seed: Seeds the initial weights and the order of the training images (not the
+            train/validation split of the archive).
+        num_workers: Ranks (DDP processes), one per Dask worker.
+        use_gpu: One GPU per rank.
+        compile: Wrap the model in ``torch.compile`` on every rank.
+        dask_address: An existing scheduler; else ``dask_cluster_class``, else
+            $DASK_SCHEDULER_ADDRESS, else a LocalCluster.
+        dask_cluster_class: A cluster class to start, e.g. ``dask_jobqueue.SLURMCluster``.
+        dask_cluster_kwargs: Its keyword arguments.
+        dask_worker_timeout_s: How long to wait for ``num_workers`` workers.
+        mlflow_tracking_uri: MLflow's server or store; default $MLFLOW_TRACKING_URI, else
+            ``./mlflow.db``.
+        registered_model_name: Default ``cifar10-classifier`` (``-synthetic`` for a
+            synthetic archive).
+        promote_margin: The accuracy gain over ``@champion`` the new version must show.
+        promote_alpha: The lifetime false-promotion budget, of which this comparison spends
+            its share (``mlops.promotion``).
+        min_test_accuracy: Release gate: the least test accuracy.
+        max_class_drop: Release gate: the most any class's accuracy may fall below the
+            champion's.
+        check_fresh_load: Release gate: the registered model, loaded in a new process,
+            scores like the evaluation.
+        predict_input: Images to predict with the new champion (any fsspec URL).
+        rows_per_file: Images per dataset file (a partition when training).
+        run_name: Names the training run (checkpoints, MLflow); the same name and storage
+            path resume it. Default: one per flow run.
+        system_metrics: Log CPU, memory (and GPU) use of the driver and the ranks' hosts
+            every 10 s.
+        force: Train even when nothing would change (the champion's data, commit and
+            configuration: ``tasks.retraining``).
+        timeout_minutes: A longer run fails, its training stopped (None: no limit).
+
+    Returns:
+        The MLflow run id, model version, test accuracy and whether the version became
+        ``@champion`` (else ``@challenger``: the gain's one-sided lower confidence limit on
+        the same test images did not clear ``promote_margin``, or a release gate failed).
     """
     with time_limit(timeout_minutes, "train-cifar"):
         policy = run_policy()  # the worker's: what places and servers a run may name

@@ -55,20 +55,42 @@ def tune_cifar(
 ) -> dict[str, Any]:
     """Download, preprocess, search, register the best trial, evaluate and promote it.
 
-    ``search_space`` maps TrainConfig fields to ``[kind, args...]`` with kind one of uniform,
-    loguniform, quniform, randint, choice, grid_search (default: lr and batch size, with the
-    model fixed to small_cnn). ``num_samples`` trials of ``num_workers`` ranks each run
-    ``max_concurrent_trials`` at a time on one cluster; ASHA stops the unpromising ones early.
-    ``seed`` (each trial's), ``use_gpu``, ``compile`` and the Dask options are train-cifar's.
-    ``run_name`` names the search (the same name and storage path resume it). The Optuna study
-    is a sqlite file under the storage path, or ``study_storage`` (default:
-    $CIFAR_STUDY_STORAGE; an Optuna storage URL such as ``postgresql://...`` or
-    ``sqlite:////studies/optuna.db``; needed with ``s3://`` storage). ``storage_path``
-    defaults to $CIFAR_STORAGE_PATH, else ``./cifar-data``. The best trial's model goes through
-    train-cifar's rule: registered, evaluated on the test split, promoted to ``@champion`` if it
-    beats it. ``registered_model_name``, ``promote_margin``, ``promote_alpha``,
-    ``min_test_accuracy``, ``max_class_drop``, ``check_fresh_load``, ``system_metrics`` and
-    ``timeout_minutes`` are train-cifar's.
+    The best trial's model goes through train-cifar's rule: registered, evaluated on the test
+    images, promoted to ``@champion`` if it beats it (the parameters shared with train-cifar
+    mean what they mean there).
+
+    Args:
+        data_url: The CIFAR-10 python archive, any fsspec URL.
+        data_md5: The archive's MD5 (default: the official one for the official URL).
+        storage_path: Datasets, checkpoints and cache records; default $CIFAR_STORAGE_PATH.
+        search_space: TrainConfig fields mapped to ``[kind, args...]``, kind one of uniform,
+            loguniform, quniform, randint, choice, grid_search; default: lr and batch size,
+            the model fixed to small_cnn.
+        num_samples: How many trials.
+        max_concurrent_trials: Trials at once on the cluster; ASHA stops unpromising ones.
+        epochs: Each trial's most epochs.
+        seed: Each trial's seed.
+        num_workers: Ranks per trial.
+        use_gpu: One GPU per rank.
+        compile: Wrap each trial's model in ``torch.compile``.
+        dask_address: An existing scheduler (as train-cifar's).
+        dask_cluster_class: A cluster class to start (as train-cifar's).
+        dask_cluster_kwargs: Its keyword arguments.
+        dask_worker_timeout_s: How long to wait for a trial's workers.
+        mlflow_tracking_uri: MLflow's server or store; default $MLFLOW_TRACKING_URI.
+        registered_model_name: Where the best trial's model is registered.
+        promote_margin: The accuracy gain over ``@champion`` the best trial must show.
+        promote_alpha: The lifetime false-promotion budget (``mlops.promotion``).
+        min_test_accuracy: Release gate: the least test accuracy.
+        max_class_drop: Release gate: the most any class may fall below the champion.
+        check_fresh_load: Release gate: the registered model loaded anew scores the same.
+        rows_per_file: Images per dataset file.
+        run_name: Names the search; the same name and storage path resume it.
+        study_storage: The Optuna study, an Optuna storage URL (``postgresql://...``,
+            ``sqlite:////studies/optuna.db``); default $CIFAR_STUDY_STORAGE, else a sqlite
+            file under the storage path (needed with ``s3://`` storage).
+        system_metrics: Log CPU, memory (and GPU) use of the hosts every 10 s.
+        timeout_minutes: A longer search fails, its trials stopped (None: no limit).
     """
     with time_limit(timeout_minutes, "tune-cifar"):
         policy = run_policy()  # the worker's: what places and servers a run may name
