@@ -101,6 +101,8 @@ class PrefectServer:
 # forever for the `dask-training` tag's only slot, a tag limit the trainings no longer take;
 # deployments' concurrency limits hold their slots by lease the same way)
 LEASE_STORAGE = "prefect.server.concurrency.lease_storage.filesystem"
+# Automations see the events that follow a state change from before a restart at once
+EVENT_ORDERING = "deployments.event_ordering"
 
 
 def prefect_environment(home: Path, database_url: str) -> dict[str, str]:
@@ -122,6 +124,7 @@ def prefect_environment(home: Path, database_url: str) -> dict[str, str]:
         # A run held back by a deployment's concurrency limit is retried after this (default 30)
         "PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS": "2",
         "PREFECT_SERVER_CONCURRENCY_LEASE_STORAGE": LEASE_STORAGE,  # as the stack's server
+        "PREFECT_SERVER_EVENTS_CAUSAL_ORDERING": EVENT_ORDERING,  # as the stack's server
         "PWD": str(REPO),
     }
 

@@ -196,3 +196,16 @@ def test_compose_every_server_a_service_names_shares_a_network_with_it() -> None
             if not networks & set(services[server].get("networks") or ["default"]):
                 problems.append(f"{name} names {server} but shares no network with it")
     assert problems == []
+
+
+def test_compose_prefect_server_orders_events_as_the_test_servers_do() -> None:
+    """The stack's Prefect server imports the event ordering the test servers run
+    (deployments/event_ordering.py) from the image's /app, where the Dockerfile copies it."""
+    from tests.prefect_stack import EVENT_ORDERING
+
+    server = _compose()["services"]["prefect-server"]["environment"]
+    assert server["PREFECT_SERVER_EVENTS_CAUSAL_ORDERING"] == EVENT_ORDERING
+    assert server["PYTHONPATH"] == "/app"
+    module = Path(*EVENT_ORDERING.split(".")).with_suffix(".py")
+    assert (DOCKER.parent / module).is_file()
+    assert f"COPY {module.parts[0]} /app/{module.parts[0]}" in (DOCKER / "Dockerfile").read_text()
