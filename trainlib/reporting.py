@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from trainlib._internal.common.messages import REPORTED_CHECKPOINTS, CheckpointsQuery, ReportMessage
 from trainlib._internal.rank import uploads
+from trainlib._internal.rank.process_globals import current_session
 from trainlib._internal.rank.session import Session
-from trainlib._internal.rank.state import current_session
 from trainlib.checkpoint import Checkpoint
 from trainlib.errors import CheckpointError
 from trainlib.preemption import PreemptionInfo

@@ -147,7 +147,7 @@ def _cuda_in_rank(config: dict[str, Any]) -> None:
 
 def _fork_servers_with_cuda(dask_worker: Any) -> dict[int, bool]:
     """Each fork server of this worker: whether the CUDA driver is mapped into it."""
-    from trainlib._internal.worker.state import WORKER
+    from trainlib._internal.worker.process_globals import WORKER
 
     servers = WORKER.fork_servers.get(dask_worker.address, [])
     return {

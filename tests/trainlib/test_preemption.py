@@ -10,7 +10,7 @@ import pytest
 import trainlib
 from trainlib import PreemptionInfo, RunConfig, ScalingConfig
 from trainlib._internal.common.messages import Command
-from trainlib._internal.rank.state import RANK
+from trainlib._internal.rank.process_globals import RANK
 from trainlib.preemption import PREEMPTION
 from trainlib.torch import TorchTrainer
 

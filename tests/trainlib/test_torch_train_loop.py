@@ -19,7 +19,7 @@ from tests.helpers import set_single_rank_environment
 from trainlib._internal.common.messages import RankSpec
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.rank import session
-from trainlib._internal.rank.state import RANK
+from trainlib._internal.rank.process_globals import RANK
 from trainlib.torch import get_device, prepare_data_loader, prepare_model
 from trainlib.torch.train_loop import _DeviceDataLoader
 

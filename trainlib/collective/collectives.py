@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from trainlib._internal.rank.state import current_session
+from trainlib._internal.rank.process_globals import current_session
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trainlib._internal.rank.state import current_session
+from trainlib._internal.rank.process_globals import current_session
 
 if TYPE_CHECKING:
     import pandas as pd

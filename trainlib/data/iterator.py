@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
+from trainlib._internal.rank.process_globals import current_session
 from trainlib._internal.rank.session import Session
-from trainlib._internal.rank.state import current_session
 from trainlib.data import _batching, _conversion
 from trainlib.data.cache import CachedShard, ShardCollector
 from trainlib.data_config import CachePlan

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainlib._internal.rank.state import RANK, current_session
+from trainlib._internal.rank.process_globals import RANK, current_session
 from trainlib.data.iterator import DataIterator
 
 

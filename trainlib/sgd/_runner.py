@@ -21,7 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from trainlib._internal.common.messages import SHUTDOWN, Command
-from trainlib._internal.rank.state import next_command
+from trainlib._internal.rank.process_globals import next_command
 from trainlib.checkpoint import Checkpoint
 from trainlib.context import get_context
 from trainlib.reporting import get_checkpoint, report

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
-from trainlib._internal.rank.state import RANK
+from trainlib._internal.rank.process_globals import RANK
 from trainlib.sgd.precision import get_mixed_precision
 
 

@@ -18,8 +18,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from trainlib._internal.common.messages import SHUTDOWN, Command
-from trainlib._internal.driver.controller import Run
-from trainlib._internal.driver.delivery import end_run
+from trainlib._internal.driver.controller import TrainController
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.callbacks import Callback, Report
@@ -53,9 +52,10 @@ class LiveGroup:
     def __init__(self, plan: RunPlan) -> None:
         self._answers = _Answers()
         config = plan.run_config
-        self._run = Run(
-            replace(plan, run_config=replace(config, callbacks=[*config.callbacks, self._answers]))
+        self._plan = replace(
+            plan, run_config=replace(config, callbacks=[*config.callbacks, self._answers])
         )
+        self._run = TrainController(self._plan)
         self._stack = ExitStack()
         self._client: Client | None = None
         self._claims: GpuClaims | None = None  # the run's GPUs, across its attempts
@@ -141,7 +141,7 @@ class LiveGroup:
         finally:
             self._end_attempt()
             try:
-                end_run(self._run.callbacks, self._run.result(error))
+                self._run.end(error)
             finally:
                 self._stack.close()
         logger.info("Run %s closed", self._run.name)
@@ -158,7 +158,7 @@ class LiveGroup:
         expected = len(self._answers.reports) + 1
         try:
             failures = self._group.run(
-                self._run.collector.handle,
+                self._run.handle,
                 self._hang_check(),
                 poll=InterruptWatch.check,
                 until=lambda: len(self._answers.reports) >= expected,
@@ -168,7 +168,7 @@ class LiveGroup:
             raise
         if failures:
             self._end_attempt()
-            raise self._run.record_failure(failures)
+            raise self._run.fail(failures)
         if len(self._answers.reports) < expected:
             self._end_attempt()
             raise TrainingFailedError(
@@ -184,7 +184,7 @@ class LiveGroup:
         self._group.send(Command(SHUTDOWN))
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
         self._group.run(
-            self._run.collector.handle,
+            self._run.handle,
             self._hang_check(),
             poll=InterruptWatch.check,
             until=lambda: time.monotonic() > deadline,
@@ -195,7 +195,7 @@ class LiveGroup:
         the intervals between reports) does not fit calls of very different lengths (a
         ``validate()``, then a long ``train()``): without a timeout there is no check."""
         assert self._watchdog is not None
-        if self._run.plan.run_config.failure_config.hang_timeout_s is None:
+        if self._plan.run_config.failure_config.hang_timeout_s is None:
             return dict
         return self._watchdog.check
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from trainlib._internal.rank.state import RANK
+from trainlib._internal.rank.process_globals import RANK
 
 
 class MixedPrecision:

@@ -11,7 +11,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 from torch.utils.data.distributed import DistributedSampler
 
-from trainlib._internal.rank.state import current_session
+from trainlib._internal.rank.process_globals import current_session
 from trainlib._internal.rank.transfer import move_to_device
 
 

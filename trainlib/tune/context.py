@@ -6,7 +6,7 @@ import posixpath
 import warnings
 from dataclasses import dataclass
 
-from trainlib._internal.rank.state import RANK
+from trainlib._internal.rank.process_globals import RANK
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from fsspec.implementations.local import LocalFileSystem
 from trainlib import DatasetError
 from trainlib._internal.common.messages import RankSpec
 from trainlib._internal.common.storage import RunStorage
+from trainlib._internal.rank.process_globals import RANK
 from trainlib._internal.rank.session import Session
-from trainlib._internal.rank.state import RANK
 from trainlib.data import DataIterator
 from trainlib.data_config import CachePlan
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from trainlib._internal.rank.state import RANK
+from trainlib._internal.rank.process_globals import RANK
 from trainlib.sgd import MixedPrecision, functions, get_mixed_precision
 
 

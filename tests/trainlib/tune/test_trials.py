@@ -29,8 +29,8 @@ from trainlib import (
     TorchConfig,
 )
 from trainlib._internal.driver import worker_selection
-from trainlib._internal.driver.controller import RunCancelled
 from trainlib._internal.driver.run_plan import RunPlan
+from trainlib._internal.driver.run_record import RunCancelled
 from trainlib.tune import _trials
 from trainlib.tune._study import Study, StudySettings
 from trainlib.tune._trials import TrialRunner, TrialSetup

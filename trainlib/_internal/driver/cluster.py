@@ -1,8 +1,8 @@
 """The Dask cluster: start a LocalCluster or a cluster class, or connect to one.
 
 A cluster class started here (e.g. dask-jobqueue's SLURMCluster) is remembered by its scheduler
-address while it runs (``state.DRIVER``), so that any wait for workers on it (``workers``) can
-replace workers whose jobs ended and name the jobs still queued.
+address while it runs (``process_globals.DRIVER``), so that any wait for workers on it
+(``workers``) can replace workers whose jobs ended and name the jobs still queued.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import dask
 from distributed import Client, LocalCluster
 from distributed.utils import import_term
 
-from trainlib._internal.driver.state import DRIVER, StartedCluster
+from trainlib._internal.driver.process_globals import DRIVER, StartedCluster
 from trainlib._internal.driver.worker_selection import select_workers
 from trainlib._internal.worker import preemption_retirement
 from trainlib._internal.worker.rank_pool import RankPoolPlugin

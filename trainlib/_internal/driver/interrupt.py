@@ -15,7 +15,7 @@ import threading
 from types import FrameType, TracebackType
 from typing import Any
 
-from trainlib._internal.driver.state import DRIVER
+from trainlib._internal.driver.process_globals import DRIVER
 
 
 class InterruptWatch:
@@ -23,7 +23,7 @@ class InterruptWatch:
 
     In any other thread it changes nothing (signal handlers belong to the main thread), and
     ``check()`` only reports interrupts recorded by an enclosing watch of the main thread (the
-    flag is the process's: ``state.DRIVER.interrupt_requested``).
+    flag is the process's: ``process_globals.DRIVER.interrupt_requested``).
     """
 
     def __init__(self) -> None:

@@ -10,49 +10,47 @@ from __future__ import annotations
 import socket
 import time
 import traceback
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
 from trainlib._internal.common.messages import Command, RankSpec
+from trainlib._internal.driver.controller_state import Running
 from trainlib._internal.driver.local_feed import LocalFeed
 from trainlib._internal.driver.ranks import WorkerSlot
 from trainlib._internal.driver.run_plan import AttemptStart, rank_launch
+from trainlib._internal.driver.run_record import RunRecord
 from trainlib._internal.driver.watchdog import ProgressWatchdog
+from trainlib._internal.rank.process_globals import RANK
 from trainlib._internal.rank.session import Session
-from trainlib._internal.rank.state import RANK
-from trainlib.callbacks import Callback, GroupInfo
+from trainlib.callbacks import GroupInfo
 from trainlib.errors import ConfigError, RankFailure
 
 if TYPE_CHECKING:
-    from trainlib._internal.common.storage import RunStorage
-    from trainlib._internal.driver.checkpoint_manager import CheckpointManager
-    from trainlib._internal.driver.reports import ReportCollector
     from trainlib._internal.driver.run_plan import RunPlan
-    from trainlib.checkpoint import Checkpoint
-    from trainlib.errors import WorkerGroupError
-
-
-class Run(Protocol):
-    """What local mode uses of the controller's ``Run``."""
-
-    plan: RunPlan
-    name: str
-    storage: RunStorage
-    manager: CheckpointManager
-    collector: ReportCollector
-    callbacks: tuple[Callback, ...]
-    setup_payload: bytes | None
-
-    def announce(self, slots: list[WorkerSlot], resume_from: Checkpoint | None) -> None: ...
-
-    def record_failure(self, failures: dict[int, RankFailure]) -> WorkerGroupError: ...
+    from trainlib.result import Result
 
 
 LOCAL = "local"  # the "worker" address of the one rank
 
 
-def run_locally(run: Run) -> None:
+class LocalController:
+    """Runs a ``RunRecord`` here, once (no restart: a failure is raised)."""
+
+    def __init__(self, plan: RunPlan) -> None:
+        self.record = RunRecord(plan)
+
+    def run(self) -> Result:
+        """The whole run, to its Result."""
+        error: BaseException | None = None
+        try:
+            _run_locally(self.record)
+        except BaseException as exc:
+            error = exc
+        return self.record.conclude(error)
+
+
+def _run_locally(run: RunRecord) -> None:
     """Run the plan's training function here, once; its failure is recorded on ``run`` and
     raised as a ``WorkerGroupError``."""
     plan = run.plan
@@ -61,18 +59,16 @@ def run_locally(run: Run) -> None:
             "ScalingConfig(num_workers=0) inside a training function: a rank already runs "
             "here; use num_workers=1 or more for a run started from a rank."
         )
-    run.storage.remove_uncommitted()
+    start_index, resume_from = run.resume_point()
     run.collector.validations.resume(run.manager.awaiting_validation())
-    latest = run.manager.latest_intact()
-    start_index = latest.index + 1 if latest else 0
-    resume_from = latest.checkpoint if latest else plan.resume_from
     host = socket.gethostname()
     slot = WorkerSlot(LOCAL, host, world_rank=0, local_rank=0, local_world_size=1, node_rank=0)
     start = AttemptStart(
         plan, run.name, run.storage, start_index, resume_from, [slot], run.setup_payload
     )
     spec: RankSpec = cloudpickle.loads(rank_launch(start, slot, host, 0).spec_payload)
-    run.announce([slot], resume_from)
+    run.start_callbacks(1)
+    run.lifecycle.enter(Running(run.attempt, 1, str(resume_from or "scratch")))
     watchdog = ProgressWatchdog(None, [slot])
     run.collector.start_attempt(1, start_index, watchdog)
     feed: LocalFeed | None = None
@@ -104,7 +100,7 @@ def run_locally(run: Run) -> None:
             traceback="".join(traceback.format_exception(exc)),
             time=time.time(),
         )
-        raise run.record_failure({0: failure}) from exc
+        raise run.failure_policy.record({0: failure}) from exc
     finally:
         RANK.reset()
         for callback in run.callbacks:
@@ -121,7 +117,7 @@ class _DriverError(BaseException):
         self.error = error
 
 
-def _handle(run: Run, feed: LocalFeed | None, message: tuple[str, Any]) -> None:
+def _handle(run: RunRecord, feed: LocalFeed | None, message: tuple[str, Any]) -> None:
     """A message of the training function, handled as the driver handles a rank's (the
     session sends one at a time); its logs are this process's own already."""
     kind, payload = message

@@ -15,8 +15,8 @@ from distributed import Client
 from trainlib._internal.common import devices, gpu_discovery
 from trainlib._internal.driver.batch_jobs import waiting_jobs
 from trainlib._internal.driver.gpu_claims import GpuClaims
+from trainlib._internal.driver.process_globals import DRIVER
 from trainlib._internal.driver.ranks import WorkerSlot, assign_ranks
-from trainlib._internal.driver.state import DRIVER
 from trainlib.config import ScalingConfig
 from trainlib.errors import NotEnoughWorkersError
 

@@ -33,8 +33,8 @@ import cloudpickle
 from trainlib._internal.common import preemption_signal
 from trainlib._internal.common.messages import RankSpec, RankStarted, is_private
 from trainlib._internal.rank import backend, fork_server
+from trainlib._internal.rank.process_globals import RANK
 from trainlib._internal.rank.session import Session
-from trainlib._internal.rank.state import RANK
 from trainlib.errors import RankFailure
 
 _EXIT_FAILED = 1

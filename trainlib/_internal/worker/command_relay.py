@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainlib._internal.common.messages import Command
-from trainlib._internal.worker.state import WORKER
+from trainlib._internal.worker.process_globals import WORKER
 
 
 def register(token: str, worker: str, send: Callable[[Any], None]) -> None:

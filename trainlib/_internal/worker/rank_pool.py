@@ -21,7 +21,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from trainlib._internal.common.messages import is_private
 from trainlib._internal.worker.fork_client import ForkServer, ForkServerGone
-from trainlib._internal.worker.state import WORKER, RankProcess
+from trainlib._internal.worker.process_globals import WORKER, RankProcess
 
 PLUGIN_NAME = "trainlib-rank-pool"
 

@@ -138,7 +138,7 @@ def _relay(
     stop: Event,
     feeder: Feeder | None,
 ) -> RankOutcome:
-    state = _RankState(feeder)
+    state = _RankTranscript(feeder)
     next_stop_check = 0.0
     while True:
         message = _receive(connection, _POLL_S)
@@ -169,7 +169,7 @@ def _relay(
     return RankOutcome(launch.world_rank, exit_failure(launch, code))
 
 
-class _RankState:
+class _RankTranscript:
     """What the rank has said so far: its error report, or that it finished."""
 
     def __init__(self, feeder: Feeder | None) -> None:

@@ -4,7 +4,7 @@ reports to the Tuner (Ray Train v2's recommended way to tune a Train run)."""
 from __future__ import annotations
 
 import trainlib
-from trainlib._internal.rank.state import RANK
+from trainlib._internal.rank.process_globals import RANK
 from trainlib.callbacks import Callback, Report
 
 CHECKPOINT_PATH_KEY = "checkpoint_path"

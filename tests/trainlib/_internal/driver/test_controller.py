@@ -7,6 +7,7 @@ handler. Storage is a real run directory.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -193,6 +194,23 @@ def test_controller_restarts_from_the_latest_checkpoint_after_a_failure(
     assert [f.summary for f in result.failures] == ["RuntimeError: boom"]
     assert len(recorder.starts) == 1 and recorder.starts[0].world_size == 2
     assert [r.index for r in recorder.reports] == [0, 1, 1]
+
+
+@pytest.mark.usefixtures("selections")
+def test_controller_logs_each_state_of_the_run_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger="trainlib._internal.driver.controller")
+    run(monkeypatch, tmp_path, Attempts(fail, report(0, {"loss": 1.0})), max_failures=1)
+    states = [r.getMessage() for r in caplog.records if r.name.endswith("controller")]
+    assert states == [
+        "Run run scheduling attempt 1",
+        "Run run starting (attempt 1) on 2 ranks from scratch",
+        "Run run restarting after failure 1: rank 1 (host): RuntimeError: boom",
+        "Run run scheduling attempt 2",
+        "Run run starting (attempt 2) on 2 ranks from scratch",
+        "Run run finished",
+    ]
 
 
 @pytest.mark.usefixtures("selections")

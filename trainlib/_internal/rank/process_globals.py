@@ -17,7 +17,7 @@ from trainlib._internal.rank.session import Session
 
 
 @dataclass
-class RankState:
+class RankGlobals:
     """What this rank process keeps; the front ends' objects are typed loosely (``Any``)
     because the engine never imports the front ends."""
 
@@ -39,7 +39,7 @@ class RankState:
         self.scheduler_step_freq = "batch"
 
 
-RANK = RankState()
+RANK = RankGlobals()
 
 
 def next_command() -> Command:

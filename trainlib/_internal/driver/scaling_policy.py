@@ -1,16 +1,29 @@
-"""Elastic growth: when a healthy group of fewer than ``max`` ranks should be re-formed larger
-(Ray Train's ``elastic_resize_monitor_interval_s``)."""
+"""The scaling policy of an elastic run (Ray Train v2's ``ScalingPolicy``): when a healthy
+group of fewer than ``max`` ranks should be re-formed larger (Ray Train's
+``elastic_resize_monitor_interval_s``), given as a resize decision. A shrink needs no decision:
+a preempted or lost worker fails its attempt, and the next one forms from the workers left."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from distributed import Client
 
 from trainlib._internal.driver import worker_selection
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib.config import ScalingConfig
+
+
+@dataclass(frozen=True)
+class ResizeDecision:
+    """Re-form a group of ``ranks`` ranks larger: ``available`` eligible workers are there,
+    for a run of at most ``most`` ranks."""
+
+    ranks: int
+    available: int
+    most: int
 
 
 class GrowthWatch:
@@ -50,6 +63,13 @@ class GrowthWatch:
         self.available = len(eligible)
         self.fired = self.available > self._group_size
         return self.fired
+
+    @property
+    def decision(self) -> ResizeDecision | None:
+        """The resize asked for once ``due`` fired, else None."""
+        if not self.fired:
+            return None
+        return ResizeDecision(self._group_size, self.available, self._scaling.worker_range[1])
 
 
 def watch_growth(

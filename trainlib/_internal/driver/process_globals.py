@@ -38,7 +38,7 @@ class StartedCluster:
 
 
 @dataclass
-class DriverState:
+class DriverGlobals:
     """The state this process shares between runs and threads; every access is thread-safe."""
 
     interrupt_requested: threading.Event = field(default_factory=threading.Event)
@@ -61,4 +61,4 @@ class DriverState:
             self._started.pop(address, None)
 
 
-DRIVER = DriverState()
+DRIVER = DriverGlobals()

@@ -27,7 +27,7 @@ class RankProcess:
 
 
 @dataclass
-class WorkerState:
+class WorkerGlobals:
     """This process's workers' fork servers and command routes, each under its own lock."""
 
     pool_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -39,4 +39,4 @@ class WorkerState:
     command_routes: dict[tuple[str, str], Callable[[Any], None]] = field(default_factory=dict)
 
 
-WORKER = WorkerState()
+WORKER = WorkerGlobals()
