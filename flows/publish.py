@@ -12,7 +12,6 @@ from cifar.dataset import Dataset
 from cifar.errors import PipelineError
 from mlops.evaluation import Evaluation
 from mlops.promotion import Promotion, PromotionRule
-from mlops.registry import model_name_for
 from mlops.tracking import run_recipe
 from tasks.download import Archive
 from tasks.evaluate import champion_score_task, evaluate_task
@@ -55,15 +54,15 @@ def publish(
     trained: TrainedRun,
     archive: Archive,
     dataset: Dataset,
-    model_name: str | None,
+    model_name: str,
     rule: PromotionRule,
     tracking_uri: str,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Register the run's best checkpoint as a version of ``model_name`` (default:
-    ``cifar10-classifier``, ``-synthetic`` appended for synthetic data), evaluate it on the test
-    split, promote it to ``@champion`` if it passes the release gates and beats the champion on
-    the same images as ``rule`` asks (``mlops.promotion``).
+    """Register the run's best checkpoint as a version of ``model_name`` (as the flow named it:
+    ``mlops.registry.model_name_for``), evaluate it on the test split, promote it to
+    ``@champion`` if it passes the release gates and beats the champion on the same images as
+    ``rule`` asks (``mlops.promotion``).
 
     The three steps are one Prefect transaction: if one fails, the version is withdrawn (tagged
     ``withdrawn``) and the aliases stay where they were. Before them, the versions of earlier
@@ -75,18 +74,19 @@ def publish(
         PublishError: A step failed; nothing was published.
     """
     synthetic = dataset.manifest.synthetic
-    name = model_name_for(model_name, synthetic)
-    sweep_task(name, tracking_uri)  # versions of publishes that never finished: withdrawn
+    sweep_task(model_name, tracking_uri)  # versions of publishes that never finished: withdrawn
     version: str | None = None
     try:
         with transaction():
             version = register_task(
-                trained.best_checkpoint_uri, trained.run_id, name, tracking_uri, dataset
+                trained.best_checkpoint_uri, trained.run_id, model_name, tracking_uri, dataset
             )
-            evaluation = evaluate_task(name, version, dataset, tracking_uri, rule.check_fresh_load)
-            champion = champion_score_task(name, dataset, tracking_uri)
+            evaluation = evaluate_task(
+                model_name, version, dataset, tracking_uri, rule.check_fresh_load
+            )
+            champion = champion_score_task(model_name, dataset, tracking_uri)
             promotion = promote_task(
-                name,
+                model_name,
                 version,
                 evaluation,
                 rule,
@@ -96,8 +96,8 @@ def publish(
                 run_recipe(tracking_uri, trained.run_id, dataset.manifest.digest()),
             )
     except Exception as exc:
-        raise PublishError(name, version, f"{type(exc).__name__}: {exc}") from exc
-    summary = run_summary(trained, name, version, evaluation, promotion, archive)
+        raise PublishError(model_name, version, f"{type(exc).__name__}: {exc}") from exc
+    summary = run_summary(trained, model_name, version, evaluation, promotion, archive)
     summary.update({"synthetic_data": synthetic, **(extra or {})})
     summarize_task(summary, tracking_uri, promotion.reason)
     return summary

@@ -169,7 +169,7 @@ def train_cifar(
             trained,
             ready.archive,
             ready.dataset,
-            registered_model_name,
+            name,
             PromotionRule(
                 promote_margin, promote_alpha, min_test_accuracy, max_class_drop, check_fresh_load
             ),

@@ -17,6 +17,7 @@ from flows.publish import publish
 from flows.run_policy import run_policy
 from flows.time_limit import time_limit
 from mlops.promotion import DEFAULT_ALPHA, PromotionRule
+from mlops.registry import model_name_for
 from mlops.release_gates import DEFAULT_MAX_CLASS_DROP, DEFAULT_MIN_TEST_ACCURACY
 from tasks.monitoring import tag_flow_run
 from tasks.search_space import DEFAULT_SEARCH_SPACE, check_search_space, largest_batch_size
@@ -140,7 +141,7 @@ def tune_cifar(
             searched.best,
             ready.archive,
             ready.dataset,
-            registered_model_name,
+            model_name_for(registered_model_name, ready.dataset.manifest.synthetic),
             PromotionRule(
                 promote_margin, promote_alpha, min_test_accuracy, max_class_drop, check_fresh_load
             ),

@@ -20,7 +20,7 @@ from cifar.format import CLASS_NAMES
 from flows.publish import PublishError, publish
 from mlops.evaluation import score
 from mlops.promotion import PromotionRule
-from mlops.registry import register_model
+from mlops.registry import model_name_for, register_model
 from mlops.tracking import start_run
 from mlops.version_tags import WITHDRAWN_TAG
 from tasks.download import Archive
@@ -36,7 +36,8 @@ def publish_flow(
     trained: TrainedRun, dataset: Dataset, model_name: str | None, tracking_uri: str
 ) -> dict[str, Any]:
     archive = Archive("file:///synthetic.tar.gz", "md5", verified=True)
-    return publish(trained, archive, dataset, model_name, PromotionRule(), tracking_uri)
+    name = model_name_for(model_name, dataset.manifest.synthetic)
+    return publish(trained, archive, dataset, name, PromotionRule(), tracking_uri)
 
 
 def _recognisable(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
