@@ -12,7 +12,7 @@ import fsspec
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
-from trainlib._internal.common.retries import call_storage
+from trainlib._retries import call_storage
 
 
 class Checkpoint:

@@ -1,10 +1,9 @@
-"""DataConfig: how ``TorchTrainer(datasets=...)`` reaches the ranks (Ray Train's DataConfig),
-and the ``CachePlan`` each rank gets from it. Also ``trainlib.data.DataConfig``."""
+"""DataConfig: how ``TorchTrainer(datasets=...)`` reaches the ranks (Ray Train's DataConfig).
+Also ``trainlib.data.DataConfig``."""
 
 from __future__ import annotations
 
 import logging
-import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -17,17 +16,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CacheLocation = Literal["off", "host", "device"]
-
-
-@dataclass(frozen=True)
-class CachePlan:
-    """What a rank needs to cache one dataset's shard (plain data, sent to every rank)."""
-
-    location: CacheLocation
-    budget_bytes: int
-    shuffle: bool  # a split dataset with a shuffle seed: every pass gets another order
-    seed: int
-    world_rank: int = 0  # rank 0 logs what it keeps at INFO, the others at DEBUG
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,15 +92,3 @@ class DataConfig:
         if self.datasets_to_split == "all":
             return list(datasets)
         return list(self.datasets_to_split)
-
-    def cache_plan(self, split: bool, world_rank: int) -> CachePlan | None:
-        """What rank ``world_rank`` needs to cache a dataset (None when not caching)."""
-        if self.cache_shards == "off":
-            return None
-        return CachePlan(
-            location=self.cache_shards,
-            budget_bytes=self.cache_budget_bytes,
-            shuffle=split and self.shuffle_seed is not None,
-            seed=zlib.crc32(f"{self.shuffle_seed}:{world_rank}".encode()),
-            world_rank=world_rank,
-        )

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-PREEMPTION = "preemption"  # the driver's notice to the ranks: a Command of this kind
-
 
 @dataclass(frozen=True)
 class PreemptionInfo:

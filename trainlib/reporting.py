@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import enum
 import os
-import queue
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trainlib._internal.common.messages import REPORTED_CHECKPOINTS, CheckpointsQuery, ReportMessage
-from trainlib._internal.rank import uploads
 from trainlib._internal.rank.process_globals import current_session
-from trainlib._internal.rank.session import Session
+from trainlib._internal.rank.report_sender import reported_checkpoints, send_report
 from trainlib.checkpoint import Checkpoint
-from trainlib.errors import CheckpointError
 from trainlib.preemption import PreemptionInfo
 from trainlib.validation import (
     CheckpointConsistencyMode,
@@ -101,39 +97,14 @@ def report(
     delete = mode is CheckpointUploadMode.ASYNC
     if delete_local_checkpoint_after_upload is not None:
         delete = delete_local_checkpoint_after_upload
-    index = session.next_index
-    session.next_index += 1
-    rank = session.spec.world_rank
-    own_metrics = dict(metrics) if rank == 0 else None
-    if checkpoint is None:
-        session.uploads.send(ReportMessage(rank, index, own_metrics, None))
-        return
-    session.uploads.wait()  # one upload at a time; raises if the last one failed
-    storage = session.spec.storage
-    if name is not None and storage.is_committed(storage.checkpoint_dir(index, name)):
-        raise CheckpointError(
-            f"report(checkpoint_dir_name={name!r}): this run already has a committed checkpoint "
-            f"{storage.url(storage.checkpoint_dir(index, name))}; give each checkpoint a "
-            "unique name, e.g. with the epoch in it."
-        )
-    if mode is CheckpointUploadMode.SYNC:
-        files = storage.upload(checkpoint, index, name)
-        if delete:
-            uploads.delete_local(checkpoint)
-        session.uploads.send(ReportMessage(rank, index, own_metrics, files, name, validate))
-        return
-    staged = uploads.stage(checkpoint, move=delete)
-    session.uploads.start(
-        index,
-        staged,
-        lambda local: ReportMessage(
-            rank,
-            index,
-            own_metrics,
-            session.uploads.upload_in_helper(storage, local, index, name),
-            name,
-            validate,
-        ),
+    send_report(
+        session,
+        metrics,
+        checkpoint,
+        name,
+        upload_async=mode is CheckpointUploadMode.ASYNC,
+        delete_local=delete,
+        validation=validate,
     )
 
 
@@ -187,24 +158,8 @@ def get_all_reported_checkpoints(
             f"get_all_reported_checkpoints(consistency_mode={consistency_mode!r}) must be "
             "CheckpointConsistencyMode.COMMITTED or .VALIDATED."
         ) from None
-    query = CheckpointsQuery(session.spec.world_rank, session.next_index, validated)
-    session.uploads.send(query)
-    session.uploads.wait()
-    try:
-        answer: list[tuple[Checkpoint, dict[str, Any], ReportedCheckpointStatus]] = _answers(
-            session
-        ).get(timeout=timeout_s)
-    except queue.Empty:
-        raise TimeoutError(
-            f"get_all_reported_checkpoints(timeout_s={timeout_s}) had no answer in time: the "
-            "driver processes a report once every rank has made it"
-            + (" and, in VALIDATED mode, its validation has ended." if validated else ".")
-        ) from None
+    answer = reported_checkpoints(session, validated, timeout_s)
     return [ReportedCheckpoint(*reported) for reported in answer]
-
-
-def _answers(session: Session) -> queue.Queue[Any]:
-    return session.inbox(REPORTED_CHECKPOINTS)
 
 
 def _validation(

@@ -112,7 +112,7 @@ def test_uploads_survive_503_answers_without_a_restart(
 ) -> None:
     endpoint, script = proxy
     script.put_statuses = [503] * 3  # the checkpoint file's first three PUTs
-    caplog.set_level(logging.WARNING, logger="trainlib._internal.common.retries")
+    caplog.set_level(logging.WARNING, logger="trainlib._retries")
     result = TorchTrainer(
         save_once,
         train_loop_config={"mode": "async"},  # the upload thread's retries (sync: the same)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
-from trainlib.data_config import CachePlan
+from trainlib._internal.common.messages import CachePlan
 
 if TYPE_CHECKING:
     import torch

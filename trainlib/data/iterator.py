@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import numpy as np
 
+from trainlib._internal.common.messages import CachePlan
 from trainlib._internal.rank.process_globals import current_session
 from trainlib._internal.rank.session import Session
 from trainlib.data import _batching, _conversion
 from trainlib.data.cache import CachedShard, ShardCollector
-from trainlib.data_config import CachePlan
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -185,7 +185,7 @@ class DataIterator:
         keep = plan is not None and self._cached is None
         collector = ShardCollector(self._name, plan) if keep and plan else None
         inbox = session.inbox(self._name)
-        session.send("data_next", (self._name, pass_id))
+        session.request_block(self._name, pass_id)
         while True:
             got, block = inbox.get()
             if got != pass_id:
@@ -196,7 +196,7 @@ class DataIterator:
                 return
             if isinstance(block, Exception):
                 raise block
-            session.send("data_next", (self._name, pass_id))
+            session.request_block(self._name, pass_id)
             block = _writable(block)
             if collector is not None:
                 collector.add(block)

@@ -9,8 +9,11 @@ import pytest
 import torch
 
 from trainlib import ConfigError
+from trainlib._internal.common.datasets import DatasetSource
+from trainlib._internal.common.messages import CachePlan
+from trainlib._internal.driver.run_plan import cache_plans
 from trainlib.data import DataConfig
-from trainlib.data.cache import CachedShard, CachePlan, ShardCollector
+from trainlib.data.cache import CachedShard, ShardCollector
 
 SHUFFLED = CachePlan(location="host", budget_bytes=10**6, shuffle=True, seed=7)
 IN_ORDER = CachePlan(location="host", budget_bytes=10**6, shuffle=False, seed=7)
@@ -71,17 +74,14 @@ def test_cache_torch_batches_gather_rows_in_order_and_drop_the_short_one() -> No
 
 
 def test_cache_plan_follows_the_data_config() -> None:
-    assert DataConfig().cache_plan(split=True, world_rank=0) is None
+    source = DatasetSource("train", (), split=True, lengths=None)
+    assert cache_plans(DataConfig(), [source], world_rank=0) == {}
     config = DataConfig(cache_shards="device", cache_budget_bytes=5, shuffle_seed=0)
-    plan = config.cache_plan(split=True, world_rank=1)
-    assert plan is not None and (plan.location, plan.budget_bytes, plan.shuffle) == (
-        "device",
-        5,
-        True,
-    )
-    assert plan.seed != config.cache_plan(split=True, world_rank=0).seed  # type: ignore[union-attr]
+    plan = cache_plans(config, [source], world_rank=1)["train"]
+    assert (plan.location, plan.budget_bytes, plan.shuffle) == ("device", 5, True)
+    assert plan.seed != cache_plans(config, [source], world_rank=0)["train"].seed
     unshuffled = DataConfig(cache_shards="host")  # no shuffle_seed: in order, as in Ray
-    assert unshuffled.cache_plan(split=True, world_rank=0).shuffle is False  # type: ignore[union-attr]
+    assert cache_plans(unshuffled, [source], world_rank=0)["train"].shuffle is False
 
 
 def test_cache_config_rejects_an_unknown_place() -> None:

@@ -15,12 +15,17 @@ import torch
 from fsspec.implementations.local import LocalFileSystem
 
 from trainlib import DatasetError
-from trainlib._internal.common.messages import RankSpec
+from trainlib._internal.common.messages import (
+    CachePlan,
+    DataBlock,
+    DataRequest,
+    RankMessage,
+    RankSpec,
+)
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.rank.process_globals import RANK
 from trainlib._internal.rank.session import Session
 from trainlib.data import DataIterator
-from trainlib.data_config import CachePlan
 
 Block = dict[str, np.ndarray]
 
@@ -34,17 +39,16 @@ class Supervisor:
         self._served: dict[int, int] = {}
         self.session: Session | None = None
 
-    def send(self, message: tuple[str, object]) -> None:
-        kind, payload = message
-        assert kind == "data_next"
-        name, pass_id = payload  # type: ignore[misc]
+    def send(self, message: RankMessage) -> None:
+        assert isinstance(message, DataRequest)
+        name, pass_id = message.dataset, message.pass_id
         self.requests.append((name, pass_id))
         position = self._served.get(pass_id, 0)
         self._served[pass_id] = position + 1
         blocks = self.passes[pass_id]
         block = blocks[position] if position < len(blocks) else None
         assert self.session is not None
-        self.session.deliver("data", (name, pass_id, block))
+        self.session.deliver(DataBlock(name, pass_id, block))
 
 
 def rows(start: int, stop: int) -> Block:

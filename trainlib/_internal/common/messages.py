@@ -1,18 +1,36 @@
-"""Plain-data messages between the driver, the rank supervisors and the rank processes."""
+"""Plain-data messages between the driver, the rank supervisors and the rank processes.
+
+A rank sends ``RankMessage``s to its supervisor, which relays ``DriverMessage``s to the driver
+and acts on the rest itself; the supervisor (and the driver, through it) sends a rank
+``ToRank`` messages. Each is a frozen dataclass, told apart by its type.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from trainlib._internal.common.commit_marker import FileEntry
 from trainlib._internal.common.storage import RunStorage
 from trainlib.checkpoint import Checkpoint
+from trainlib.errors import RankFailure
 
 if TYPE_CHECKING:  # a rank process never imports Dask
     from trainlib._internal.common.datasets import DatasetSource
-    from trainlib.data_config import CachePlan
+    from trainlib.data_config import CacheLocation
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    """What a rank needs to cache one dataset's shard (``DataConfig.cache_shards``)."""
+
+    location: CacheLocation
+    budget_bytes: int
+    shuffle: bool  # a split dataset with a shuffle seed: every pass gets another order
+    seed: int
+    world_rank: int = 0  # rank 0 logs what it keeps at INFO, the others at DEBUG
 
 
 @dataclass(frozen=True)
@@ -91,9 +109,9 @@ class ReportMessage:
 @dataclass(frozen=True)
 class CheckpointsQuery:
     """A rank asks for the run's committed checkpoints once the driver has processed every
-    report before ``index`` (``get_all_reported_checkpoints``). It travels as a ``report``
-    message: supervisors relay those (and only those, logs and ``started``) to the driver.
-    ``validated``: also once the validations those reports asked for have ended."""
+    report before ``index`` (``get_all_reported_checkpoints``), relayed to the driver as the
+    reports are, after them. ``validated``: also once the validations those reports asked for
+    have ended."""
 
     world_rank: int
     index: int
@@ -101,6 +119,7 @@ class CheckpointsQuery:
 
 
 REPORTED_CHECKPOINTS = "reported_checkpoints"  # the driver's answer: a Command of this kind
+PREEMPTION = "preemption"  # the driver's notice to the ranks: a Command of this kind
 
 
 # Variables a batch system sets in a job's processes (a Dask worker started by dask-jobqueue,
@@ -140,6 +159,36 @@ class RankStarted:
         return f"rank {self.world_rank} on {self.host} (pid {self.pid}{job})"
 
 
+@dataclass(frozen=True)
+class RankLog:
+    """A log record of rank 0, for the driver's handlers (already filtered by level)."""
+
+    record: logging.LogRecord
+
+
+@dataclass(frozen=True)
+class RankDone:
+    """The training function returned and its checkpoint uploads ended."""
+
+
+@dataclass(frozen=True)
+class DataRequest:
+    """A rank asks its feeder for the next block of dataset ``dataset`` in pass ``pass_id``."""
+
+    dataset: str
+    pass_id: int
+
+
+@dataclass(frozen=True)
+class DataBlock:
+    """The feeder's answer to a ``DataRequest``: the next block of the pass (None: the pass
+    ended; a ``DatasetError``: reading it failed, which the rank raises)."""
+
+    dataset: str
+    pass_id: int
+    block: Any
+
+
 SHUTDOWN = "shutdown"
 
 # A worker's fork server (``rank.fork_server``): the worker asks with FORK_REQUEST; the server
@@ -160,6 +209,13 @@ class Command:
 
     kind: str
     payload: Any = None
+
+
+# What a rank says (a ``RankFailure``: it failed, then exits), what of it reaches the driver,
+# and what a rank is sent.
+DriverMessage: TypeAlias = RankStarted | ReportMessage | CheckpointsQuery | RankLog
+RankMessage: TypeAlias = DriverMessage | RankFailure | RankDone | DataRequest
+ToRank: TypeAlias = DataBlock | Command
 
 
 def is_private(variable: str) -> bool:

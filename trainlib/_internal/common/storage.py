@@ -37,7 +37,7 @@ from trainlib._internal.common.commit_marker import (
     Marker,
     describe_file,
 )
-from trainlib._internal.common.retries import call_storage
+from trainlib._retries import call_storage
 from trainlib.checkpoint import Checkpoint
 from trainlib.errors import CheckpointError
 

@@ -74,7 +74,7 @@ class Mailbox:
     def __init__(self, source: Queue, wake: Callable[[], None]) -> None:
         self._source = source
         self._wake = wake
-        self._inbox: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # unpickled messages
         self._error: BaseException | None = None
         self._flushed = threading.Event()
         self._thread = threading.Thread(target=self._receive, name="trainlib-mail", daemon=True)
@@ -96,7 +96,7 @@ class Mailbox:
         """True when messages wait to be taken."""
         return not self._inbox.empty()
 
-    def take_all(self) -> list[tuple[str, Any]]:
+    def take_all(self) -> list[Any]:
         """The messages that arrived so far, oldest first.
 
         Raises:

@@ -15,8 +15,9 @@ import functools
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from trainlib._internal.common.messages import DriverMessage
 from trainlib._internal.driver.controller_state import Resizing, Restarting, Running, Scheduling
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import AttemptStart, RunPlan, rank_launch
@@ -188,9 +189,9 @@ class TrainController:
                 if self.plan.lease is not None:
                     self.plan.lease.withhold(group.unresponsive_workers)
 
-    def handle(self, kind: str, payload: Any) -> None:
+    def handle(self, message: DriverMessage) -> None:
         """A message of a rank: to the run's report collector."""
-        self.record.collector.handle(kind, payload)
+        self.record.collector.handle(message)
 
     def fail(self, failures: dict[int, RankFailure]) -> WorkerGroupError:
         """Count a failed attempt that no restart follows; the error to raise."""

@@ -10,11 +10,18 @@ from __future__ import annotations
 import socket
 import time
 import traceback
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import cloudpickle
 
-from trainlib._internal.common.messages import Command, RankSpec
+from trainlib._internal.common.messages import (
+    Command,
+    DataBlock,
+    DataRequest,
+    DriverMessage,
+    RankMessage,
+    RankSpec,
+)
 from trainlib._internal.driver.controller_state import Running
 from trainlib._internal.driver.local_feed import LocalFeed
 from trainlib._internal.driver.ranks import WorkerSlot
@@ -76,7 +83,7 @@ def _run_locally(run: RunRecord) -> None:
     feed = LocalFeed(
         plan.datasets,
         plan.data_config.shuffle_seed,
-        lambda name, pass_id, block: session.deliver("data", (name, pass_id, block)),
+        lambda name, pass_id, block: session.deliver(DataBlock(name, pass_id, block)),
     )
     run.collector.reply_with(lambda rank, command: _deliver(session, command))
     info = GroupInfo(1, (slot.placement(),), None)
@@ -117,19 +124,18 @@ class _DriverError(BaseException):
         self.error = error
 
 
-def _handle(run: RunRecord, feed: LocalFeed | None, message: tuple[str, Any]) -> None:
+def _handle(run: RunRecord, feed: LocalFeed | None, message: RankMessage) -> None:
     """A message of the training function, handled as the driver handles a rank's (the
     session sends one at a time); its logs are this process's own already."""
-    kind, payload = message
-    if kind == "data_next" and feed is not None:
-        feed.request(*payload)
+    if isinstance(message, DataRequest) and feed is not None:
+        feed.request(message.dataset, message.pass_id)
         return
-    if kind in ("report", "started"):
+    if isinstance(message, DriverMessage):
         try:
-            run.collector.handle(kind, payload)
+            run.collector.handle(message)
         except Exception as exc:
             raise _DriverError(exc) from exc
 
 
 def _deliver(session: Session, command: Command) -> None:
-    session.deliver("command", command)
+    session.deliver(command)

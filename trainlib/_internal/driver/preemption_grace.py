@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from trainlib._internal.driver.checkpoint_manager import CheckpointManager
-    from trainlib._internal.driver.reports import ReportCollector
+    from trainlib._internal.driver.report_collector import ReportCollector
     from trainlib.config import FailureConfig
 
 logger = logging.getLogger(__name__)

@@ -7,18 +7,19 @@ import math
 import socket
 import sys
 import threading
-from collections.abc import Collection, Mapping
+import zlib
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import cloudpickle
 
-from trainlib._internal.common.messages import FeedPlan, RankLaunch, RankSpec
+from trainlib._internal.common.messages import CachePlan, FeedPlan, RankLaunch, RankSpec
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.ranks import device_index
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import RunConfig, ScalingConfig, TorchConfig
-from trainlib.data_config import CachePlan, DataConfig
+from trainlib.data_config import DataConfig
 from trainlib.validation import ValidationConfig
 
 if TYPE_CHECKING:
@@ -155,7 +156,7 @@ def rank_launch(
         train_func_payload=plan.train_func_payload,
         dataset_names=tuple(source.name for source in plan.datasets),
         setup_payload=attempt.setup_payload,
-        data_cache=_cache_plans(plan, slot.world_rank),
+        data_cache=cache_plans(plan.data_config, plan.datasets, slot.world_rank),
         device_index=device_index(slot),
     )
     environment = rank_environment(
@@ -182,12 +183,22 @@ def rank_launch(
     )
 
 
-def _cache_plans(plan: RunPlan, world_rank: int) -> dict[str, CachePlan]:
-    plans = {
-        source.name: plan.data_config.cache_plan(source.split, world_rank)
-        for source in plan.datasets
+def cache_plans(
+    config: DataConfig, datasets: Sequence[DatasetSource], world_rank: int
+) -> dict[str, CachePlan]:
+    """What rank ``world_rank`` needs to cache each dataset (none when not caching)."""
+    if config.cache_shards == "off":
+        return {}
+    return {
+        source.name: CachePlan(
+            location=config.cache_shards,
+            budget_bytes=config.cache_budget_bytes,
+            shuffle=source.split and config.shuffle_seed is not None,
+            seed=zlib.crc32(f"{config.shuffle_seed}:{world_rank}".encode()),
+            world_rank=world_rank,
+        )
+        for source in datasets
     }
-    return {name: cache for name, cache in plans.items() if cache is not None}
 
 
 def _feed_plan(attempt: AttemptStart, slot: WorkerSlot) -> FeedPlan | None:

@@ -20,7 +20,7 @@ from trainlib._internal.driver.controller_state import (
 )
 from trainlib._internal.driver.delivery import end_run, with_delivery
 from trainlib._internal.driver.failure_policy import FailurePolicy
-from trainlib._internal.driver.reports import ReportCollector
+from trainlib._internal.driver.report_collector import ReportCollector
 from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.callbacks import Report, RunInfo
 from trainlib.checkpoint import Checkpoint

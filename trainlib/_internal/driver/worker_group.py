@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from distributed import Client, Event, Future, Queue
 
-from trainlib._internal.common.messages import Command, RankLaunch
+from trainlib._internal.common.messages import PREEMPTION, Command, DriverMessage, RankLaunch
 from trainlib._internal.common.waiting import Completions, Mailbox, result_within
 from trainlib._internal.driver.ranks import WorkerSlot
 from trainlib._internal.driver.run_plan import find_free_port
@@ -19,7 +19,7 @@ from trainlib._internal.driver.worker_selection import retired_gracefully, worke
 from trainlib._internal.worker import command_relay
 from trainlib._internal.worker.supervisor import RankOutcome, supervise_rank
 from trainlib.errors import RankFailure
-from trainlib.preemption import PREEMPTION, PreemptionInfo
+from trainlib.preemption import PreemptionInfo
 
 if TYPE_CHECKING:
     from trainlib._internal.driver.preemption_grace import PreemptionGrace
@@ -31,7 +31,7 @@ _LIVENESS_CHECK_S = 1.0
 _STOP_POLL_S = 0.2
 
 LaunchBuilder = Callable[[WorkerSlot, str, int], RankLaunch]
-MessageHandler = Callable[[str, Any], None]
+MessageHandler = Callable[[DriverMessage], None]
 ProgressCheck = Callable[[], dict[int, RankFailure]]
 
 
@@ -171,8 +171,8 @@ class WorkerGroup:
         return {r: o.failure for r, o in self._outcomes.items() if o.failure is not None}
 
     def _drain(self, handle: MessageHandler) -> None:
-        for kind, payload in self._mail.take_all():
-            handle(kind, payload)
+        for message in self._mail.take_all():
+            handle(message)
 
     def _wait_for_any(self, timeout_s: float) -> None:
         """Return when a rank's task ends or a message comes, or after ``timeout_s``."""

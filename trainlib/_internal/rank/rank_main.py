@@ -26,12 +26,19 @@ import time
 import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import cloudpickle
 
 from trainlib._internal.common import preemption_signal
-from trainlib._internal.common.messages import RankSpec, RankStarted, is_private
+from trainlib._internal.common.messages import (
+    RankDone,
+    RankLog,
+    RankMessage,
+    RankSpec,
+    RankStarted,
+    is_private,
+)
 from trainlib._internal.rank import backend, fork_server
 from trainlib._internal.rank.process_globals import RANK
 from trainlib._internal.rank.session import Session
@@ -49,15 +56,14 @@ class _LogForwarder:
         self._session = session
 
     def put_nowait(self, record: logging.LogRecord) -> None:
-        self._session.send("log", record)
+        self._session.send(RankLog(record))
 
 
 def _receive_until_orphaned(connection: Connection, session: Session) -> None:
     """File the supervisor's messages; when its end of the connection closes, exit at once."""
     try:
         while True:
-            kind, payload = connection.recv()
-            session.deliver(kind, payload)
+            session.deliver(connection.recv())
     except (EOFError, OSError):
         os._exit(_EXIT_ORPHANED)
 
@@ -93,7 +99,7 @@ def _run(spec: RankSpec, session: Session) -> None:
     backend.init_process_group(
         spec.backend, spec.timeout_s, spec.use_gpu, spec.host, spec.device_index
     )
-    session.send("started", RankStarted.here(spec.world_rank, spec.host))
+    session.send(RankStarted.here(spec.world_rank, spec.host))
     train_func()
     session.uploads.wait()  # a checkpoint still uploading (async): its failure fails the rank
     backend.destroy_process_group()  # on failure the process just exits
@@ -160,8 +166,8 @@ def _name_process(name: str) -> None:
         libc.prctl(15, name.encode()[:15], 0, 0, 0)  # 15 = PR_SET_NAME
 
 
-def _exit_failed(send: Callable[[tuple[str, Any]], None], failure: RankFailure) -> NoReturn:
-    send(("error", failure))
+def _exit_failed(send: Callable[[RankMessage], None], failure: RankFailure) -> NoReturn:
+    send(failure)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(_EXIT_FAILED)
@@ -183,8 +189,8 @@ def main(fd: int) -> None:
         _run(spec, session)
     except BaseException as exc:
         session.uploads.abandon()
-        _exit_failed(session.send_message, _failure(spec.world_rank, spec.host, exc))
-    session.send("done", None)
+        _exit_failed(session.send, _failure(spec.world_rank, spec.host, exc))
+    session.send(RankDone())
     gc.freeze()  # the exit's last collection of torch's objects took 1.1-1.4 s, frozen 0.3-0.5
 
 

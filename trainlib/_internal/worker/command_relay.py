@@ -38,7 +38,7 @@ def deliver(token: str, command: Command, dask_worker: Any = None) -> bool:
     if send is None:
         return False
     try:
-        send(("command", command))
+        send(command)
     except OSError:
         return False
     return True

@@ -24,15 +24,16 @@ from typing import Any, cast
 
 from distributed import Client, Future, Worker, get_worker
 
-from trainlib._internal.common import retries, shared_blocks
+from trainlib import _retries as retries
+from trainlib._internal.common import shared_blocks
 from trainlib._internal.common.datasets import Block, DatasetSource, num_rows, take_rows
-from trainlib._internal.common.messages import FeedPlan
+from trainlib._internal.common.messages import DataBlock, FeedPlan
 from trainlib._internal.common.waiting import Completions, result_within
 from trainlib._internal.worker.rows_per_rank import EqualSplit, Segment, pass_order, windows
 from trainlib.errors import DatasetError
 
 logger = logging.getLogger(__name__)
-Send = Callable[[tuple[str, Any]], None]
+Send = Callable[[DataBlock], None]
 _WAIT_S = 0.5
 # Windows computed ahead of the one the rank reads: with one, benchmarks/ingest.py delivered
 # about 10% fewer images/s into a rank (the supervisor waited on the cluster more often).
@@ -41,7 +42,7 @@ _JOIN_S = 5.0  # a stopped thread ends within _WAIT_S unless a send to a dead ra
 
 
 class Feeder:
-    """Answers a rank's ``data_next`` requests, one thread per dataset."""
+    """Answers a rank's ``DataRequest``s, one thread per dataset."""
 
     def __init__(self, plan: FeedPlan, client: Client, send: Send) -> None:
         self._feeds = {s.name: _DatasetFeed(s, plan, client, send) for s in plan.sources}
@@ -109,7 +110,7 @@ class _DatasetFeed:
                 except Exception as exc:  # the rank raises it, so the run fails with it
                     block = self._error(exc)
                     current = None
-                self._send(("data", (self._source.name, pass_id, self._payload(block))))
+                self._send(DataBlock(self._source.name, pass_id, self._payload(block)))
                 if block is None and self._slots is not None:
                     self._slots.release_free()  # the pass ended: hold no memory until the next
         except (_Stopped, OSError):

@@ -23,7 +23,14 @@ from distributed import Event, Queue, get_client, get_worker, secede
 
 from trainlib._internal.common import device_holds
 from trainlib._internal.common.devices import pinned_to_own_cores, usable_cores
-from trainlib._internal.common.messages import RankLaunch, is_private
+from trainlib._internal.common.messages import (
+    DataRequest,
+    DriverMessage,
+    RankDone,
+    RankLaunch,
+    RankMessage,
+    is_private,
+)
 from trainlib._internal.worker import command_relay, rank_pool
 from trainlib._internal.worker.feeder import Feeder
 from trainlib._internal.worker.fork_client import LOST, ForkedProcess
@@ -32,7 +39,7 @@ from trainlib.errors import RankFailure
 _POLL_S = 0.5  # a message or the rank's exit wakes the supervisor sooner
 _STOP_CHECK_S = 0.5
 _EXIT_WAIT_S = 5.0
-_CLOSED = ("closed", None)
+_CLOSED = object()  # the rank's end of the connection is closed
 _TERMINATE_GRACE_S = 3.0
 
 
@@ -142,7 +149,7 @@ def _relay(
     next_stop_check = 0.0
     while True:
         message = _receive(connection, _POLL_S)
-        if message == _CLOSED:  # every copy of the rank's end is closed: it is exiting
+        if message is _CLOSED:  # every copy of the rank's end is closed: it is exiting
             code = _wait(process)
             break
         if not state.take(message, queue):
@@ -177,18 +184,17 @@ class _RankTranscript:
         self.finished = False
         self._feeder = feeder
 
-    def take(self, message: tuple[str, Any] | None, queue: Queue) -> bool:
+    def take(self, message: RankMessage | object | None, queue: Queue) -> bool:
         """Act on one message; False when there was none."""
-        if message is None or message == _CLOSED:
+        if message is None or message is _CLOSED:
             return False
-        kind, payload = message
-        if kind in ("report", "log", "started"):
-            queue.put(pickle.dumps((kind, payload)))
-        elif kind == "data_next" and self._feeder is not None:
-            self._feeder.request(*payload)
-        elif kind == "error":
-            self.error = payload
-        elif kind == "done":
+        if isinstance(message, DriverMessage):
+            queue.put(pickle.dumps(message))
+        elif isinstance(message, DataRequest) and self._feeder is not None:
+            self._feeder.request(message.dataset, message.pass_id)
+        elif isinstance(message, RankFailure):
+            self.error = message
+        elif isinstance(message, RankDone):
             self.finished = True
         return True
 
@@ -201,11 +207,11 @@ def _task_cancelled() -> bool:
     return state is None or state.state == "cancelled"
 
 
-def _receive(connection: Connection, timeout_s: float) -> tuple[str, Any] | None:
+def _receive(connection: Connection, timeout_s: float) -> RankMessage | object | None:
     """The next message, ``_CLOSED`` once the rank's end is closed, or None after timeout_s."""
     try:
         if connection.poll(timeout_s):
-            message: tuple[str, Any] = connection.recv()
+            message: RankMessage = connection.recv()
             return message
     except (EOFError, OSError):
         return _CLOSED

@@ -108,8 +108,8 @@ def report(index: int, metrics: dict[str, Any], checkpoint_dir: Path | None = No
 
     def script(handle: Handle, storage: RunStorage) -> dict[int, RankFailure]:
         files = storage.upload_directory(str(checkpoint_dir), index) if checkpoint_dir else None
-        handle("report", ReportMessage(0, index, metrics, files))
-        handle("report", ReportMessage(1, index, None, {} if files is not None else None))
+        handle(ReportMessage(0, index, metrics, files))
+        handle(ReportMessage(1, index, None, {} if files is not None else None))
         return {}
 
     return script
@@ -272,7 +272,7 @@ def test_controller_fails_a_run_whose_ranks_reported_unequally(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     def rank_0_only(handle: Handle, storage: RunStorage) -> dict[int, RankFailure]:
-        handle("report", ReportMessage(0, 0, {"loss": 1.0}, None))
+        handle(ReportMessage(0, 0, {"loss": 1.0}, None))
         return {}
 
     with pytest.raises(TrainingFailedError, match=r"made by ranks \[0\] only, out of 2"):

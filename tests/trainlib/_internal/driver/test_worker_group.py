@@ -15,12 +15,11 @@ from typing import Any
 import pytest
 
 from trainlib import RankFailure
-from trainlib._internal.common.messages import Command, ReportMessage
+from trainlib._internal.common.messages import PREEMPTION, Command, DriverMessage, ReportMessage
 from trainlib._internal.driver import worker_group
 from trainlib._internal.driver.ranks import assign_ranks
 from trainlib._internal.driver.worker_group import WorkerGroup
 from trainlib._internal.worker.supervisor import RankOutcome
-from trainlib.preemption import PREEMPTION
 
 SLOTS = assign_ranks([("host", "tcp://w0"), ("host", "tcp://w1")])
 
@@ -59,7 +58,7 @@ class Task:
 
 
 class Mail:
-    """The group's ``distributed.Queue``: pickled ``(kind, payload)`` messages."""
+    """The group's ``distributed.Queue``: pickled messages."""
 
     name = "trainlib-reports-test"
 
@@ -72,8 +71,8 @@ class Mail:
     def put(self, item: bytes) -> None:
         self._items.put(item)
 
-    def say(self, kind: str, payload: Any) -> None:
-        self.put(pickle.dumps((kind, payload)))
+    def say(self, message: DriverMessage) -> None:
+        self.put(pickle.dumps(message))
 
     def close(self) -> None:
         pass
@@ -144,10 +143,10 @@ class Setup:
             self.mail,  # type: ignore[arg-type]
             self.stop,  # type: ignore[arg-type]
         )
-        self.handled: list[tuple[str, Any]] = []
+        self.handled: list[DriverMessage] = []
 
-    def handle(self, kind: str, payload: Any) -> None:
-        self.handled.append((kind, payload))
+    def handle(self, message: DriverMessage) -> None:
+        self.handled.append(message)
 
 
 @pytest.fixture
@@ -165,12 +164,12 @@ def test_worker_group_relays_every_message_until_every_rank_ends(ranks: Setup) -
     for rank in (0, 1):
         ranks.tasks[rank].end(RankOutcome(rank, None))
     # said before its task ended, it may reach the driver after: still relayed
-    ranks.mail.say("report", ReportMessage(0, 0, {"loss": 1.0}, None))
-    ranks.mail.say("report", ReportMessage(1, 0, None, None))
+    ranks.mail.say(ReportMessage(0, 0, {"loss": 1.0}, None))
+    ranks.mail.say(ReportMessage(1, 0, None, None))
     assert ranks.group.run(ranks.handle) == {}
-    assert [(kind, message.world_rank) for kind, message in ranks.handled] == [
-        ("report", 0),
-        ("report", 1),
+    assert ranks.handled == [
+        ReportMessage(0, 0, {"loss": 1.0}, None),
+        ReportMessage(1, 0, None, None),
     ]
     assert not ranks.stop.was_set
 
@@ -246,7 +245,7 @@ def test_worker_group_hung_ranks_named_by_the_watchdog_fail_the_attempt(ranks: S
 
 
 def test_worker_group_until_returns_with_the_ranks_running(ranks: Setup) -> None:
-    ranks.mail.say("report", ReportMessage(0, 0, {}, None))
+    ranks.mail.say(ReportMessage(0, 0, {}, None))
     failures = ranks.group.run(ranks.handle, until=lambda: bool(ranks.handled))
     assert failures == {}
     assert not ranks.stop.was_set

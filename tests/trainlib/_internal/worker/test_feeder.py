@@ -16,7 +16,7 @@ from dask.delayed import delayed
 
 from trainlib import DataConfig, DatasetError
 from trainlib._internal.common.datasets import DatasetSource, arrays_to_block, sources_from
-from trainlib._internal.common.messages import FeedPlan
+from trainlib._internal.common.messages import DataBlock, FeedPlan
 from trainlib._internal.worker.feeder import Feeder
 
 WORKERS = ("tcp://w0", "tcp://w1")
@@ -74,16 +74,16 @@ class Rank:
 
     def __init__(self, source: DatasetSource, world_rank: int, seed: int | None = None) -> None:
         self.client = Client()
-        self._sent: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._sent: queue.Queue[DataBlock] = queue.Queue()
         plan = FeedPlan((source,), world_rank, WORKERS, seed, attempt_key=0)
         self.feeder = Feeder(plan, self.client, self._sent.put)  # type: ignore[arg-type]
         self._name = source.name
 
     def next_block(self, pass_id: int) -> dict[str, np.ndarray] | Exception | None:
         self.feeder.request(self._name, pass_id)
-        kind, (name, got, payload) = self._sent.get(timeout=WAIT_S)
-        assert (kind, name, got) == ("data", self._name, pass_id)
-        return pickle.loads(pickle.dumps(payload))  # as the rank unpickles it
+        sent = self._sent.get(timeout=WAIT_S)
+        assert (sent.dataset, sent.pass_id) == (self._name, pass_id)
+        return pickle.loads(pickle.dumps(sent.block))  # as the rank unpickles it
 
     def one_pass(self, pass_id: int = 0) -> list[int]:
         values: list[int] = []

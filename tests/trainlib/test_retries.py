@@ -9,7 +9,7 @@ from botocore.exceptions import ClientError, EndpointConnectionError
 from s3fs.errors import translate_boto_error
 
 from trainlib import CheckpointError
-from trainlib._internal.common import retries
+from trainlib import _retries as retries
 
 
 def _s3_error(status: int, code: str) -> OSError:

@@ -13,13 +13,14 @@ from trainlib._internal.common.messages import (
     REPORTED_CHECKPOINTS,
     CheckpointsQuery,
     Command,
+    RankLog,
     RankStarted,
     ReportMessage,
 )
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib._internal.driver.ranks import assign_ranks
-from trainlib._internal.driver.reports import ReportCollector
+from trainlib._internal.driver.report_collector import ReportCollector
 from trainlib._internal.driver.watchdog import ProgressWatchdog
 from trainlib.callbacks import Report
 from trainlib.validation import ReportedCheckpointStatus
@@ -69,7 +70,7 @@ def _report(
     files: dict[str, FileEntry] | None = None,
 ) -> None:
     own = metrics if rank == 0 else None
-    collector.handle("report", ReportMessage(rank, index, own, files))
+    collector.handle(ReportMessage(rank, index, own, files))
 
 
 def test_reports_complete_once_every_rank_reported(tmp_path: Path) -> None:
@@ -105,7 +106,7 @@ def test_reports_commit_a_checkpoint_that_only_rank_1_uploaded(tmp_path: Path) -
 
 def test_reports_without_rank_0_metrics_have_empty_metrics(tmp_path: Path) -> None:
     collector, _, callback, _, _ = _collector(tmp_path, world_size=1)
-    collector.handle("report", ReportMessage(0, 0, None, None))
+    collector.handle(ReportMessage(0, 0, None, None))
     assert callback.reports == [Report(0, {}, None)]
 
 
@@ -146,9 +147,9 @@ def test_reports_new_attempt_forgets_reports_after_its_checkpoint(tmp_path: Path
 def test_reports_started_messages_start_the_hang_clock(tmp_path: Path) -> None:
     collector, _, _, watchdog, clock = _collector(tmp_path, hang_timeout_s=5.0)
     clock.now += 10.0
-    collector.handle("started", RankStarted(0, "127.0.0.1", 1))
+    collector.handle(RankStarted(0, "127.0.0.1", 1))
     assert watchdog.check() == {}  # rank 1 is still starting
-    collector.handle("started", RankStarted(1, "127.0.0.1", 2))
+    collector.handle(RankStarted(1, "127.0.0.1", 2))
     clock.now += 4.0
     assert watchdog.check() == {}
     clock.now += 2.0
@@ -164,8 +165,8 @@ def test_reports_log_where_each_rank_started_with_its_batch_job(
     monkeypatch.delenv("SLURM_JOB_ID")
     outside = RankStarted.here(0, "10.0.0.4")
     with caplog.at_level(logging.INFO, logger="trainlib"):
-        collector.handle("started", in_job)
-        collector.handle("started", outside)
+        collector.handle(in_job)
+        collector.handle(outside)
     assert f"rank 1 on 10.0.0.5 (pid {in_job.pid}, SLURM job 12)" in caplog.text
     assert f"rank 0 on 10.0.0.4 (pid {outside.pid})" in caplog.text
 
@@ -173,7 +174,7 @@ def test_reports_log_where_each_rank_started_with_its_batch_job(
 def test_reports_tell_the_watchdog_who_fell_behind(tmp_path: Path) -> None:
     collector, _, _, watchdog, clock = _collector(tmp_path, hang_timeout_s=5.0)
     for rank in (0, 1):
-        collector.handle("started", RankStarted(rank, "127.0.0.1", rank))
+        collector.handle(RankStarted(rank, "127.0.0.1", rank))
     clock.now += 4.0
     _report(collector, 0, 0, {"step": 0})
     _report(collector, 1, 0)  # complete: progress, the clock restarts
@@ -192,7 +193,7 @@ def test_reports_rank_0_log_records_go_to_driver_handlers(
         "cifar.train_loop", logging.INFO, "train_loop.py", 1, "epoch %d/%d", (1, 5), None
     )
     with caplog.at_level(logging.INFO):
-        collector.handle("log", record)
+        collector.handle(RankLog(record))
     assert [(r.name, r.getMessage()) for r in caplog.records] == [("cifar.train_loop", "epoch 1/5")]
 
 
@@ -205,9 +206,9 @@ def test_reports_refuse_a_checkpoint_named_differently_on_two_ranks(tmp_path: Pa
         files = storage.upload(Checkpoint.from_directory(source), 0, name)
         message = ReportMessage(rank, 0, {"loss": 1.0} if rank == 0 else None, files, name)
         if rank == 0:
-            collector.handle("report", message)
+            collector.handle(message)
     with pytest.raises(TrainingFailedError, match="final, full_model"):
-        collector.handle("report", message)
+        collector.handle(message)
 
 
 def test_reports_answer_a_checkpoints_query_once_its_reports_are_processed(
@@ -217,7 +218,7 @@ def test_reports_answer_a_checkpoints_query_once_its_reports_are_processed(
     answers: list[tuple[int, Command]] = []
     collector.reply_with(lambda rank, command: answers.append((rank, command)))
     _report(collector, 0, 0, {"loss": 1.0}, _upload(storage, tmp_path, 0, "a"))
-    collector.handle("report", CheckpointsQuery(world_rank=0, index=1))
+    collector.handle(CheckpointsQuery(world_rank=0, index=1))
     assert answers == []  # rank 1 has not made report 0 yet
     _report(collector, 1, 0, None, _upload(storage, tmp_path, 0, "b"))
     [(rank, command)] = answers

@@ -12,6 +12,8 @@ from trainlib._internal.common.messages import (
     REPORTED_CHECKPOINTS,
     CheckpointsQuery,
     Command,
+    DriverMessage,
+    RankLog,
     RankStarted,
     ReportMessage,
 )
@@ -83,25 +85,23 @@ class ReportCollector:
         """How to answer the ranks' ``get_all_reported_checkpoints`` in this attempt."""
         self._reply = reply
 
-    def handle(self, kind: str, payload: Any) -> None:
-        """Handle one message relayed from a rank: started, a report, or a rank-0 log record."""
-        if kind == "started":
-            started: RankStarted = payload
-            logger.info("Joined the group: %s", started.describe())
+    def handle(self, message: DriverMessage) -> None:
+        """Handle one message relayed from a rank: started, a report, a query for the
+        committed checkpoints, or a rank-0 log record."""
+        if isinstance(message, RankStarted):
+            logger.info("Joined the group: %s", message.describe())
             if self._watchdog is not None:
-                self._watchdog.on_started(started.world_rank)
+                self._watchdog.on_started(message.world_rank)
             return
-        if kind == "log":
-            record: logging.LogRecord = payload
+        if isinstance(message, RankLog):
             # Already filtered by level in the rank; hand it to this process's handlers as
             # logging's socket receivers do (the logging cookbook).
-            logging.getLogger(record.name).handle(record)
+            logging.getLogger(message.record.name).handle(message.record)
             return
-        if isinstance(payload, CheckpointsQuery):
-            self._queries.append(payload)
+        if isinstance(message, CheckpointsQuery):
+            self._queries.append(message)
             self._answer_queries()
             return
-        message: ReportMessage = payload
         if message.index <= self._processed:
             return  # a preempted rank's late part of a report its survivors completed
         reports = self._pending[message.index]
