@@ -1,5 +1,6 @@
-"""The errors the train-cifar pipeline explains to its users: the tree's root, and those that
-rank-side and data-preparation code raises. Each other error lives with the layer that raises it.
+"""The errors the train-cifar pipeline explains to its users: the tree's root, and those the
+CIFAR domain raises. Each layer above documents its own, in its package's docstring, and
+defines each where it is raised.
 
 ::
 
@@ -9,12 +10,7 @@ rank-side and data-preparation code raises. Each other error lives with the laye
     ├── UnsafeArchiveError        a member could escape the target or fill the disk (ValueError)
     ├── CorruptDataError          a dataset file does not match its sha256  (also a ValueError)
     ├── TrainingDivergedError     the loss became NaN or infinite
-    ├── tasks.download.DownloadError       the archive could not be fetched (network, HTTP, access)
-    ├── tasks.download.ChecksumError       the archive's md5 is not the expected one (ValueError)
-    ├── tasks.preprocess.DatasetTooSmallError  too few images for the ranks and batch size
-    ├── mlops.model_loading.ModelNotFoundError no such registered model or alias (LookupError)
-    ├── flows.publish.PublishError         register → evaluate → promote failed, rolled back
-    └── cli.local_server.PrefectServerError  Prefect's temporary server did not start
+    └── preparation.DatasetTooSmallError  too few images for the ranks and batch size (ValueError)
 """
 
 from __future__ import annotations

@@ -3,6 +3,12 @@ the head train-cifar and tune-cifar share (``prepare.py``) and what only a flow 
 which Dask clusters it may start (``clusters.py``) and how long it may take
 (``time_limit.py``).
 
+Errors (each a ``cifar.errors.PipelineError``)::
+
+    publish.PublishError      register → evaluate → promote failed, rolled back
+    run_policy.PolicyError    a parameter names a place or server the worker's policy refuses
+                              (an InvalidParameterError)
+
 Each flow persists its return value (``persist_result=True``, in Prefect's local result
 storage): on a SQLite Prefect server a write can wait up to a minute for the database lock
 (PrefectHQ/prefect#18934), and when the flow's final ``Completed`` is then sent again, Prefect

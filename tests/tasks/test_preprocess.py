@@ -9,45 +9,12 @@ import pytest
 from distributed import Client
 
 from cifar.dataset import Dataset, read_split
-from cifar.format import Batch, write_synthetic_archive
+from cifar.format import write_synthetic_archive
+from cifar.preparation import channel_stats
 from tasks.download import Archive
 from tasks.layout import StorageLayout
-from tasks.preprocess import (
-    DatasetTooSmallError,
-    channel_stats,
-    check_trainable,
-    preprocess_archive,
-    split_validation,
-)
+from tasks.preprocess import preprocess_archive
 from trainlib import DaskConfig
-
-
-def test_preprocess_split_is_seeded_disjoint_and_complete() -> None:
-    batch = Batch(np.zeros((100, 3, 32, 32), np.uint8), np.arange(100))
-    train, val = split_validation(batch, 0.2, seed=7)
-    again, _ = split_validation(batch, 0.2, seed=7)
-    assert len(val.labels) == 20 and len(train.labels) == 80
-    assert set(train.labels) | set(val.labels) == set(range(100))
-    assert np.array_equal(train.labels, again.labels)
-    other, _ = split_validation(batch, 0.2, seed=8)
-    assert not np.array_equal(train.labels, other.labels)
-
-
-def test_preprocess_channel_stats_per_channel() -> None:
-    images = np.zeros((4, 3, 2, 2), np.uint8)
-    images[:, 1] = 255
-    images[:2, 2] = 255
-    mean, std = channel_stats(images)
-    assert mean == pytest.approx((0.0, 1.0, 0.5))
-    assert std == pytest.approx((0.0, 0.0, 0.5))
-
-
-def test_preprocess_too_small_for_the_ranks_says_what_to_change() -> None:
-    check_trainable(train_rows=512, val_rows=2, num_workers=2, batch_size=512)
-    with pytest.raises(DatasetTooSmallError, match="each rank needs 256 training images"):
-        check_trainable(train_rows=510, val_rows=2, num_workers=2, batch_size=512)
-    with pytest.raises(DatasetTooSmallError, match="Use a smaller batch_size, fewer num_workers"):
-        check_trainable(train_rows=1000, val_rows=1, num_workers=2, batch_size=8)
 
 
 @pytest.fixture(scope="module")
