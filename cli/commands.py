@@ -13,13 +13,12 @@ flow parameter's default (checked by the tests).
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from cifar.model_names import MODEL_NAMES
-from cli import local_run, options
+from cli import environment, local_run, options, startup
 
 
 def train_parser() -> argparse.ArgumentParser:
@@ -153,11 +152,11 @@ def predict_main(argv: list[str] | None = None) -> int:
     """Run predict-cifar (the flow, locally); returns the exit status as ``main`` does."""
     params = _parse(predict_parser(), argv)
     debug, log_file = params.pop("debug"), params.pop("log_file")
-    server = local_run.start_local_server()
+    server = startup.start_local_server()
     from flows.predict_cifar import predict_cifar
 
     def run() -> dict[str, Any]:
-        local_run.use(server)
+        startup.use(server)
         return predict_cifar(**params)
 
     return local_run.run_command(
@@ -176,13 +175,13 @@ def _train(
     if command == "train-cifar":
         params["num_workers"] = _one_rank_per_gpu(train_parser(), argv) or params["num_workers"]
     synthetic, debug, log_file = (params.pop(key) for key in ("synthetic", "debug", "log_file"))
-    server = local_run.start_local_server()  # its start-up overlaps the flow's imports
+    server = startup.start_local_server()  # its start-up overlaps the flow's imports
     flow = load_flow()
 
     def run() -> dict[str, Any]:
         if synthetic:
-            _use_synthetic_archive(params, command)
-        local_run.use_while_preparing_mlflow(server, params["mlflow_tracking_uri"])
+            synthetic.use_synthetic_archive(params, command)
+        startup.use_while_preparing_mlflow(server, params["mlflow_tracking_uri"])
         return flow(**params)
 
     exits = argv is None
@@ -192,7 +191,7 @@ def _train(
 def _parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> dict[str, Any]:
     """The options as the flow's parameters, with the environment set for Prefect."""
     params = vars(parser.parse_args(argv))
-    local_run.set_environment()
+    environment.set_environment()
     return params
 
 
@@ -210,17 +209,6 @@ def _one_rank_per_gpu(parser: argparse.ArgumentParser, argv: list[str] | None) -
     import torch
 
     return torch.cuda.device_count() or None
-
-
-def _use_synthetic_archive(params: dict[str, Any], command: str) -> None:
-    params["data_url"], params["data_md5"] = local_run.make_synthetic_archive(
-        params["storage_path"]
-    )
-    logging.getLogger(command).warning(
-        "SYNTHETIC DATA: training on a generated archive in the CIFAR-10 format (%s), not on "
-        "CIFAR-10; accuracies say nothing about real images.",
-        params["data_url"],
-    )
 
 
 if __name__ == "__main__":

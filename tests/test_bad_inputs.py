@@ -36,7 +36,7 @@ from cifar.errors import InvalidParameterError
 from cifar.format import write_synthetic_archive
 from cifar.models import build_model
 from cli import commands as cli
-from cli import local_run
+from cli import environment, local_run
 from cli.options import LOG_FILE_VARIABLE
 from flows.run_policy import POLICY_VARIABLE
 from mlops.registry import register_model
@@ -96,7 +96,7 @@ def workspace(
 ) -> Iterator[Workspace]:
     """A fresh folder as the working directory, the commands' environment restored after."""
     monkeypatch.chdir(tmp_path)
-    for key, value in local_run.ENVIRONMENT.items():
+    for key, value in environment.ENVIRONMENT.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv(LOG_FILE_VARIABLE, str(tmp_path / "train-cifar.log"))
     children = _children()
