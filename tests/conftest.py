@@ -17,7 +17,13 @@ from typing import TYPE_CHECKING, TextIO
 import pytest
 from distributed import Client
 
-from tests.helpers import SESSION_VARIABLE, free_port, local_cluster, skip_or_fail
+from tests.helpers import (
+    SESSION_VARIABLE,
+    free_port,
+    local_cluster,
+    rank_processes,
+    skip_or_fail,
+)
 from tests.postgres_rig import Postgres, postgres_server
 from tests.postgres_rig import unavailable_reason as postgres_unavailable
 from tests.prefect_stack import prefect_stack
@@ -100,6 +106,14 @@ def frozen_process_watchdog(
         yield
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.fixture
+def no_leftover_ranks() -> Iterator[None]:
+    """No rank process of this session is left once the test ends (a file that starts ranks
+    uses it: ``pytestmark = pytest.mark.usefixtures("no_leftover_ranks")``)."""
+    yield
+    assert rank_processes() == []
 
 
 @pytest.fixture(scope="session")

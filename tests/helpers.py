@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import IO, Any, NoReturn
 
 import psutil
 import pytest
@@ -80,10 +83,66 @@ def local_cluster(n_workers: int, processes: bool) -> Iterator[Client]:
 
 
 def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on 127.0.0.1, reserved for this test session (``free_ports``)."""
+    return free_ports((0,))
+
+
+def free_ports(offsets: Sequence[int]) -> int:
+    """A base port B with every ``B + offset`` free on 127.0.0.1 and reserved for this test
+    session, for a server to bind later.
+
+    A port from ``bind(0)``, released for the server, is an ephemeral port: an outgoing
+    connection of any process may be given it before the server binds it. These come from
+    below the kernel's ephemeral range instead, which no connection is given, and a lock
+    file per port (held until the session ends) keeps other test sessions on this host, and
+    this one, from handing out the same port twice.
+    """
+    low, high = _RESERVABLE
+    span = max(offsets)
+    for _ in range(500):
+        base = random.randrange(low, high - span)
+        locks = [_lock_port(base + offset) for offset in offsets]
+        held = [lock for lock in locks if lock is not None]
+        if len(held) == len(locks) and all(_bindable(base + o) for o in offsets):
+            _RESERVED.extend(held)
+            return base
+        for lock in held:
+            lock.close()  # drops its flock
+    raise RuntimeError(f"no free ports {list(offsets)} from a base in {low}..{high}")
+
+
+def _reservable_range() -> tuple[int, int]:
+    """Ports below the kernel's ephemeral range (Linux's ``ip_local_port_range``)."""
+    try:
+        first = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        first = 32768  # Linux's default
+    return 10000, max(first, 12000)
+
+
+_RESERVABLE = _reservable_range()
+_RESERVED: list[IO[bytes]] = []  # the lock files of this session's ports, held to its end
+_PORT_LOCKS = Path(tempfile.gettempdir()) / "trainlib-test-ports"
+
+
+def _lock_port(port: int) -> IO[bytes] | None:
+    _PORT_LOCKS.mkdir(exist_ok=True)
+    lock = open(_PORT_LOCKS / str(port), "ab")  # noqa: SIM115 (held for the session)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        return None
+    return lock
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 def wait_for_path(path: Path, timeout_s: float = WAIT_S) -> None:

@@ -43,6 +43,8 @@ from mlops.registry import register_model
 from mlops.version_tags import CHAMPION
 from tests.conftest import HttpDir
 from tests.helpers import WAIT_S, free_port
+from tests.trainlib import s3_rig
+from tests.trainlib.s3_rig import SeaweedServer
 from trainlib._internal.common.commit_marker import COMMIT_MARKER
 
 ARCHIVE = "bad-inputs-cifar.tar.gz"
@@ -479,106 +481,25 @@ def test_storage_path_not_writable(
     assert list(read_only_folder.iterdir()) == []
 
 
-@dataclass(frozen=True)
-class SeaweedS3:
-    endpoint: str
-    key: str
-    secret: str
-
-
 @pytest.fixture(scope="module")
-def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
-    """Real S3 that checks credentials: SeaweedFS's ``weed mini`` with one identity."""
-    root = tmp_path_factory.mktemp("seaweed")
-    key, secret = "pipeline-key", "pipeline-secret-1"
-    identity = {
-        "name": "admin",
-        "credentials": [{"accessKey": key, "secretKey": secret}],
-        "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-    }
-    (root / "s3.json").write_text(json.dumps({"identities": [identity]}))
-    base = _free_port_block()
-    weed = Path(sys.executable).parent / "weed"
-    ports = [
-        f"-s3.port={base}",
-        f"-master.port={base + 1}",
-        f"-volume.port={base + 2}",
-        f"-filer.port={base + 3}",
-    ]
-    with open(root / "weed.log", "wb") as log:
-        process = subprocess.Popen(
-            [
-                str(weed),
-                "mini",
-                f"-dir={root / 'data'}",
-                "-ip=127.0.0.1",
-                "-ip.bind=127.0.0.1",
-                *ports,
-                f"-s3.config={root / 's3.json'}",
-                "-webdav=false",
-                "-admin.ui=false",
-                "-s3.port.iceberg=0",
-                "-s3.port.lance=0",
-                "-bucket=store",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    endpoint = f"http://127.0.0.1:{base}"
-    fs = s3fs.S3FileSystem(key=key, secret=secret, client_kwargs={"endpoint_url": endpoint})
+def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """Real S3 that checks credentials (``tests/trainlib/s3_rig.py``), with bucket ``store``."""
+    server = SeaweedServer(tmp_path_factory.mktemp("seaweed"), buckets=("store",))
+    server.start()
     try:
-        deadline = time.monotonic() + WAIT_S
-        while not _bucket_ready(fs, "store"):  # S3 answers before -bucket= has made it
-            assert process.poll() is None, (root / "weed.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, "SeaweedFS did not start"
-            time.sleep(0.1)
-        yield SeaweedS3(endpoint, key, secret)
+        yield server
     finally:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
-
-
-def _free_port_block() -> int:
-    """A base port B with B..B+3 and their gRPC ports (+10000) free."""
-    for _ in range(50):
-        base = free_port()
-        if base + 10003 < 65536 and all(_port_free(p) for p in _weed_ports(base)):
-            return base
-    raise RuntimeError("no block of free ports for SeaweedFS")
-
-
-def _weed_ports(base: int) -> list[int]:
-    return [base + i for i in range(4)] + [base + 10000 + i for i in range(4)]
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _bucket_ready(fs: s3fs.S3FileSystem, bucket: str) -> bool:
-    fs.invalidate_cache()
-    try:
-        return bool(fs.exists(bucket))
-    except OSError:
-        return False
+        server.stop()
 
 
 def test_s3_storage_with_wrong_credentials(
     workspace: Workspace,
     capsys: pytest.CaptureFixture[str],
-    seaweed_s3: SeaweedS3,
+    seaweed_s3: SeaweedServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     wrong_secret = "not-the-secret-42"
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", seaweed_s3.key)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_rig.KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong_secret)
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", seaweed_s3.endpoint)
     # fsspec reuses a filesystem made with the same arguments: one made earlier in this process
@@ -589,8 +510,8 @@ def test_s3_storage_with_wrong_credentials(
     assert wrong_secret not in outcome.stderr
     assert wrong_secret not in (workspace.root / "train-cifar.log").read_text()
     fs = s3fs.S3FileSystem(
-        key=seaweed_s3.key,
-        secret=seaweed_s3.secret,
+        key=s3_rig.KEY,
+        secret=s3_rig.SECRET,
         client_kwargs={"endpoint_url": seaweed_s3.endpoint},
     )
     assert fs.find("store") == []

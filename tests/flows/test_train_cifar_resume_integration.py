@@ -19,6 +19,8 @@ from tests.conftest import HttpDir
 from tests.helpers import rank_processes, wait_for_path
 from trainlib._internal.common.commit_marker import COMMIT_MARKER
 
+pytestmark = pytest.mark.usefixtures("no_leftover_ranks")
+
 EPOCHS = 4
 RUN = "resumable"
 RANKS_EXIT_S = 30.0
@@ -91,8 +93,3 @@ def test_flow_resumes_after_driver_is_killed(
     steps = [m.step for m in client.get_metric_history(runs[0].info.run_id, "val_accuracy")]
     assert sorted(steps) == list(range(EPOCHS))
     assert runs[0].info.status == "FINISHED"
-
-
-@pytest.fixture(autouse=True)
-def _no_leftover_ranks() -> None:
-    assert rank_processes() == []

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 import s3fs
 
-from tests.helpers import WAIT_S, free_port
+from tests.helpers import WAIT_S, free_ports
 
 KEY, SECRET = "trainlib-key", "trainlib-secret-1"
 BUCKET = "ckpt"
@@ -126,24 +126,8 @@ def _bucket_ready(fs: s3fs.S3FileSystem, bucket: str = BUCKET) -> bool:
 
 
 def _free_port_block() -> int:
-    """A base port B with B..B+3 and their gRPC ports (+10000) free."""
-    for _ in range(50):
-        base = free_port()
-        ports = [base + i for i in range(4)] + [base + 10000 + i for i in range(4)]
-        if base + 10003 < 65536 and all(_port_free(p) for p in ports):
-            return base
-    raise RuntimeError("no block of free ports for SeaweedFS")
-
-
-def _port_free(port: int) -> bool:
-    import socket
-
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    """A base port B with B..B+3 and their gRPC ports (+10000) free and reserved."""
+    return free_ports((0, 1, 2, 3, 10000, 10001, 10002, 10003))
 
 
 @dataclass

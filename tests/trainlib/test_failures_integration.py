@@ -8,7 +8,6 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,8 @@ from trainlib import (
 from trainlib._internal.common.commit_marker import COMMIT_MARKER
 from trainlib._internal.common.storage import RunStorage
 from trainlib.torch import TorchTrainer
+
+pytestmark = pytest.mark.usefixtures("no_leftover_ranks")
 
 STOP_DEADLINE_S = 10.0
 
@@ -207,12 +208,6 @@ def test_failure_not_enough_workers_names_counts_and_fix(
         f"ScalingConfig(num_workers=3) needs 3 Dask workers but {address} has 2 after 1 s; "
         "lower num_workers or add workers to the cluster."
     )
-
-
-@pytest.fixture(autouse=True)
-def _no_leftover_ranks() -> Iterator[None]:
-    yield
-    assert rank_processes() == []
 
 
 def test_cluster_class_is_started_scaled_and_closed(tmp_path: Path) -> None:

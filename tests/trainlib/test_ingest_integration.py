@@ -25,9 +25,10 @@ import torch.distributed as dist
 from distributed import Client, LocalCluster, wait
 
 import trainlib
-from tests.helpers import rank_processes
 from trainlib import DataConfig, DatasetError, FailureConfig, RunConfig, ScalingConfig
 from trainlib.torch import TorchTrainer
+
+pytestmark = pytest.mark.usefixtures("no_leftover_ranks")
 
 LENGTHS = (300, 250, 333, 118)  # 1,001 rows: a 2-rank pass drops one
 VAL_ROWS = 50
@@ -339,12 +340,6 @@ def test_ingest_restarted_rank_restarts_the_pass_and_lost_worker_is_recomputed(
     shares = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [len(s) for s in shares] == [500, 500]
     assert len(set(shares[0]) | set(shares[1])) == 1000
-
-
-@pytest.fixture(autouse=True)
-def _no_leftover_ranks() -> Iterator[None]:
-    yield
-    assert rank_processes() == []
 
 
 def flaky_block(start: int, count: int, marker: str) -> np.ndarray:

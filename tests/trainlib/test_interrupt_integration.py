@@ -14,6 +14,8 @@ import pytest
 
 from tests.helpers import rank_processes, trainlib_processes, wait_for_path
 
+pytestmark = pytest.mark.usefixtures("no_leftover_ranks")
+
 EXIT_WITHIN_S = 10.0
 
 DRIVER = """
@@ -130,8 +132,3 @@ def test_ctrl_c_stops_every_rank_within_deadline(phase: str, tmp_path: Path) -> 
     assert rank_processes() == []
     # the servers exit as soon as their end of the driver's sockets closes
     assert psutil.wait_procs(servers, timeout=EXIT_WITHIN_S)[1] == []
-
-
-@pytest.fixture(autouse=True)
-def _no_leftover_ranks() -> None:
-    assert rank_processes() == []

@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,8 @@ import trainlib
 from tests.helpers import wait_for_path
 from trainlib import Callback, Checkpoint, CheckpointConfig, Report, Result, RunConfig, RunInfo
 from trainlib.torch import TorchTrainer, prepare_data_loader, prepare_model
+
+pytestmark = pytest.mark.usefixtures("no_leftover_ranks")
 
 NUM_SAMPLES = 32
 GLOBAL_BATCH = 8
@@ -274,11 +275,3 @@ def test_trainer_outside_training_function_names_the_fix() -> None:
 def test_trainer_rejects_function_with_two_arguments() -> None:
     with pytest.raises(trainlib.ConfigError, match="takes 2 arguments"):
         TorchTrainer(lambda a, b: None)
-
-
-@pytest.fixture(autouse=True)
-def _no_leftover_ranks() -> Iterator[None]:
-    from tests.helpers import rank_processes
-
-    yield
-    assert rank_processes() == []

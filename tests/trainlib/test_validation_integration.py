@@ -31,7 +31,7 @@ from trainlib import (
     WorkerGroupError,
 )
 from trainlib._internal.common.commit_marker import COMMIT_MARKER, CommittedCheckpoint
-from trainlib._internal.driver.validations import Validations
+from trainlib._internal.driver.validation_queue import Validations
 from trainlib.torch import TorchTrainer
 
 _WAIT_S = 60.0

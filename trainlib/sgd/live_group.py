@@ -75,8 +75,6 @@ class LiveGroup:
         """
         from trainlib._internal.driver import cluster
         from trainlib._internal.driver.gpu_claims import GpuClaims
-        from trainlib._internal.worker import preemption_retirement
-        from trainlib._internal.worker.rank_pool import RankPoolPlugin
 
         live = cls(plan)
         try:
@@ -86,8 +84,7 @@ class LiveGroup:
                     cluster.connect(plan.dask_config, workers, client)
                 )
                 live._claims = live._stack.enter_context(GpuClaims(live._client, live.run_name))
-                live._client.register_plugin(RankPoolPlugin())
-                preemption_retirement.register(live._client)
+                live._run.prepare(live._client)
                 live._form()
         except BaseException:
             live.close()

@@ -30,6 +30,7 @@ from trainlib.result import Result
 if TYPE_CHECKING:
     from distributed import Client
 
+    from trainlib._internal.driver.controller_callbacks import ControllerCallback
     from trainlib._internal.driver.gpu_claims import GpuClaims
     from trainlib._internal.driver.scaling_policy import GrowthWatch
     from trainlib._internal.driver.worker_group import WorkerGroup
@@ -54,15 +55,38 @@ def run_training(plan: RunPlan, client: Client | None = None) -> Result:
 
 
 class TrainController:
-    """Runs a ``RunRecord``'s attempts on a Dask cluster. Front ends that drive a group
-    themselves (``trainlib.sgd``'s live group) use ``attempt``, ``handle``, ``fail`` and
-    ``end``."""
+    """Runs a ``RunRecord``'s attempts on a Dask cluster, its concerns on the lifecycle's hooks
+    (``controller_callbacks``). Front ends that drive a group themselves (``trainlib.sgd``'s
+    live group) use ``prepare``, ``attempt``, ``handle``, ``fail`` and ``end``."""
 
     def __init__(self, plan: RunPlan) -> None:
         self.record = RunRecord(plan)
         self.plan = plan
         self.name = self.record.name
         self.unresponsive: set[str] = set()  # workers that did not answer: avoided
+        self.callbacks = self._callbacks()
+
+    def _callbacks(self) -> tuple[ControllerCallback, ...]:
+        """The run's concerns on the controller's lifecycle (``controller_callbacks``)."""
+        from trainlib._internal.driver.controller_callbacks.checkpoint_validation import (
+            CheckpointValidation,
+        )
+        from trainlib._internal.driver.controller_callbacks.dataset_check import DatasetCheck
+        from trainlib._internal.driver.controller_callbacks.lease_withholding import (
+            LeaseWithholding,
+        )
+        from trainlib._internal.driver.controller_callbacks.worker_plugins import WorkerPlugins
+
+        record = self.record
+        validations = record.collector.validations
+        callbacks: list[ControllerCallback] = [
+            WorkerPlugins(),
+            CheckpointValidation(validations, record.manager, self.poll),
+            DatasetCheck(self.plan.datasets),
+        ]
+        if self.plan.lease is not None:
+            callbacks.append(LeaseWithholding(self.plan.lease))
+        return tuple(callbacks)
 
     def run(self, client: Client | None) -> Result:
         """The whole run, to its Result."""
@@ -80,23 +104,20 @@ class TrainController:
         return self.record.conclude(error)
 
     def _attempts(self, client: Client) -> None:
-        """Attempts until one succeeds or the failure policy raises, then the validations."""
+        """Attempts until one succeeds or the failure policy raises."""
         from trainlib._internal.driver.gpu_claims import GpuClaims
-        from trainlib._internal.worker import preemption_retirement
-        from trainlib._internal.worker.rank_pool import RankPoolPlugin
 
-        client.register_plugin(RankPoolPlugin())
-        preemption_retirement.register(client)
-        validations = self.record.collector.validations
-        validations.use(client)
         try:
-            validations.resume(self.record.manager.awaiting_validation())
+            for callback in self.callbacks:
+                callback.after_controller_start(client)
             with GpuClaims(client, self.name) as claims:  # the run's GPUs, across its attempts
                 while (state := self._attempt(client, claims)) is not None:
                     self.record.lifecycle.enter(state)
-            validations.wait(self.poll)  # fit() returns with every checkpoint validated
+            for callback in self.callbacks:
+                callback.after_run_trained()
         finally:
-            validations.cancel()  # those not ended when the run stops otherwise
+            for callback in self.callbacks:
+                callback.before_controller_shutdown()
 
     def _attempt(self, client: Client, claims: GpuClaims) -> Resizing | Restarting | None:
         """One attempt; the state it leads to (None: the training ended well)."""
@@ -153,7 +174,8 @@ class TrainController:
             allowed=self.plan.lease.allowed if self.plan.lease else None,
             claims=claims if self.plan.scaling.use_gpu else None,
         )
-        self._check_datasets(client, len(slots))
+        for callback in self.callbacks:
+            callback.before_worker_group_start(client, slots)
         record.start_callbacks(len(slots))
         record.lifecycle.enter(Running(record.attempt, len(slots), str(resume_from or "scratch")))
         watchdog = ProgressWatchdog(self.plan.run_config.failure_config.hang_timeout_s, slots)
@@ -172,22 +194,28 @@ class TrainController:
         group: WorkerGroup | None = None
         ranks = tuple(s.placement() for s in sorted(slots, key=lambda slot: slot.world_rank))
         info = GroupInfo(record.attempt, ranks, client)
-        callbacks = record.callbacks
         try:
             with WorkerGroup.start(client, slots, build, resources) as group:
                 record.collector.reply_with(group.send_to)
-                for callback in callbacks:
-                    callback.on_group_start(info)
+                for user_callback in record.callbacks:
+                    user_callback.on_group_start(info)
                 try:
                     yield group, watchdog
                 finally:
-                    for callback in callbacks:
-                        callback.on_group_end(info)
+                    for user_callback in record.callbacks:
+                        user_callback.on_group_end(info)
         finally:  # also when the run stops by raising (a pruned trial, Ctrl-C)
             if group is not None:  # known once the group was stopped
                 self.unresponsive |= group.unresponsive_workers
-                if self.plan.lease is not None:
-                    self.plan.lease.withhold(group.unresponsive_workers)
+                for callback in self.callbacks:
+                    callback.after_worker_group_shutdown(group)
+
+    def prepare(self, client: Client) -> None:
+        """What a cluster needs before a group forms on it, for a front end that forms groups
+        itself: the worker plugins."""
+        from trainlib._internal.driver.controller_callbacks.worker_plugins import WorkerPlugins
+
+        WorkerPlugins().after_controller_start(client)
 
     def handle(self, message: DriverMessage) -> None:
         """A message of a rank: to the run's report collector."""
@@ -208,10 +236,3 @@ class TrainController:
         self.record.collector.validations.poll()
         if self.plan.cancel is not None and self.plan.cancel.is_set():
             raise RunCancelled(f"Run {self.name} was stopped: the search that started it stopped")
-
-    def _check_datasets(self, client: Client, world_size: int) -> None:
-        """Fail before any rank starts if a split dataset has fewer rows than ranks."""
-        from trainlib._internal.common.datasets import check_rows
-
-        for source in self.plan.datasets:
-            check_rows(source, world_size, client)

@@ -19,7 +19,7 @@ from trainlib._internal.common.messages import (
 )
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
-from trainlib._internal.driver.validations import Validations
+from trainlib._internal.driver.validation_queue import Validations
 from trainlib._internal.driver.watchdog import ProgressWatchdog
 from trainlib.callbacks import Callback, Report
 from trainlib.errors import TrainingFailedError

@@ -1,0 +1,35 @@
+"""The concerns of a run that ride on the controller's lifecycle, one module each, as Ray
+Train v2's controller and worker-group callbacks do: the worker plugins a cluster needs
+(``worker_plugins``), the validations of committed checkpoints (``checkpoint_validation``), the
+rows-per-rank check of the datasets (``dataset_check``), a search trial's workers withheld
+after they stopped answering (``lease_withholding``). The controller calls every hook of every
+callback in order; GPU claims are not a callback: placement takes them (``gpu_claims``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from trainlib._internal.driver.ranks import WorkerSlot
+    from trainlib._internal.driver.worker_group import WorkerGroup
+
+
+class ControllerCallback:
+    """Hooks of the controller's lifecycle; each does nothing unless overridden."""
+
+    def after_controller_start(self, client: Client) -> None:
+        """Connected to the cluster, before the first attempt."""
+
+    def before_worker_group_start(self, client: Client, slots: list[WorkerSlot]) -> None:
+        """An attempt's workers are chosen; raise to fail the run before any rank starts."""
+
+    def after_worker_group_shutdown(self, group: WorkerGroup) -> None:
+        """An attempt's ranks were stopped (whatever ended it)."""
+
+    def after_run_trained(self) -> None:
+        """The last attempt succeeded: every rank ended well."""
+
+    def before_controller_shutdown(self) -> None:
+        """The run ends, however: release what ``after_controller_start`` took."""
