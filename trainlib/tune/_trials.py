@@ -35,8 +35,8 @@ from trainlib.callbacks import Callback, Report
 from trainlib.config import ScalingConfig
 from trainlib.errors import CheckpointError, NotEnoughWorkersError
 from trainlib.result import Result
+from trainlib.tune import callback as search
 from trainlib.tune._study import Study, metric_value
-from trainlib.tune.callback import Callback as SearchCallback
 from trainlib.tune.callback import Trial
 from trainlib.tune.schedulers.pbt import Exploit, Population
 from trainlib.tune.stopper import Stopper
@@ -84,7 +84,7 @@ class TrialSetup:
     max_t: int | None
     max_concurrent: int | None
     worker_timeout_s: float
-    callbacks: Sequence[SearchCallback] = ()
+    callbacks: Sequence[search.Callback] = ()
     use_gpu: bool = False  # only workers with a GPU of their own run trials
     stopper: Stopper | None = None  # RunConfig(stop=...), TuneConfig(time_budget_s=...)
     fail_fast: bool | str = False  # FailureConfig(fail_fast=...)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trainlib.callbacks import Callback as RunCallback
+from trainlib import callbacks
 from trainlib.result import Result
 
 
@@ -35,7 +35,7 @@ class Trial:
     result: Result | None = None
 
 
-class Callback(RunCallback):
+class Callback(callbacks.Callback):
     """Base class of search callbacks; every method does nothing unless overridden.
 
     A ``trainlib.Callback`` too: it also sees each trial's run start, reports and end.
