@@ -19,6 +19,7 @@ from typing import Any
 
 from cifar.model_names import MODEL_NAMES
 from cli import environment, local_run, options, startup
+from cli.synthetic import use_synthetic_archive
 
 
 def train_parser() -> argparse.ArgumentParser:
@@ -180,7 +181,7 @@ def _train(
 
     def run() -> dict[str, Any]:
         if synthetic:
-            synthetic.use_synthetic_archive(params, command)
+            use_synthetic_archive(params, command)
         startup.use_while_preparing_mlflow(server, params["mlflow_tracking_uri"])
         return flow(**params)
 

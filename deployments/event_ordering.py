@@ -10,7 +10,9 @@ change before the restart had its ``Failed`` event held back for the full 15-min
 and its alert came 15 minutes late. Here an event that follows one the server recorded before
 this server process started goes through at once: that one was either seen by the server
 before the restart or is lost with it, and waiting cannot bring it back. Every other event is
-ordered as Prefect orders it.
+ordered as Prefect orders it. (Prefect's in-memory messaging delivers an event only to the
+consumers subscribed when it is published: one a restarted server received before its
+automations subscribed would reach no ordering at all.)
 """
 
 from __future__ import annotations
@@ -20,13 +22,16 @@ from datetime import datetime, timezone
 from typing import ClassVar
 from uuid import UUID
 
-import psutil
 import sqlalchemy as sa
 from prefect.server.database import provide_database_interface
 from prefect.server.events.ordering import memory
 from prefect.server.events.schemas.events import ReceivedEvent
 
-STARTED = datetime.fromtimestamp(psutil.Process().create_time(), tz=timezone.utc)
+# When this server process first ordered an event (Prefect imports the ordering when its
+# automations start): the process's create time would do, but psutil derives it from the boot
+# time in whole seconds, and a state set a fraction of a second before a restart then counted
+# as after it (seen: the Failed event of such a run waited the full 15 minutes).
+STARTED = datetime.now(timezone.utc)
 
 
 class CausalOrdering(memory.CausalOrdering):
