@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import tempfile
+from typing import Any
 
 SYNTHETIC_IMAGES_PER_BATCH = 1000
 
@@ -29,11 +30,9 @@ def make_synthetic_archive(storage_path: str | None) -> tuple[str, str]:
     return fs.unstrip_protocol(path), md5
 
 
-def use_synthetic_archive(params: dict[str, object], command: str) -> None:
+def use_synthetic_archive(params: dict[str, Any], command: str) -> None:
     """Point the run's ``data_url`` and ``data_md5`` at a new synthetic archive, and say so."""
-    storage_path = params["storage_path"]
-    assert storage_path is None or isinstance(storage_path, str)
-    params["data_url"], params["data_md5"] = make_synthetic_archive(storage_path)
+    params["data_url"], params["data_md5"] = make_synthetic_archive(params["storage_path"])
     logging.getLogger(command).warning(
         "SYNTHETIC DATA: training on a generated archive in the CIFAR-10 format (%s), not on "
         "CIFAR-10; accuracies say nothing about real images.",
