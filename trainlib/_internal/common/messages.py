@@ -191,12 +191,45 @@ class DataBlock:
 
 SHUTDOWN = "shutdown"
 
-# A worker's fork server (``rank.fork_server``): the worker asks with FORK_REQUEST; the server
-# answers ``(FORKED, pid)`` and then passes the new rank's socket, and later ``(EXITED, pid,
-# code)`` when that rank has ended.
-FORK_REQUEST = "fork"
-FORKED = "forked"
-EXITED = "exited"
+
+@dataclass(frozen=True)
+class RankStartup:
+    """The first message a rank process receives, from its supervisor (made of the
+    ``RankLaunch``): where it stands in the run, what to import from (``sys_path``, ``cwd``),
+    its environment, and the pickled ``RankSpec`` (loaded last: it may reference the user's
+    modules)."""
+
+    world_rank: int
+    host: str
+    sys_path: tuple[str, ...]
+    cwd: str
+    environment: dict[str, str]
+    spec_payload: bytes
+
+
+# A worker's fork server (``rank.fork_server``): the worker sends a ``ForkRequest``; the server
+# answers ``Forked`` and then passes the new rank's socket, and sends ``RankExited`` when that
+# rank has ended.
+
+
+@dataclass(frozen=True)
+class ForkRequest:
+    """Fork one more rank process."""
+
+
+@dataclass(frozen=True)
+class Forked:
+    """The server forked ``pid``; the rank's end of its connection follows (``SCM_RIGHTS``)."""
+
+    pid: int
+
+
+@dataclass(frozen=True)
+class RankExited:
+    """Forked process ``pid`` ended with Popen's exit ``code`` (negative: the signal)."""
+
+    pid: int
+    code: int
 
 
 @dataclass(frozen=True)

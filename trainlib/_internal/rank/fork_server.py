@@ -6,10 +6,10 @@ so every run after the first on a cluster starts warm, and so do a search's back
 with no idle process to refill. The server never runs torch code itself: no OpenMP pool, no
 CUDA context, nothing a forked child could inherit half-started.
 
-Protocol on the worker's connection (``FORK_REQUEST`` and the replies in ``messages``): for each
+Protocol on the worker's connection (``ForkRequest`` and the replies in ``messages``): for each
 request the server forks; the child leads a process group of its own and keeps one end of a new
-socket pair; the server replies ``(FORKED, pid)`` and passes the other end (``SCM_RIGHTS``). It
-reaps its children (it is their parent) and reports each exit as ``(EXITED, pid, code)``, with
+socket pair; the server replies ``Forked(pid)`` and passes the other end (``SCM_RIGHTS``). It
+reaps its children (it is their parent) and reports each exit as ``RankExited(pid, code)``, with
 Popen's codes (negative: the signal). When the worker closes its end (it closed or died) the
 server exits; its children go on until their own connections close.
 """
@@ -24,7 +24,7 @@ from multiprocessing import Pipe
 from multiprocessing.connection import Connection, wait
 from multiprocessing.reduction import send_handle
 
-from trainlib._internal.common.messages import EXITED, FORKED
+from trainlib._internal.common.messages import Forked, RankExited
 
 _REAP_POLL_S = 0.1
 
@@ -62,7 +62,7 @@ def _serve(worker: Connection) -> Connection:
             with contextlib.suppress(ProcessLookupError):  # it may have died already
                 os.setpgid(pid, pid)  # also done by the child: whichever runs first
             theirs.close()
-            worker.send((FORKED, pid))
+            worker.send(Forked(pid))
             send_handle(worker, ours.fileno(), pid)
             ours.close()
             children[pid] = os.pidfd_open(pid) if hasattr(os, "pidfd_open") else None
@@ -77,7 +77,7 @@ def _reap(worker: Connection, children: dict[int, int | None]) -> None:
             del children[pid]
             if pidfd is not None:
                 os.close(pidfd)
-            worker.send((EXITED, pid, os.waitstatus_to_exitcode(status)))
+            worker.send(RankExited(pid, os.waitstatus_to_exitcode(status)))
 
 
 def _become_rank(worker: Connection, ours: Connection, children: dict[int, int | None]) -> None:

@@ -37,6 +37,7 @@ from trainlib._internal.common.messages import (
     RankMessage,
     RankSpec,
     RankStarted,
+    RankStartup,
     is_private,
 )
 from trainlib._internal.rank import backend, fork_server
@@ -123,10 +124,11 @@ def _load_spec(connection: Connection) -> RankSpec:
     """Wait for the launch message and apply it: environment, working directory, the driver's
     sys.path; the spec is loaded last (it may reference the user's modules)."""
     try:
-        world_rank, host, sys_path, cwd, environment, payload = connection.recv()
+        startup: RankStartup = connection.recv()
     except (EOFError, OSError):
         os._exit(_EXIT_ORPHANED)  # never launched: the worker closed or died
     _name_process("trainlib-rank")
+    world_rank, host, environment = startup.world_rank, startup.host, startup.environment
     for gone in RANK.started_with.keys() - environment.keys():
         if is_private(gone):  # the launch carries the private variables of now
             os.environ.pop(gone, None)
@@ -149,10 +151,10 @@ def _load_spec(connection: Connection) -> RankSpec:
         import dask.config
 
         dask.config.set({"scheduler-address": os.environ["DASK_SCHEDULER_ADDRESS"]})
-    sys.path[:0] = [p for p in sys_path if p not in sys.path]
+    sys.path[:0] = [p for p in startup.sys_path if p not in sys.path]
     try:
-        os.chdir(cwd)
-        spec: RankSpec = cloudpickle.loads(payload)
+        os.chdir(startup.cwd)
+        spec: RankSpec = cloudpickle.loads(startup.spec_payload)
     except BaseException as exc:
         _exit_failed(connection.send, _failure(world_rank, host, exc))
     return spec

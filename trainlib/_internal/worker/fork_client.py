@@ -20,7 +20,7 @@ from multiprocessing.reduction import recv_handle
 
 import psutil
 
-from trainlib._internal.common.messages import EXITED, FORK_REQUEST, FORKED
+from trainlib._internal.common.messages import Forked, ForkRequest, RankExited
 
 LOST = 255  # the exit code of a rank whose fork server died before it: unknown
 
@@ -81,7 +81,7 @@ class ForkServer:
         """
         with self._request_lock:
             try:
-                self._connection.send(FORK_REQUEST)
+                self._connection.send(ForkRequest())
             except OSError as exc:
                 raise ForkServerGone(f"fork server {self.process.pid} is gone") from exc
             reply = self._replies.get()
@@ -107,14 +107,14 @@ class ForkServer:
         """The server's messages: fork replies, in request order, and its children's exits."""
         try:
             while True:
-                message = self._connection.recv()
-                if message[0] == FORKED:
-                    child = ForkedProcess(message[1])
+                message: Forked | RankExited = self._connection.recv()
+                if isinstance(message, Forked):
+                    child = ForkedProcess(message.pid)
                     self._children[child.pid] = child
                     connection = Connection(recv_handle(self._connection))
                     self._replies.put((child, connection))
-                elif message[0] == EXITED:
-                    self._children.pop(message[1]).ended(message[2])
+                else:
+                    self._children.pop(message.pid).ended(message.code)
         except (EOFError, OSError):
             self._gone.set()
             self._replies.put(None)

@@ -29,6 +29,7 @@ from trainlib._internal.common.messages import (
     RankDone,
     RankLaunch,
     RankMessage,
+    RankStartup,
     is_private,
 )
 from trainlib._internal.worker import command_relay, rank_pool
@@ -67,7 +68,7 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
     command_relay.register(queue_name, worker, send)  # a live group's commands (see there)
     try:
         send(
-            (
+            RankStartup(
                 launch.world_rank,
                 launch.host,
                 launch.sys_path,

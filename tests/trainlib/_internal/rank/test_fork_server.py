@@ -15,7 +15,7 @@ from multiprocessing.reduction import recv_handle
 import psutil
 import pytest
 
-from trainlib._internal.common.messages import EXITED, FORK_REQUEST, FORKED
+from trainlib._internal.common.messages import Forked, ForkRequest, RankExited
 
 EXIT_ORPHANED = 70  # rank_main: never launched, its worker's end closed
 
@@ -42,10 +42,10 @@ def server(request: pytest.FixtureRequest) -> Iterator[tuple[Connection, int]]:
 
 
 def _fork(connection: Connection) -> tuple[int, Connection]:
-    connection.send(FORK_REQUEST)
-    kind, pid = connection.recv()
-    assert kind == FORKED
-    return pid, Connection(recv_handle(connection))
+    connection.send(ForkRequest())
+    reply = connection.recv()
+    assert isinstance(reply, Forked)
+    return reply.pid, Connection(recv_handle(connection))
 
 
 def test_fork_server_forks_ranks_in_groups_of_their_own_and_reports_their_ends(
@@ -59,7 +59,7 @@ def test_fork_server_forks_ranks_in_groups_of_their_own_and_reports_their_ends(
         assert rank.ppid() == server_pid
         assert os.getpgid(pid) == pid  # leads its own group: killpg reaches all it starts
     first_socket.close()  # never launched: the rank exits as orphaned
-    assert connection.recv() == (EXITED, first, EXIT_ORPHANED)
+    assert connection.recv() == RankExited(first, EXIT_ORPHANED)
     os.kill(second, signal.SIGKILL)
-    assert connection.recv() == (EXITED, second, -signal.SIGKILL)
+    assert connection.recv() == RankExited(second, -signal.SIGKILL)
     second_socket.close()
