@@ -27,10 +27,9 @@ from optuna.trial import TrialState
 
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver import worker_selection
-from trainlib._internal.driver.controller import run_training
+from trainlib._internal.driver.controller import RunCancelled, run_training
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import RunPlan
-from trainlib._internal.driver.run_record import RunCancelled
 from trainlib.callbacks import Callback, Report
 from trainlib.config import ScalingConfig
 from trainlib.errors import CheckpointError, NotEnoughWorkersError

@@ -21,7 +21,8 @@ from trainlib._internal.common.messages import DriverMessage
 from trainlib._internal.driver.controller_state import Resizing, Restarting, Running, Scheduling
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import AttemptStart, RunPlan, rank_launch
-from trainlib._internal.driver.run_record import RunCancelled, RunRecord
+from trainlib._internal.driver.run_record import RunCancelled as RunCancelled  # the interface's
+from trainlib._internal.driver.run_record import RunRecord
 from trainlib._internal.driver.watchdog import ProgressWatchdog
 from trainlib.callbacks import GroupInfo
 from trainlib.errors import RankFailure, WorkerGroupError
