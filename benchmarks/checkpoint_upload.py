@@ -7,7 +7,7 @@ default, then ``report``) is that large. Every ``--every`` steps, from step 0 on
 checkpoints. One training run is one ``fit()`` of ``--steps`` steps in one mode; the modes
 alternate within each round, on one warm Dask cluster
 (``DaskConfig().connect(warm_ranks=True)``), against a SeaweedFS S3 server started here
-(tests/trainlib/s3_rig.py).
+(tests/s3_rig.py).
 
 Figures: the run's wall time, from the rank's first step to ``fit()`` returning in the driver,
 which comes after the last upload has finished and been committed (one machine, one clock);
@@ -158,7 +158,7 @@ def main() -> None:
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = "1"
 
-    from tests.trainlib.s3_rig import BUCKET, filesystem, seaweed_s3
+    from tests.s3_rig import BUCKET, filesystem, seaweed_s3
     from trainlib import CheckpointConfig, DaskConfig, RunConfig, ScalingConfig
     from trainlib.torch import TorchTrainer
 

@@ -1,5 +1,6 @@
-"""Shared fixtures: a Dask LocalCluster, a PostgreSQL server and a Prefect server on it, an S3
-endpoint (moto's server), an HTTP file server and a SLURM cluster."""
+"""Shared fixtures, one per service: a Dask LocalCluster, a PostgreSQL server and a Prefect
+server on it, an MLflow store, two S3 endpoints (SeaweedFS where credentials must be checked,
+moto's server for the rest), an HTTP file server and a SLURM cluster."""
 
 from __future__ import annotations
 
@@ -32,6 +33,8 @@ from tests.slurm_rig import SlurmCluster, slurm_cluster, unavailable_reason
 if TYPE_CHECKING:
     import s3fs
 
+    from tests.s3_rig import SeaweedServer
+
 S3_BUCKET = "trainlib-test"
 os.environ[SESSION_VARIABLE] = uuid.uuid4().hex  # marks this session's rank processes
 # Fixtures that start a server, a cluster or rank processes: a test using one is an
@@ -43,6 +46,7 @@ STARTS_SERVERS = {
     "prefect_server",
     "slurm",
     "s3_filesystem",
+    "checked_s3",
 }
 
 
@@ -178,9 +182,46 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
                 os.environ["SLURM_CONF"] = saved
 
 
+@pytest.fixture(scope="module")
+def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An MLflow store (SQLite) shared by a module's tests (a store takes seconds to create),
+    while MLflow's process-wide URI points at another one that nothing may use."""
+    import mlflow
+
+    root = tmp_path_factory.mktemp("mlflow")
+    before = mlflow.get_tracking_uri()
+    mlflow.set_tracking_uri(f"sqlite:///{root}/elsewhere.db")
+    try:
+        yield f"sqlite:///{root}/mlflow.db"
+    finally:
+        mlflow.set_tracking_uri(before)
+    assert not (root / "elsewhere.db").exists()  # nothing used the process-wide setting
+
+
+@pytest.fixture
+def fresh_tracking_uri(tmp_path: Path) -> str:
+    """An MLflow store of one test's own, for tests that count what a store holds."""
+    return f"sqlite:///{tmp_path}/mlflow.db"
+
+
+@pytest.fixture(scope="session")
+def checked_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
+    """Real S3 that checks credentials (SeaweedFS, ``tests/s3_rig.py``), with bucket
+    ``s3_rig.BUCKET``: for tests of wrong credentials, error answers and slow storage."""
+    from tests.s3_rig import SeaweedServer  # s3fs: not on a GPU host with trainlib's alone
+
+    server = SeaweedServer(tmp_path_factory.mktemp("seaweed"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture(scope="session")
 def s3_filesystem() -> Iterator[s3fs.S3FileSystem]:
-    """An S3 filesystem on a moto server listening on a free local port, with one bucket."""
+    """An S3 filesystem on a moto server listening on a free local port, with one bucket: for
+    tests where S3 only has to store and serve (moto accepts any credentials)."""
     import s3fs  # here, not at the top: a GPU host with only trainlib's packages runs the rest
     from moto.server import ThreadedMotoServer
 

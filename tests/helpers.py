@@ -18,7 +18,7 @@ from typing import IO, Any, NoReturn
 
 import psutil
 import pytest
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, Scheduler, SpecCluster, Worker
 
 WAIT_S = 60.0
 
@@ -72,7 +72,8 @@ def _name(process: psutil.Process) -> str:
 
 @contextmanager
 def local_cluster(n_workers: int, processes: bool) -> Iterator[Client]:
-    """A client of a LocalCluster of single-threaded workers, closed afterwards."""
+    """A client of a LocalCluster of single-threaded workers, closed afterwards (``n_workers=0``:
+    a scheduler alone, for a test that starts its own workers)."""
     with (
         LocalCluster(
             n_workers=n_workers, threads_per_worker=1, processes=processes, dashboard_address=":0"
@@ -80,6 +81,19 @@ def local_cluster(n_workers: int, processes: bool) -> Iterator[Client]:
         Client(cluster) as client,
     ):
         yield client
+
+
+@contextmanager
+def mixed_cluster(workers: dict[str, dict[str, Any]]) -> Iterator[tuple[Client, dict[str, str]]]:
+    """A client of a cluster (in this process) of single-threaded workers, each with its own
+    options (``resources``), and each worker's address by name."""
+    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": ":0"}}
+    specs = {
+        name: {"cls": Worker, "options": {"nthreads": 1, **options}}
+        for name, options in workers.items()
+    }
+    with SpecCluster(workers=specs, scheduler=scheduler) as cluster, Client(cluster) as client:
+        yield client, {name: worker.address for name, worker in cluster.workers.items()}
 
 
 def free_port() -> int:

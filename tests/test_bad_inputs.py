@@ -41,10 +41,10 @@ from cli.options import LOG_FILE_VARIABLE
 from flows.run_policy import POLICY_VARIABLE
 from mlops.registry import register_model
 from mlops.version_tags import CHAMPION
+from tests import s3_rig
 from tests.conftest import HttpDir
 from tests.helpers import WAIT_S, free_port
-from tests.trainlib import s3_rig
-from tests.trainlib.s3_rig import SeaweedServer
+from tests.s3_rig import SeaweedServer
 from trainlib._internal.common.commit_marker import COMMIT_MARKER
 
 ARCHIVE = "bad-inputs-cifar.tar.gz"
@@ -481,40 +481,33 @@ def test_storage_path_not_writable(
     assert list(read_only_folder.iterdir()) == []
 
 
-@pytest.fixture(scope="module")
-def seaweed_s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedServer]:
-    """Real S3 that checks credentials (``tests/trainlib/s3_rig.py``), with bucket ``store``."""
-    server = SeaweedServer(tmp_path_factory.mktemp("seaweed"), buckets=("store",))
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def test_s3_storage_with_wrong_credentials(
     workspace: Workspace,
     capsys: pytest.CaptureFixture[str],
-    seaweed_s3: SeaweedServer,
+    checked_s3: SeaweedServer,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     wrong_secret = "not-the-secret-42"
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_rig.KEY)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong_secret)
-    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", seaweed_s3.endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", checked_s3.endpoint)
     # fsspec reuses a filesystem made with the same arguments: one made earlier in this process
     # carries the credentials and endpoint the environment had then (a new process has none).
     s3fs.S3FileSystem.clear_instance_cache()
-    outcome = train_cifar(capsys, *_train_args(workspace, "--storage-path", "s3://store/cifar"))
-    _assert_failed(outcome, "Cannot write under storage_path s3://store/cifar", "credentials")
+    outcome = train_cifar(
+        capsys, *_train_args(workspace, "--storage-path", f"s3://{s3_rig.BUCKET}/cifar")
+    )
+    _assert_failed(
+        outcome, f"Cannot write under storage_path s3://{s3_rig.BUCKET}/cifar", "credentials"
+    )
     assert wrong_secret not in outcome.stderr
     assert wrong_secret not in (workspace.root / "train-cifar.log").read_text()
     fs = s3fs.S3FileSystem(
         key=s3_rig.KEY,
         secret=s3_rig.SECRET,
-        client_kwargs={"endpoint_url": seaweed_s3.endpoint},
+        client_kwargs={"endpoint_url": checked_s3.endpoint},
     )
-    assert fs.find("store") == []
+    assert fs.find(f"{s3_rig.BUCKET}/cifar") == []
 
 
 def test_learning_rate_so_large_the_loss_is_nan(

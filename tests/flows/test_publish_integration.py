@@ -33,11 +33,11 @@ from tests.prefect_records import task_runs
 
 @flow(name="publish-test")
 def publish_flow(
-    trained: TrainedRun, dataset: Dataset, model_name: str | None, tracking_uri: str
+    trained: TrainedRun, dataset: Dataset, model_name: str | None, fresh_tracking_uri: str
 ) -> dict[str, Any]:
     archive = Archive("file:///synthetic.tar.gz", "md5", verified=True)
     name = model_name_for(model_name, dataset.manifest.synthetic)
-    return publish(trained, archive, dataset, name, PromotionRule(), tracking_uri)
+    return publish(trained, archive, dataset, name, PromotionRule(), fresh_tracking_uri)
 
 
 def _recognisable(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -68,28 +68,28 @@ def _dataset(root: Path, synthetic: bool) -> Dataset:
     return Dataset(str(root), manifest)
 
 
-def _trained(tmp_path: Path, tracking_uri: str, name: str) -> TrainedRun:
-    run_id = start_run(tracking_uri, "publish-test", name, {}, {})
+def _trained(tmp_path: Path, fresh_tracking_uri: str, name: str) -> TrainedRun:
+    run_id = start_run(fresh_tracking_uri, "publish-test", name, {}, {})
     checkpoint = write_checkpoint(tmp_path / name)
     return TrainedRun(run_id, checkpoint, {}, {}, str(tmp_path))
 
 
-@pytest.fixture
-def tracking_uri(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/mlflow.db"
-
-
 def test_publish_synthetic_data_gets_its_own_model_name(
-    prefect_server: None, tmp_path: Path, tracking_uri: str
+    prefect_server: None, tmp_path: Path, fresh_tracking_uri: str
 ) -> None:
     dataset = _dataset(tmp_path / "data", synthetic=True)
-    summary = publish_flow(_trained(tmp_path, tracking_uri, "a"), dataset, None, tracking_uri)
+    summary = publish_flow(
+        _trained(tmp_path, fresh_tracking_uri, "a"), dataset, None, fresh_tracking_uri
+    )
     assert (summary["model_name"], summary["alias"], summary["synthetic_data"]) == (
         "cifar10-classifier-synthetic",
         "champion",
         True,
     )
-    assert MlflowClient(tracking_uri).search_registered_models("name = 'cifar10-classifier'") == []
+    assert (
+        MlflowClient(fresh_tracking_uri).search_registered_models("name = 'cifar10-classifier'")
+        == []
+    )
 
 
 def _usable(client: MlflowClient, name: str) -> list[str]:
@@ -99,18 +99,20 @@ def _usable(client: MlflowClient, name: str) -> list[str]:
 
 
 def test_publish_failed_evaluation_withdraws_the_version(
-    prefect_server: None, tmp_path: Path, tracking_uri: str
+    prefect_server: None, tmp_path: Path, fresh_tracking_uri: str
 ) -> None:
     dataset = _dataset(tmp_path / "data", synthetic=False)
-    first = publish_flow(_trained(tmp_path, tracking_uri, "a"), dataset, "txn", tracking_uri)
+    first = publish_flow(
+        _trained(tmp_path, fresh_tracking_uri, "a"), dataset, "txn", fresh_tracking_uri
+    )
     assert (first["model_version"], first["alias"]) == ("1", "champion")
     broken_dir = tmp_path / "broken"
     shutil.copytree(dataset.uri, broken_dir)
     (broken_dir / "test-00000.parquet").write_bytes(b"not the file the manifest describes")
     broken = Dataset(str(broken_dir), dataset.manifest)
     with pytest.raises(PublishError, match="version 2 was withdrawn"):
-        publish_flow(_trained(tmp_path, tracking_uri, "b"), broken, "txn", tracking_uri)
-    client = MlflowClient(tracking_uri)
+        publish_flow(_trained(tmp_path, fresh_tracking_uri, "b"), broken, "txn", fresh_tracking_uri)
+    client = MlflowClient(fresh_tracking_uri)
     assert _usable(client, "txn") == ["1"]
     assert client.get_model_version("txn", "2").tags[WITHDRAWN_TAG] == (
         "publishing it failed; rolled back"
@@ -162,20 +164,24 @@ def test_publish_a_lost_registry_reply_during_register_leaves_one_version(
 
 
 def test_publish_withdraws_the_version_of_a_publish_that_never_finished(
-    prefect_server: None, tmp_path: Path, tracking_uri: str
+    prefect_server: None, tmp_path: Path, fresh_tracking_uri: str
 ) -> None:
     """A publish killed between register and promote (its process gone, no rollback) left a
     version with no alias and no decision; the next publish withdraws it, once."""
     dataset = _dataset(tmp_path / "data", synthetic=False)
-    trained = _trained(tmp_path, tracking_uri, "killed")
+    trained = _trained(tmp_path, fresh_tracking_uri, "killed")
     classifier = load_classifier(trained.best_checkpoint_uri)
     gone = str(uuid.uuid4())  # the killed publish's flow run: no server knows it now
-    left = register_model(classifier, trained.run_id, "swept", tracking_uri, request_id=gone)
-    summary = publish_flow(_trained(tmp_path, tracking_uri, "next"), dataset, "swept", tracking_uri)
-    client = MlflowClient(tracking_uri)
+    left = register_model(classifier, trained.run_id, "swept", fresh_tracking_uri, request_id=gone)
+    summary = publish_flow(
+        _trained(tmp_path, fresh_tracking_uri, "next"), dataset, "swept", fresh_tracking_uri
+    )
+    client = MlflowClient(fresh_tracking_uri)
     reason = client.get_model_version("swept", left).tags[WITHDRAWN_TAG]
     assert reason == f"left by a publish that never finished (flow run {gone})"
     assert _usable(client, "swept") == [summary["model_version"]]
     assert summary["alias"] == "champion"
-    publish_flow(_trained(tmp_path, tracking_uri, "again"), dataset, "swept", tracking_uri)
+    publish_flow(
+        _trained(tmp_path, fresh_tracking_uri, "again"), dataset, "swept", fresh_tracking_uri
+    )
     assert client.get_model_version("swept", left).tags[WITHDRAWN_TAG] == reason  # idempotent

@@ -38,11 +38,6 @@ from mlops.registry import register_checkpoint, register_model
 from mlops.tracking import start_run
 
 
-@pytest.fixture(scope="module")
-def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
-
-
 def _register(tracking_uri: str, name: str) -> str:
     run_id = start_run(tracking_uri, "promotion-test", "run", {}, {})
     return register_model(

@@ -6,10 +6,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import mlflow
 import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
@@ -21,19 +19,6 @@ from mlops.promotion import PromotionRule, promote
 from mlops.registry import model_name_for, register_model, using_store
 from mlops.tracking import start_run
 from mlops.version_tags import WITHDRAWN_TAG
-
-
-@pytest.fixture(scope="module")
-def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The store the tests use, while MLflow's process-wide URI points at another one."""
-    root = tmp_path_factory.mktemp("mlflow")
-    before = mlflow.get_tracking_uri()
-    mlflow.set_tracking_uri(f"sqlite:///{root}/elsewhere.db")
-    try:
-        yield f"sqlite:///{root}/mlflow.db"
-    finally:
-        mlflow.set_tracking_uri(before)
-    assert not (root / "elsewhere.db").exists()  # nothing ever used the global setting
 
 
 def _register(tracking_uri: str, name: str, accuracy: float | None = None) -> str:

@@ -32,11 +32,6 @@ def _info(*committed: trainlib.Report) -> trainlib.RunInfo:
     )
 
 
-@pytest.fixture(scope="module")
-def tracking_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return f"sqlite:///{tmp_path_factory.mktemp('mlflow')}/mlflow.db"
-
-
 def _steps(client: MlflowClient, run_id: str) -> dict[str, list[int]]:
     return {key: sorted(m.step for m in client.get_metric_history(run_id, key)) for key in KEYS}
 

@@ -41,7 +41,7 @@ from tests.prefect_stack import (
     prefect_environment,
     start_worker,
 )
-from tests.trainlib.s3_rig import KEY, SECRET, SeaweedServer, filesystem
+from tests.s3_rig import KEY, SECRET, SeaweedServer, filesystem
 
 DATA_BUCKET, MLFLOW_BUCKET = "cifar", "mlflow"
 STORAGE = f"s3://{DATA_BUCKET}/data"

@@ -3,9 +3,6 @@ ledger already holds a comparison of, is not trained again (on a real MLflow sql
 
 from __future__ import annotations
 
-from pathlib import Path
-
-import pytest
 from mlflow.tracking import MlflowClient
 
 from mlops import ledger
@@ -13,11 +10,6 @@ from mlops.tracking import git_sha
 from tasks.retraining import unchanged_since_champion
 
 PARAMS = {"model": "small_cnn", "epochs": 5, "lr": 0.05, "seed": 3}
-
-
-@pytest.fixture
-def tracking_uri(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path}/mlflow.db"
 
 
 def _compared(uri: str, model: str, params: dict[str, object], verdict: str) -> None:

@@ -18,21 +18,15 @@ import torch
 from distributed import Client
 
 import trainlib
-from tests.trainlib.s3_rig import BUCKET, ProxyScript, filesystem, s3_proxy, seaweed_s3
+from tests.s3_rig import BUCKET, ProxyScript, SeaweedServer, filesystem, s3_proxy
 from trainlib import Checkpoint, CheckpointError, RunConfig, ScalingConfig
 from trainlib._internal.common.storage import RunStorage
 from trainlib.torch import TorchTrainer
 
 
-@pytest.fixture(scope="module")
-def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with seaweed_s3(tmp_path_factory.mktemp("seaweed")) as endpoint:
-        yield endpoint
-
-
 @pytest.fixture
-def proxy(s3_endpoint: str) -> Iterator[tuple[str, ProxyScript]]:
-    with s3_proxy(s3_endpoint) as running:
+def proxy(checked_s3: SeaweedServer) -> Iterator[tuple[str, ProxyScript]]:
+    with s3_proxy(checked_s3.endpoint) as running:
         yield running
 
 

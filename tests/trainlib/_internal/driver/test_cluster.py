@@ -10,9 +10,9 @@ from pathlib import Path
 
 import dask
 import pytest
-from distributed import Client, Scheduler, SpecCluster, Worker
+from distributed import Client, Worker
 
-from tests.helpers import local_cluster
+from tests.helpers import local_cluster, mixed_cluster
 from trainlib import ConfigError, DaskConfig, NotEnoughWorkersError, ScalingConfig
 from trainlib._internal.common import gpu_discovery
 from trainlib._internal.driver.cluster import connect
@@ -156,13 +156,8 @@ def test_cluster_select_workers_stops_waiting_when_poll_raises(client: Client) -
 
 
 def test_cluster_select_workers_needs_the_requested_resources() -> None:
-    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": ":0"}}
-    workers = {
-        "cpu": {"cls": Worker, "options": {"nthreads": 1}},
-        "gpu": {"cls": Worker, "options": {"nthreads": 1, "resources": {"GPU": 1}}},
-    }
-    with SpecCluster(workers=workers, scheduler=scheduler) as cluster, Client(cluster) as mixed:
-        gpu_address = cluster.workers["gpu"].address
+    with mixed_cluster({"cpu": {}, "gpu": {"resources": {"GPU": 1}}}) as (mixed, addresses):
+        gpu_address = addresses["gpu"]
         scaling = ScalingConfig(num_workers=1, resources_per_worker={"GPU": 1})
         assert [s.address for s in select_workers(mixed, scaling, timeout_s=0)] == [gpu_address]
         two = ScalingConfig(num_workers=2, resources_per_worker={"GPU": 1})
@@ -246,14 +241,9 @@ def test_cluster_class_workers_run_no_statistical_profiler() -> None:
 
 
 def test_cluster_select_workers_places_rays_accelerator_type_on_workers_labelled_with_it() -> None:
-    scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": ":0"}}
-    labelled = {"nthreads": 1, "resources": {"accelerator_type:A100": 1}}
-    workers = {
-        "plain": {"cls": Worker, "options": {"nthreads": 1}},
-        "a100": {"cls": Worker, "options": labelled},
-    }
-    with SpecCluster(workers=workers, scheduler=scheduler) as cluster, Client(cluster) as mixed:
-        a100 = cluster.workers["a100"].address
+    labelled = {"resources": {"accelerator_type:A100": 1}}
+    with mixed_cluster({"plain": {}, "a100": labelled}) as (mixed, addresses):
+        a100 = addresses["a100"]
         scaling = ScalingConfig(num_workers=1, accelerator_type="A100")
         assert [s.address for s in select_workers(mixed, scaling, timeout_s=0)] == [a100]
         with pytest.raises(NotEnoughWorkersError, match="accelerator_type:H100"):

@@ -16,9 +16,9 @@ from typing import Any
 
 import dask
 import pytest
-from distributed import Client, LocalCluster, Worker
+from distributed import Client, Worker
 
-from tests.helpers import free_port
+from tests.helpers import free_port, local_cluster
 from trainlib import NotEnoughWorkersError, ScalingConfig
 from trainlib._internal.common import gpu_discovery
 from trainlib._internal.driver import worker_selection
@@ -34,13 +34,13 @@ class Rig:
     """A scheduler and four single-threaded workers (in this process) whose addresses sort
     in start order, on a host that seems to have four NVIDIA GPUs."""
 
-    cluster: LocalCluster
+    scheduler: str  # its address, for more clients of the cluster
     client: Client
     ports: list[int]  # ascending; the workers listen on the first four
     workers: list[Worker]
 
     def start_worker(self, port: int) -> Worker:
-        worker: Worker = self.client.sync(_start_worker, self.cluster.scheduler_address, port)
+        worker: Worker = self.client.sync(_start_worker, self.scheduler, port)
         self.workers.append(worker)
         return worker
 
@@ -56,11 +56,10 @@ def rig(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Rig]:
     monkeypatch.setattr(gpu_discovery, "_NVIDIA_GPUS_DIR", str(folder))
     monkeypatch.setattr(gpu_discovery, "nvml_devices", lambda: None)  # the folder, not NVML
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    with (
-        LocalCluster(n_workers=0, processes=False, dashboard_address=":0") as cluster,
-        Client(cluster) as client,
-    ):
-        rig = Rig(cluster, client, sorted(free_port() for _ in range(5)), [])
+    with local_cluster(0, processes=False) as client:
+        rig = Rig(
+            client.scheduler_info()["address"], client, sorted(free_port() for _ in range(5)), []
+        )
         try:
             for port in rig.ports[:4]:
                 rig.start_worker(port)
@@ -77,7 +76,7 @@ def _gpus(slots: list[WorkerSlot]) -> set[str | None]:
 def test_two_runs_of_two_clients_take_different_gpus_and_a_third_is_told_who_holds_them(
     rig: Rig,
 ) -> None:
-    cluster = rig.cluster
+    cluster = rig.scheduler
     with (
         Client(cluster) as first_client,
         Client(cluster) as second_client,
@@ -159,7 +158,7 @@ async def _start_worker(scheduler_address: str, port: int) -> Worker:
 
 def test_a_trial_waits_for_gpus_in_use_then_names_who_holds_them(rig: Rig) -> None:
     every = set(worker_selection.live_workers(rig.client))
-    with Client(rig.cluster) as other_client, GpuClaims(other_client, "run-a") as other:
+    with Client(rig.scheduler) as other_client, GpuClaims(other_client, "run-a") as other:
         select_workers(other_client, ScalingConfig(num_workers=4, use_gpu=True), 5, claims=other)
         started = time.monotonic()
         with (
@@ -233,7 +232,7 @@ def test_a_claim_whose_holder_cannot_be_recorded_is_not_left_held(
     def refuse(*args: Any, **kwargs: Any) -> None:
         raise OSError("scheduler unreachable")
 
-    with Client(rig.cluster) as other:
+    with Client(rig.scheduler) as other:
         monkeypatch.setattr(other, "set_metadata", refuse)
         with GpuClaims(other, "run-a") as failing, pytest.raises(OSError):
             failing.take("h/0")
@@ -246,7 +245,7 @@ def test_a_run_keeps_its_gpus_across_attempts_and_a_queued_run_never_takes_them(
 ) -> None:
     """A restart (or an elastic re-form) places its ranks again with the run's claims: the
     GPUs its first attempt had stay its own in between, and it gets them back."""
-    with Client(rig.cluster) as other, GpuClaims(rig.client, "run-a") as run:
+    with Client(rig.scheduler) as other, GpuClaims(rig.client, "run-a") as run:
         first = select_workers(rig.client, GPU, timeout_s=5, claims=run)
         # the attempt failed and its ranks stopped; a queued run places meanwhile
         with GpuClaims(other, "run-b") as queued:
@@ -269,7 +268,7 @@ def test_while_another_run_places_a_run_waits_and_is_not_told_of_a_shortage(
 
     monkeypatch.setattr(gpu_claims, "_PLACING_WAIT_S", 0.2)
     four = ScalingConfig(num_workers=4, use_gpu=True)
-    with Client(rig.cluster) as other, GpuClaims(other, "run-a") as placing_run:
+    with Client(rig.scheduler) as other, GpuClaims(other, "run-a") as placing_run:
         with placing_run.placing() as placing:  # run-a is half-way through its placement
             assert placing
             with GpuClaims(rig.client, "run-b") as waiting:
