@@ -76,6 +76,7 @@ class TrainController:
         from trainlib._internal.driver.controller_callbacks.lease_withholding import (
             LeaseWithholding,
         )
+        from trainlib._internal.driver.controller_callbacks.user_callbacks import UserCallbacks
         from trainlib._internal.driver.controller_callbacks.worker_plugins import WorkerPlugins
 
         record = self.record
@@ -87,6 +88,7 @@ class TrainController:
         ]
         if self.plan.lease is not None:
             callbacks.append(LeaseWithholding(self.plan.lease))
+        callbacks.append(UserCallbacks(record.callbacks, record.start_callbacks))  # the last
         return tuple(callbacks)
 
     def run(self, client: Client | None) -> Result:
@@ -177,7 +179,6 @@ class TrainController:
         )
         for callback in self.callbacks:
             callback.before_worker_group_start(client, slots)
-        record.start_callbacks(len(slots))
         record.lifecycle.enter(Running(record.attempt, len(slots), str(resume_from or "scratch")))
         watchdog = ProgressWatchdog(self.plan.run_config.failure_config.hang_timeout_s, slots)
         record.collector.start_attempt(len(slots), start_index, watchdog)
@@ -198,13 +199,13 @@ class TrainController:
         try:
             with WorkerGroup.start(client, slots, build, resources) as group:
                 record.collector.reply_with(group.send_to)
-                for user_callback in record.callbacks:
-                    user_callback.on_group_start(info)
+                for callback in self.callbacks:
+                    callback.after_worker_group_start(info)
                 try:
                     yield group, watchdog
                 finally:
-                    for user_callback in record.callbacks:
-                        user_callback.on_group_end(info)
+                    for callback in self.callbacks:
+                        callback.before_worker_group_shutdown(info)
         finally:  # also when the run stops by raising (a pruned trial, Ctrl-C)
             if group is not None:  # known once the group was stopped
                 self.unresponsive |= group.unresponsive_workers

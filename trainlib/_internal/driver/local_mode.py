@@ -22,6 +22,7 @@ from trainlib._internal.common.messages import (
     RankMessage,
     RankSpec,
 )
+from trainlib._internal.driver.controller_callbacks.user_callbacks import UserCallbacks
 from trainlib._internal.driver.controller_state import Running
 from trainlib._internal.driver.local_feed import LocalFeed
 from trainlib._internal.driver.ranks import WorkerSlot
@@ -74,6 +75,7 @@ def _run_locally(run: RunRecord) -> None:
         plan, run.name, run.storage, start_index, resume_from, [slot], run.setup_payload
     )
     spec: RankSpec = cloudpickle.loads(rank_launch(start, slot, host, 0).spec_payload)
+    user = UserCallbacks(run.callbacks, run.start_callbacks)
     run.start_callbacks(1)
     run.lifecycle.enter(Running(run.attempt, 1, str(resume_from or "scratch")))
     watchdog = ProgressWatchdog(None, [slot])
@@ -87,8 +89,7 @@ def _run_locally(run: RunRecord) -> None:
     )
     run.collector.reply_with(lambda rank, command: _deliver(session, command))
     info = GroupInfo(1, (slot.placement(),), None)
-    for callback in run.callbacks:
-        callback.on_group_start(info)
+    user.after_worker_group_start(info)
     RANK.start(session)
     try:
         if spec.setup_payload is not None:
@@ -110,8 +111,7 @@ def _run_locally(run: RunRecord) -> None:
         raise run.failure_policy.record({0: failure}) from exc
     finally:
         RANK.reset()
-        for callback in run.callbacks:
-            callback.on_group_end(info)
+        user.before_worker_group_shutdown(info)
     run.collector.check_all_complete()
 
 

@@ -2,8 +2,11 @@
 Train v2's controller and worker-group callbacks do: the worker plugins a cluster needs
 (``worker_plugins``), the validations of committed checkpoints (``checkpoint_validation``), the
 rows-per-rank check of the datasets (``dataset_check``), a search trial's workers withheld
-after they stopped answering (``lease_withholding``). The controller calls every hook of every
-callback in order; GPU claims are not a callback: placement takes them (``gpu_claims``)."""
+after they stopped answering (``lease_withholding``), the run's own callbacks: trackers and
+system metrics (``user_callbacks``). The controller calls every hook of every callback in
+order. GPU claims are not a callback: placement takes them (``gpu_claims``); nor are
+preemptions: the failure policy counts them apart (``failure_policy``), and the grace the
+surviving ranks get is the worker group's (``preemption_grace``)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ if TYPE_CHECKING:
 
     from trainlib._internal.driver.ranks import WorkerSlot
     from trainlib._internal.driver.worker_group import WorkerGroup
+    from trainlib.callbacks import GroupInfo
 
 
 class ControllerCallback:
@@ -24,6 +28,12 @@ class ControllerCallback:
 
     def before_worker_group_start(self, client: Client, slots: list[WorkerSlot]) -> None:
         """An attempt's workers are chosen; raise to fail the run before any rank starts."""
+
+    def after_worker_group_start(self, group: GroupInfo) -> None:
+        """An attempt's ranks are started."""
+
+    def before_worker_group_shutdown(self, group: GroupInfo) -> None:
+        """An attempt's ranks are about to be stopped (whatever ended it)."""
 
     def after_worker_group_shutdown(self, group: WorkerGroup) -> None:
         """An attempt's ranks were stopped (whatever ended it)."""
