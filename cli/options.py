@@ -87,17 +87,6 @@ def positive_float(text: str) -> float:
     return value
 
 
-def probability(text: str) -> float:
-    """A number between 0 and 1, both excluded."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number between 0 and 1, got {text!r}")
-    return value
-
-
 def number(text: str) -> float:
     """Any number."""
     try:
@@ -208,7 +197,7 @@ def add_registry_options(made: argparse.ArgumentParser) -> None:
     )
     made.add_argument(
         "--promote-alpha",
-        type=probability,
+        type=number,
         default=0.05,
         help="the lifetime false-promotion budget: the k-th comparison with @champion on a test "
         "split tests at promote_alpha*6/(pi^2 k^2)",

@@ -132,6 +132,9 @@ def train_cifar(
             use_gpu=use_gpu,
             compile=compile,
         )
+        rule = PromotionRule(
+            promote_margin, promote_alpha, min_test_accuracy, max_class_drop, check_fresh_load
+        )
         tag_flow_run(run_tags(config, num_workers))
         dask_config = allowed_dask_config(
             dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s, policy
@@ -170,9 +173,7 @@ def train_cifar(
             ready.archive,
             ready.dataset,
             name,
-            PromotionRule(
-                promote_margin, promote_alpha, min_test_accuracy, max_class_drop, check_fresh_load
-            ),
+            rule,
             ready.tracking_uri,
         )
         # housekeeping: a failure is logged on its task, never the night's

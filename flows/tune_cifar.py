@@ -104,6 +104,9 @@ def tune_cifar(
         space = search_space or DEFAULT_SEARCH_SPACE
         check_search_space(space)  # a mistake fails before anything is downloaded
         base = TrainConfig(epochs=epochs, seed=seed, use_gpu=use_gpu, compile=compile)
+        rule = PromotionRule(
+            promote_margin, promote_alpha, min_test_accuracy, max_class_drop, check_fresh_load
+        )
         tag_flow_run({"search": "tune-cifar", "trials": str(num_samples)})
         dask_config = allowed_dask_config(
             dask_address, dask_cluster_class, dask_cluster_kwargs, dask_worker_timeout_s, policy
@@ -142,9 +145,7 @@ def tune_cifar(
             ready.archive,
             ready.dataset,
             model_name_for(registered_model_name, ready.dataset.manifest.synthetic),
-            PromotionRule(
-                promote_margin, promote_alpha, min_test_accuracy, max_class_drop, check_fresh_load
-            ),
+            rule,
             ready.tracking_uri,
             extra,
         )

@@ -21,6 +21,7 @@ import numpy as np
 from mlflow.tracking import MlflowClient
 from scipy.stats import binomtest
 
+from cifar.errors import InvalidParameterError
 from mlops import ledger
 from mlops.evaluation import ChampionScore, Evaluation
 from mlops.model_card import DataFacts, model_card
@@ -82,8 +83,24 @@ class PromotionRule:
     check_fresh_load: bool = True  # the gate fresh_load (the evaluation runs it)
 
     def __post_init__(self) -> None:
+        """The parameters' one check: the flows make the rule before anything is downloaded.
+
+        Raises:
+            InvalidParameterError: A parameter no promotion could work with.
+        """
         if not 0.0 < self.alpha < 1.0:
-            raise ValueError(f"promote_alpha={self.alpha:g} must be between 0 and 1 (e.g. 0.05)")
+            raise InvalidParameterError(
+                f"promote_alpha={self.alpha:g} must be between 0 and 1 (e.g. 0.05)"
+            )
+        if not (-1.0 < self.margin < 1.0 and 0.0 <= self.min_test_accuracy <= 1.0):
+            raise InvalidParameterError(
+                f"promote_margin={self.margin:g} must be between -1 and 1 (an accuracy gain) and "
+                f"min_test_accuracy={self.min_test_accuracy:g} between 0 and 1"
+            )
+        if not 0.0 <= self.max_class_drop <= 1.0:
+            raise InvalidParameterError(
+                f"max_class_drop={self.max_class_drop:g} must be between 0 and 1 (e.g. 0.02)"
+            )
 
     def gates(self, evaluation: Evaluation, champion: ChampionScore | None) -> tuple[Gate, ...]:
         """The release gates' outcomes for ``evaluation`` against ``champion``."""

@@ -297,6 +297,37 @@ def test_unknown_model_name_as_a_flow_parameter(workspace: Workspace) -> None:
 
 
 @pytest.mark.parametrize(
+    ("parameters", "named"),
+    [
+        ({"promote_alpha": 1.5}, "promote_alpha=1.5 must be between 0 and 1"),
+        ({"promote_margin": 5.0}, "promote_margin=5 must be between -1 and 1"),
+        ({"max_class_drop": -0.1}, "max_class_drop=-0.1 must be between 0 and 1"),
+    ],
+)
+def test_a_promotion_parameter_that_cannot_work_is_refused_before_the_download(
+    workspace: Workspace, parameters: dict[str, float], named: str
+) -> None:
+    from flows.train_cifar import train_cifar as flow
+
+    with pytest.raises(InvalidParameterError, match=re.escape(named)):
+        flow(
+            data_url=workspace.archive_url,
+            storage_path=str(workspace.store),
+            mlflow_tracking_uri=workspace.tracking_uri,
+            **parameters,
+        )
+    assert not workspace.store.exists()  # nothing downloaded, nothing trained
+
+
+def test_promote_alpha_out_of_range_on_the_command_line(
+    workspace: Workspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outcome = train_cifar(capsys, *_train_args(workspace, "--promote-alpha", "1.5"))
+    _assert_failed(outcome, "promote_alpha=1.5 must be between 0 and 1")
+    assert not workspace.store.exists()
+
+
+@pytest.mark.parametrize(
     ("cluster_class", "cluster_kwargs", "refused"),
     [
         ("subprocess.Popen", {"args": ["touch", "pwned"]}, "'subprocess.Popen' is not allowed"),
