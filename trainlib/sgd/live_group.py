@@ -55,7 +55,7 @@ class LiveGroup:
         self._plan = replace(
             plan, run_config=replace(config, callbacks=[*config.callbacks, self._answers])
         )
-        self._run = TrainController(self._plan)
+        self._controller = TrainController(self._plan)
         self._stack = ExitStack()
         self._client: Client | None = None
         self._claims: GpuClaims | None = None  # the run's GPUs, across its attempts
@@ -73,18 +73,12 @@ class LiveGroup:
             WorkerGroupError: A rank failed while starting.
             NotEnoughWorkersError: The cluster cannot provide the ranks.
         """
-        from trainlib._internal.driver import cluster
-        from trainlib._internal.driver.gpu_claims import GpuClaims
-
         live = cls(plan)
         try:
             with InterruptWatch():
-                workers = plan.scaling.worker_range[1]
-                live._client = live._stack.enter_context(
-                    cluster.connect(plan.dask_config, workers, client)
-                )
-                live._claims = live._stack.enter_context(GpuClaims(live._client, live.run_name))
-                live._run.prepare(live._client)
+                controller = live._controller
+                live._client = live._stack.enter_context(controller.connected(client))
+                live._claims = live._stack.enter_context(controller.gpu_claims(live._client))
                 live._form()
         except BaseException:
             live.close()
@@ -94,7 +88,7 @@ class LiveGroup:
     @property
     def run_name(self) -> str:
         """The run's name (its directory under the storage path)."""
-        return self._run.name
+        return self._controller.name
 
     @property
     def is_formed(self) -> bool:
@@ -138,14 +132,14 @@ class LiveGroup:
         finally:
             self._end_attempt()
             try:
-                self._run.end(error)
+                self._controller.end(error)
             finally:
                 self._stack.close()
-        logger.info("Run %s closed", self._run.name)
+        logger.info("Run %s closed", self._controller.name)
 
     def _form(self) -> None:
         assert self._client is not None and self._claims is not None, "connected before forming"
-        self._attempt = self._run.attempt(self._client, self._claims)
+        self._attempt = self._controller.attempt(self._client, self._claims)
         self._group, self._watchdog = self._attempt.__enter__()
         self._next_report()  # the ranks' first report: set up and waiting for commands
 
@@ -155,7 +149,7 @@ class LiveGroup:
         expected = len(self._answers.reports) + 1
         try:
             failures = self._group.run(
-                self._run.handle,
+                self._controller.handle,
                 self._hang_check(),
                 poll=InterruptWatch.check,
                 until=lambda: len(self._answers.reports) >= expected,
@@ -165,12 +159,12 @@ class LiveGroup:
             raise
         if failures:
             self._end_attempt()
-            raise self._run.fail(failures)
+            raise self._controller.fail(failures)
         if len(self._answers.reports) < expected:
             self._end_attempt()
             raise TrainingFailedError(
-                f"The ranks of run {self._run.name} ended without answering; their loop must "
-                "answer every command with one report()."
+                f"The ranks of run {self._controller.name} ended without answering; their loop "
+                "must answer every command with one report()."
             )
         return self._answers.reports[-1]
 
@@ -181,7 +175,7 @@ class LiveGroup:
         self._group.send(Command(SHUTDOWN))
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
         self._group.run(
-            self._run.handle,
+            self._controller.handle,
             self._hang_check(),
             poll=InterruptWatch.check,
             until=lambda: time.monotonic() > deadline,

@@ -58,7 +58,8 @@ def run_training(plan: RunPlan, client: Client | None = None) -> Result:
 class TrainController:
     """Runs a ``RunRecord``'s attempts on a Dask cluster, its concerns on the lifecycle's hooks
     (``controller_callbacks``). Front ends that drive a group themselves (``trainlib.sgd``'s
-    live group) use ``prepare``, ``attempt``, ``handle``, ``fail`` and ``end``."""
+    live group) use ``connected``, ``gpu_claims``, ``attempt``, ``handle``, ``fail`` and
+    ``end``."""
 
     def __init__(self, plan: RunPlan) -> None:
         self.record = RunRecord(plan)
@@ -92,35 +93,45 @@ class TrainController:
         return tuple(callbacks)
 
     def run(self, client: Client | None) -> Result:
-        """The whole run, to its Result."""
-        from trainlib._internal.driver import (
-            cluster,  # imported on use: rank processes never need Dask
-        )
-
+        """The whole run, to its Result: attempts until one succeeds or the failure policy
+        raises."""
         error: BaseException | None = None
         try:
-            workers = self.plan.scaling.worker_range[1]
-            with cluster.connect(self.plan.dask_config, workers, client) as connected:
-                self._attempts(connected)
+            with self.connected(client) as connected:
+                with self.gpu_claims(connected) as claims:  # the run's GPUs, for all attempts
+                    while (state := self._attempt(connected, claims)) is not None:
+                        self.record.lifecycle.enter(state)
+                for callback in self.callbacks:
+                    callback.after_run_trained()
         except BaseException as exc:
             error = exc
         return self.record.conclude(error)
 
-    def _attempts(self, client: Client) -> None:
-        """Attempts until one succeeds or the failure policy raises."""
+    @contextmanager
+    def connected(self, client: Client | None) -> Iterator[Client]:
+        """The run's cluster (``client``'s, else the one its DaskConfig names or starts), the
+        controller callbacks started on it; on leaving, they are told the run ends and a
+        cluster the run started is closed."""
+        from trainlib._internal.driver import (
+            cluster,  # imported on use: rank processes never need Dask
+        )
+
+        workers = self.plan.scaling.worker_range[1]
+        with cluster.connect(self.plan.dask_config, workers, client) as connected:
+            try:
+                for callback in self.callbacks:
+                    callback.after_controller_start(connected)
+                yield connected
+            finally:
+                for callback in self.callbacks:
+                    callback.before_controller_shutdown()
+
+    def gpu_claims(self, client: Client) -> GpuClaims:
+        """The GPUs the run holds across its attempts, on ``client``'s scheduler (a context
+        manager: released on leaving)."""
         from trainlib._internal.driver.gpu_claims import GpuClaims
 
-        try:
-            for callback in self.callbacks:
-                callback.after_controller_start(client)
-            with GpuClaims(client, self.name) as claims:  # the run's GPUs, across its attempts
-                while (state := self._attempt(client, claims)) is not None:
-                    self.record.lifecycle.enter(state)
-            for callback in self.callbacks:
-                callback.after_run_trained()
-        finally:
-            for callback in self.callbacks:
-                callback.before_controller_shutdown()
+        return GpuClaims(client, self.name)
 
     def _attempt(self, client: Client, claims: GpuClaims) -> Resizing | Restarting | None:
         """One attempt; the state it leads to (None: the training ended well)."""
@@ -211,13 +222,6 @@ class TrainController:
                 self.unresponsive |= group.unresponsive_workers
                 for callback in self.callbacks:
                     callback.after_worker_group_shutdown(group)
-
-    def prepare(self, client: Client) -> None:
-        """What a cluster needs before a group forms on it, for a front end that forms groups
-        itself: the worker plugins."""
-        from trainlib._internal.driver.controller_callbacks.worker_plugins import WorkerPlugins
-
-        WorkerPlugins().after_controller_start(client)
 
     def handle(self, message: DriverMessage) -> None:
         """A message of a rank: to the run's report collector."""
