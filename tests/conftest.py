@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import faulthandler
 import os
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import SimpleHTTPRequestHandler
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -21,6 +20,7 @@ from distributed import Client
 from tests.helpers import (
     SESSION_VARIABLE,
     free_port,
+    http_server,
     local_cluster,
     rank_processes,
     skip_or_fail,
@@ -257,15 +257,8 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 def http_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpDir]:
     """Files in a directory, served by a real HTTP server on a free local port."""
     root = tmp_path_factory.mktemp("http")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(_QuietHandler, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield HttpDir(root, f"http://127.0.0.1:{server.server_address[1]}")
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with http_server(partial(_QuietHandler, directory=str(root))) as url:
+        yield HttpDir(root, url)
 
 
 @dataclass
@@ -299,13 +292,5 @@ def scripted_http(http_dir: HttpDir) -> Iterator[ScriptedHttp]:
             if not self._scripted():
                 super().do_HEAD()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Handler, directory=str(http_dir.path)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    script.url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
+    with http_server(partial(Handler, directory=str(http_dir.path))) as script.url:
         yield script
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()

@@ -10,9 +10,11 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any, NoReturn
 
@@ -68,6 +70,21 @@ def _name(process: psutil.Process) -> str:
         return str(process.name())
     except psutil.NoSuchProcess:
         return ""
+
+
+@contextmanager
+def http_server(handler: Callable[..., BaseHTTPRequestHandler]) -> Iterator[str]:
+    """``handler`` answering on a free local port, a thread per request, until the block ends:
+    the server's URL (``http://127.0.0.1:PORT``)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 @contextmanager

@@ -8,8 +8,10 @@ import http.client
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import urlsplit
+
+from tests.helpers import http_server
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 
@@ -84,12 +86,5 @@ def _handler(proxy: LossyProxy) -> type[BaseHTTPRequestHandler]:
 def lossy_proxy(target: str, path_suffix: str, times: int = 1) -> Iterator[tuple[str, LossyProxy]]:
     """A ``LossyProxy`` listening on a free local port until the block ends: its URL and it."""
     proxy = LossyProxy(target, path_suffix, times)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(proxy))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", proxy
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with http_server(_handler(proxy)) as url:
+        yield url, proxy

@@ -15,13 +15,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import s3fs
 
-from tests.helpers import WAIT_S, free_ports
+from tests.helpers import WAIT_S, free_ports, http_server
 
 KEY, SECRET = "trainlib-key", "trainlib-secret-1"
 BUCKET = "ckpt"
@@ -203,12 +203,5 @@ def s3_proxy(upstream: str) -> Iterator[tuple[str, ProxyScript]]:
 
         do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", script
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with http_server(Handler) as url:
+        yield url, script

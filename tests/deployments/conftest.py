@@ -6,15 +6,15 @@ from __future__ import annotations
 import json
 import queue
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import pytest
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
+from tests.helpers import http_server
 from tests.prefect_stack import deploy_all
 
 ALERTS_COMMAND = (sys.executable, "-m", "deployments.alerts")  # as docs/mlops.md says
@@ -51,12 +51,5 @@ def webhook() -> Iterator[Webhook]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield Webhook(f"http://127.0.0.1:{server.server_address[1]}/hook", received)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with http_server(Handler) as url:
+        yield Webhook(f"{url}/hook", received)

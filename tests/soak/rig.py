@@ -17,19 +17,18 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from cifar.format import write_synthetic_archive
-from tests.helpers import SESSION_VARIABLE, free_port
+from tests.helpers import SESSION_VARIABLE, free_port, http_server
 from tests.lossy_proxy import LossyProxy, lossy_proxy
 from tests.mlflow_rig import MlflowServer
 from tests.postgres_rig import Postgres, postgres_server
@@ -192,7 +191,8 @@ class Rig:
         return filesystem(self.s3.endpoint)
 
 
-def _webhook() -> tuple[ThreadingHTTPServer, Webhook]:
+def _webhook() -> tuple[type[BaseHTTPRequestHandler], Webhook]:
+    """A webhook's request handler and what it receives (its URL set once it is served)."""
     hook = Webhook("")
 
     class Handler(BaseHTTPRequestHandler):
@@ -205,9 +205,7 @@ def _webhook() -> tuple[ThreadingHTTPServer, Webhook]:
         def log_message(self, format: str, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    hook.url = f"http://127.0.0.1:{server.server_address[1]}/hook"
-    return server, hook
+    return Handler, hook
 
 
 def _s3_env(endpoint: str) -> dict[str, str]:
@@ -275,9 +273,8 @@ def soak_rig(root: Path, bounds: Bounds, small_disk: bool = False) -> Iterator[R
         create_pool(env)
         deploy_all(env)
         _without_schedules(env)
-        http, webhook = _webhook()
-        threading.Thread(target=http.serve_forever, daemon=True).start()
-        stack.callback(http.shutdown)
+        handler, webhook = _webhook()
+        webhook.url = f"{stack.enter_context(http_server(handler))}/hook"
         _run(
             env,
             *("-m", "deployments.alerts", "--url", webhook.url),
