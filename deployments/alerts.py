@@ -7,11 +7,16 @@ Run after the deployments exist (the compose stack's deploy step runs it): each 
 covered. ``--block`` names the Prefect notification block the alerts go through
 (``block-type/name``, default ``$CIFAR_ALERTS_BLOCK``); with ``--url`` (default
 ``$CIFAR_ALERTS_URL``) a ``custom-webhook`` block of that name is created or updated to POST
-``{"subject": ..., "body": ...}`` there. Without a block that exists, the automations that
-notify are left out, saying so. ``--notify-for`` (``$CIFAR_ALERTS_DEPLOYMENTS``) names the
-deployments whose runs notify, every one the file lists by default. Earlier automations of the
-same names are replaced: running it again is safe. (Zombie runs are the sentinel's:
+``{"subject": ..., "body": ...}`` there. ``--notify-for`` (``$CIFAR_ALERTS_DEPLOYMENTS``)
+names the deployments whose runs notify (``*`` or empty: every one the file lists); an
+automation that covers none of them is not applied, saying so. Earlier automations of the same
+names are replaced: running it again is safe. (Zombie runs are the sentinel's:
 ``deployments/sentinel.py``.)
+
+It exits non-zero, with one line naming the cause and changing nothing on the server, when an
+alert it was asked for cannot be applied: no block of that name and no ``--url`` to make it, a
+``--notify-for`` name the file does not list (a typo), or a value that is still a compose
+expression (``${...}``, which some compose engines leave unexpanded).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,8 +37,14 @@ from prefect.exceptions import ObjectNotFound
 
 AUTOMATIONS = Path(__file__).with_name("automations.yaml")
 BLOCK_VARIABLE, URL_VARIABLE = "CIFAR_ALERTS_BLOCK", "CIFAR_ALERTS_URL"
-DEPLOYMENTS_VARIABLE = "CIFAR_ALERTS_DEPLOYMENTS"  # comma-separated; empty: all the file lists
+DEPLOYMENTS_VARIABLE = "CIFAR_ALERTS_DEPLOYMENTS"  # comma-separated; * or empty: all listed
 DEFAULT_BLOCK = "custom-webhook/cifar-alerts"
+EVERY_DEPLOYMENT = "*"
+_UNEXPANDED = re.compile(r"\$\{[^}]*\}")
+
+
+class AlertsError(Exception):
+    """An alert that was asked for cannot be applied; the message names the cause and the fix."""
 
 
 def webhook_block(reference: str, url: str) -> None:
@@ -74,13 +86,13 @@ async def _ids(client: Any, spec: dict[str, Any]) -> dict[str, str]:
 def automation(
     spec: dict[str, Any],
     ids: dict[str, str],
-    block: str | None,
+    block: str,
     within: dict[str, int],
     notify_for: frozenset[str] | None = None,
 ) -> AutomationCore | None:
-    """The automation ``spec`` describes, matched by ``ids``, notifying through ``block``
-    (None: a notifying automation is not made) for the deployments of ``notify_for`` (None:
-    all it lists); ``within`` overrides its time bound."""
+    """The automation ``spec`` describes, matched by ``ids``, notifying through the block of id
+    ``block`` for the deployments of ``notify_for`` (None: all it lists; None is returned where
+    it covers none of them); ``within`` overrides its time bound."""
     spec = dict(spec)
     deployments, pool = spec.pop("deployments", []), spec.pop("work_pool", None)
     notify, subject, body = spec.pop("notify", False), spec.pop("subject", ""), spec.pop("body", "")
@@ -99,8 +111,6 @@ def automation(
     trigger["within"] = within.get(spec["name"], trigger["within"])
     actions = list(spec.get("actions", []))
     if notify:
-        if block is None:
-            return None
         actions.append(
             {
                 "type": "send-notification",
@@ -112,17 +122,67 @@ def automation(
     return AutomationCore.model_validate({**spec, "trigger": trigger, "actions": actions})
 
 
+def specs(path: Path) -> list[dict[str, Any]]:
+    """The automations ``path`` describes."""
+    found: list[dict[str, Any]] = yaml.safe_load(path.read_text())["automations"]
+    return found
+
+
+def expanded(option: str, variable: str, value: str) -> str:
+    """``value`` itself, refused where it is still a compose expression (``${...}``).
+
+    Raises:
+        AlertsError: Naming the option and its variable.
+    """
+    if _UNEXPANDED.search(value):
+        raise AlertsError(
+            f"{option} / ${variable} is {value!r}, a compose expression the compose engine did "
+            "not expand; nothing was changed. Set the variable (docker/.env), or write the value "
+            "itself into the compose file."
+        )
+    return value
+
+
+def notify_for(value: str, listed: list[dict[str, Any]]) -> frozenset[str] | None:
+    """The deployments ``--notify-for`` names (None: every one), each one the file lists.
+
+    Raises:
+        AlertsError: A name no automation lists.
+    """
+    names = frozenset(n.strip() for n in value.split(",") if n.strip())
+    if not names or names == {EVERY_DEPLOYMENT}:
+        return None
+    known = {name for spec in listed for name in spec.get("deployments", [])}
+    if unknown := sorted(names - known):
+        raise AlertsError(
+            f"--notify-for / ${DEPLOYMENTS_VARIABLE} names {', '.join(unknown)}, which no "
+            f"automation covers: it matches nothing; nothing was changed. The deployments are "
+            f"{', '.join(sorted(known))} (or * for all of them)."
+        )
+    return names
+
+
+def missing_block(reference: str) -> AlertsError:
+    """The error for a notification block that does not exist and no URL to make it."""
+    return AlertsError(
+        f"No notification block {reference!r} on the Prefect server and no webhook URL to make "
+        f"it, so no alert can notify; nothing was changed. Give the webhook with --url (or "
+        f"${URL_VARIABLE}; for the stack, CIFAR_ALERTS_URL in docker/.env), or name an existing "
+        f"block with --block / ${BLOCK_VARIABLE}."
+    )
+
+
 async def apply(
-    path: Path,
-    block: str | None,
+    listed: list[dict[str, Any]],
+    block: str,
     within: dict[str, int],
     notify_for: frozenset[str] | None = None,
 ) -> tuple[list[str], list[str]]:
-    """Replace the server's automations of the file's names: (applied, left out)."""
-    specs: list[dict[str, Any]] = yaml.safe_load(path.read_text())["automations"]
+    """Replace the server's automations of the file's names: (applied, covering none of
+    ``notify_for``)."""
     applied, left_out = [], []
     async with get_client() as client:
-        for spec in specs:
+        for spec in listed:
             made = automation(spec, await _ids(client, spec), block, within, notify_for)
             for old in await client.read_automations_by_name(spec["name"]):
                 await client.delete_automation(old.id)
@@ -157,26 +217,31 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--notify-for",
-        default=os.environ.get(DEPLOYMENTS_VARIABLE, ""),
+        default=os.environ.get(DEPLOYMENTS_VARIABLE) or EVERY_DEPLOYMENT,
         metavar="FLOW/DEPLOYMENT,...",
-        help="the deployments whose runs notify (default: every one the file lists)",
+        help="the deployments whose runs notify (default *: every one the file lists)",
     )
     args = parser.parse_args(argv)
-    names = frozenset(n.strip() for n in args.notify_for.split(",") if n.strip())
-    if args.url:
-        webhook_block(args.block, args.url)
-    block = asyncio.run(block_id(args.block))
-    applied, left_out = asyncio.run(apply(args.file, block, dict(args.within), names or None))
+    try:
+        _apply_all(args)
+    except AlertsError as error:
+        sys.exit(f"deployments.alerts: {error}")
+
+
+def _apply_all(args: argparse.Namespace) -> None:
+    reference = expanded("--block", BLOCK_VARIABLE, args.block)
+    url = expanded("--url", URL_VARIABLE, args.url) if args.url else None
+    listed = specs(args.file)
+    names = notify_for(expanded("--notify-for", DEPLOYMENTS_VARIABLE, args.notify_for), listed)
+    if url:
+        webhook_block(reference, url)
+    if (block := asyncio.run(block_id(reference))) is None:
+        raise missing_block(reference)
+    applied, left_out = asyncio.run(apply(listed, block, dict(args.within), names))
     for name in applied:
         print(f"Automation {name!r} applied")
-    if left_out:
-        print(
-            f"No notification block {args.block!r}: left out {', '.join(left_out)}. Create it "
-            f"with: python -m deployments.alerts --block {args.block} --url <webhook URL> "
-            f"(or set {URL_VARIABLE} for the deploy step), or name an existing block with "
-            f"--block / {BLOCK_VARIABLE}.",
-            file=sys.stderr,
-        )
+    for name in left_out:
+        print(f"Automation {name!r} not applied: it covers none of --notify-for {args.notify_for}")
 
 
 if __name__ == "__main__":

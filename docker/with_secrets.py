@@ -10,14 +10,18 @@ and so do those whose program reads the secret file itself (``AWS_SHARED_CREDENT
 Dask's ``..._TLS__CA_FILE``: the credentials never enter the environment).
 The secrets so never appear in the compose file, in ``docker inspect`` or in a Prefect job
 variable, only in the environment of the process that uses them. A file that cannot be read
-stops the container with one line naming it.
+stops the container with one line naming it, and so does a variable whose value is still a
+compose expression (``${NAME:-}``: podman-compose 1.0 leaves some forms unexpanded, and the
+program would take the expression for the value).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 
+UNEXPANDED = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*[^}]*\}")
 SUFFIX = "_FILE"
 SECRETS = "/run/secrets/"
 READ_BY_THE_PROGRAM = frozenset(
@@ -27,6 +31,13 @@ READ_BY_THE_PROGRAM = frozenset(
 
 def load(environ: dict[str, str]) -> dict[str, str]:
     """``environ`` with each ``NAME_FILE`` replaced by ``NAME`` and the file's contents."""
+    for key, value in environ.items():
+        if UNEXPANDED.search(value):
+            sys.exit(
+                f"with-secrets: {key} is {value!r}, a compose expression the compose engine did "
+                "not expand; set the variable (docker/.env) or write its value into the compose "
+                "file."
+            )
     loaded = dict(environ)
     for key, path in environ.items():
         if not key.endswith(SUFFIX) or key == SUFFIX or not path.startswith(SECRETS):

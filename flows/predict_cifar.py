@@ -24,8 +24,9 @@ def predict_cifar(
 ) -> dict[str, Any]:
     """Write the predictions of a registered model for a set of images.
 
-    A worker's run policy confines ``input``, ``output`` and ``mlflow_tracking_uri``
-    (``flows.run_policy``).
+    A worker's run policy confines ``input``, ``output``, ``mlflow_tracking_uri``, the model
+    and its alias (``flows.run_policy``: the pipeline's own models, ``@champion`` and
+    ``@challenger``, unless the operator allows more).
 
     Args:
         input: A folder of images, an image or a CIFAR batch file (any fsspec URL).
@@ -36,7 +37,13 @@ def predict_cifar(
         timeout_minutes: A longer run fails (None: no limit).
     """
     with time_limit(timeout_minutes, "predict-cifar"):
-        run_policy().confine(input=input, output=output, mlflow_tracking_uri=mlflow_tracking_uri)
+        run_policy().confine(
+            input=input,
+            output=output,
+            mlflow_tracking_uri=mlflow_tracking_uri,
+            registered_model_name=registered_model_name,
+            alias=alias,
+        )
         tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
         summary = predict_task(registered_model_name, alias, input, output, tracking_uri)
         return {

@@ -13,13 +13,23 @@ worker's environment (which a run cannot override: ``deployments/work-pool.json`
     dask_address = []                         #    $DASK_SCHEDULER_ADDRESS)
     dask_cluster_classes = ["distributed.LocalCluster", "dask_jobqueue.*"]
     allow_link_local = false                  # 169.254.0.0/16, fe80::/10: cloud metadata
+    registered_models = ["cifar10-classifier"]  # models runs publish to and predict from
+    model_aliases = ["champion", "challenger"]  # aliases predict-cifar may load
+
+    [dask_cluster_kwargs]                     # the cluster arguments a run may set, typed
+    n_workers = "int"
+    memory_limit = "int|str"
 
 ``read`` and ``write`` hold URL prefixes: a scheme alone (``"https://"``) allows all of it; a
 local path or ``file://`` URL allows that folder, links resolved. A key left out allows nothing
-beyond the worker's own servers (``dask_cluster_classes``: the default below).
+beyond the worker's own servers (``dask_cluster_classes``, ``dask_cluster_kwargs``,
+``registered_models`` and ``model_aliases``: the defaults below). ``dask_cluster_kwargs`` is an
+allowlist of argument names, each with its type (``int``, ``float``, ``bool``, ``str``,
+``list[str]`` or ``place``, a folder checked against ``write``; ``|`` between alternatives): no
+other argument reaches a cluster's constructor (``flows.clusters``).
 
-Without ``$CIFAR_RUN_POLICY`` (a user's own command line, ``make run``) every place and server
-is allowed except link-local addresses, and the default cluster classes.
+Without ``$CIFAR_RUN_POLICY`` (a user's own command line, ``make run``) every place, server and
+model is allowed except link-local addresses; the default cluster classes and arguments apply.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ import ipaddress
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -36,6 +46,8 @@ from urllib.parse import urlsplit
 import tomllib
 
 from cifar.errors import InvalidParameterError
+from mlops.registry import DEFAULT_MODEL_NAME, SYNTHETIC_SUFFIX
+from mlops.version_tags import CHALLENGER, CHAMPION
 
 POLICY_VARIABLE = "CIFAR_RUN_POLICY"
 DEFAULT_CLUSTER_CLASSES = (
@@ -44,6 +56,39 @@ DEFAULT_CLUSTER_CLASSES = (
     "dask_kubernetes.*",
     "dask_cuda.LocalCUDACluster",
 )
+# The cluster arguments a run may set where a policy file does not list them: sizes, counts and
+# places of Dask's LocalCluster, dask-jobqueue's and dask-cuda's clusters. Nothing that names
+# code, a command, an environment, Dask's configuration, a plugin, an image or security settings.
+DEFAULT_CLUSTER_KWARGS: Mapping[str, str] = {
+    "n_workers": "int",
+    "threads_per_worker": "int",
+    "memory_limit": "int|str",
+    "processes": "int|bool",  # LocalCluster's is a bool, dask-jobqueue's a count
+    "cores": "int",
+    "memory": "str",
+    "walltime": "str",
+    "queue": "str",
+    "account": "str",
+    "interface": "str",
+    "job_cpu": "int",
+    "job_mem": "str",
+    "local_directory": "place",
+    "log_directory": "place",
+    "device_memory_limit": "int|str",
+    "CUDA_VISIBLE_DEVICES": "str",
+}
+# Without a policy file (a user's own command line) also the lists SLURM's GPU jobs take:
+# #SBATCH lines and `dask worker` options, which could set an environment or a preload, so a
+# worker that runs others' runs allows them only where its policy lists them.
+OWN_CLUSTER_KWARGS: Mapping[str, str] = {
+    **DEFAULT_CLUSTER_KWARGS,
+    "job_extra_directives": "list[str]",
+    "worker_extra_args": "list[str]",
+}
+# The models a run may publish to and predict from by default: the pipeline's own.
+DEFAULT_REGISTERED_MODELS = (DEFAULT_MODEL_NAME, DEFAULT_MODEL_NAME + SYNTHETIC_SUFFIX)
+DEFAULT_MODEL_ALIASES = (CHAMPION, CHALLENGER)
+KWARG_TYPES = frozenset({"int", "float", "bool", "str", "place", "list[str]"})
 # parameter -> what it names: a place read, a place written, or a server (and the worker's own)
 READ, WRITE = "read", "write"
 SERVERS = {
@@ -58,7 +103,11 @@ PLACES = {
     "storage_path": WRITE,
     "output": WRITE,
 }
-_KEYS = frozenset({READ, WRITE, "dask_cluster_classes", "allow_link_local", *SERVERS})
+MODELS = {"registered_model_name": "registered_models", "alias": "model_aliases"}
+_KEYS = frozenset(
+    {READ, WRITE, "dask_cluster_classes", "dask_cluster_kwargs", "allow_link_local", *SERVERS}
+    | set(MODELS.values())
+)
 # schemes whose "host" is a bucket or container on a configured endpoint, not a network address
 _BUCKET_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"})
 _METADATA_HOSTS = frozenset({"metadata", "metadata.google.internal", "instance-data"})
@@ -83,7 +132,10 @@ class RunPolicy:
     write: tuple[str, ...] | None = None
     servers: Mapping[str, tuple[str, ...]] | None = None  # None: any server
     dask_cluster_classes: tuple[str, ...] = DEFAULT_CLUSTER_CLASSES
+    dask_cluster_kwargs: Mapping[str, str] = field(default_factory=lambda: OWN_CLUSTER_KWARGS)
     allow_link_local: bool = False
+    registered_models: tuple[str, ...] | None = None  # None: any
+    model_aliases: tuple[str, ...] | None = None
 
     def confine(self, **parameters: str | None) -> None:
         """Check each given parameter (None: left out, the worker's default) by its name.
@@ -97,7 +149,9 @@ class RunPolicy:
             if name in SERVERS:
                 self._check_server(name, value)
             elif name in PLACES:
-                self._check_place(name, value, PLACES[name])
+                self.check_place(name, value, PLACES[name])
+            elif name in MODELS:
+                self._check_model(name, value)
             else:
                 raise KeyError(f"{name} is not a parameter the run policy knows")
 
@@ -111,7 +165,8 @@ class RunPolicy:
                 f"{self._where()}."
             )
 
-    def _check_place(self, name: str, value: str, kind: str) -> None:
+    def check_place(self, name: str, value: str, kind: str) -> None:
+        """Refuse ``value`` (parameter ``name``) where runs may not ``kind`` (read or write)."""
         allowed = self.read if kind == READ else self.write
         self._check_link_local(name, value)
         if allowed is None:
@@ -124,6 +179,16 @@ class RunPolicy:
                 f"runs may {kind} {listed}. Use a place under one of those, or an operator "
                 f"adds a prefix to `{kind}` in that file on the worker."
             )
+
+    def _check_model(self, name: str, value: str) -> None:
+        allowed: tuple[str, ...] | None = getattr(self, MODELS[name])
+        if allowed is None or value in allowed:
+            return
+        raise PolicyError(
+            f"{name} {value!r} is not allowed by the run policy ({self.source}): runs may use "
+            f"{', '.join(allowed) or 'none'}. Name one of those, or an operator adds it to "
+            f"`{MODELS[name]}` in that file on the worker."
+        )
 
     def _check_server(self, name: str, value: str) -> None:
         self._check_link_local(name, value)
@@ -207,8 +272,24 @@ def _parsed(source: str, settings: dict[str, Any]) -> RunPolicy:
         write=strings(WRITE),
         servers={name: strings(name) for name in SERVERS},
         dask_cluster_classes=strings("dask_cluster_classes", DEFAULT_CLUSTER_CLASSES),
+        dask_cluster_kwargs=_kwarg_types(source, settings),
         allow_link_local=link_local,
+        registered_models=strings("registered_models", DEFAULT_REGISTERED_MODELS),
+        model_aliases=strings("model_aliases", DEFAULT_MODEL_ALIASES),
     )
+
+
+def _kwarg_types(source: str, settings: dict[str, Any]) -> dict[str, str]:
+    table = settings.get("dask_cluster_kwargs", DEFAULT_CLUSTER_KWARGS)
+    if not isinstance(table, Mapping) or not all(
+        isinstance(kind, str) and set(kind.split("|")) <= KWARG_TYPES for kind in table.values()
+    ):
+        raise PolicyError(
+            f"The run policy {source}: `dask_cluster_kwargs` must be a table of argument names "
+            f"and their types ({', '.join(sorted(KWARG_TYPES))}, '|' between alternatives), "
+            f"not {table!r}. The worker's operator corrects the file."
+        )
+    return dict(table)
 
 
 def _place(name: str, value: str) -> str:

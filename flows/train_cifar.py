@@ -122,6 +122,7 @@ def train_cifar(
             storage_path=storage_path,
             mlflow_tracking_uri=mlflow_tracking_uri,
             predict_input=predict_input,
+            registered_model_name=registered_model_name,
         )
         config = TrainConfig(
             model=model,

@@ -100,6 +100,7 @@ def tune_cifar(
             storage_path=storage_path,
             mlflow_tracking_uri=mlflow_tracking_uri,
             study_storage=study_storage,
+            registered_model_name=registered_model_name,
         )
         space = search_space or DEFAULT_SEARCH_SPACE
         check_search_space(space)  # a mistake fails before anything is downloaded

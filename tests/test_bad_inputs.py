@@ -331,9 +331,19 @@ def test_promote_alpha_out_of_range_on_the_command_line(
     ("cluster_class", "cluster_kwargs", "refused"),
     [
         ("subprocess.Popen", {"args": ["touch", "pwned"]}, "'subprocess.Popen' is not allowed"),
-        ("distributed.LocalCluster", {"preload": ["pwned"]}, "may not set preload"),
+        ("distributed.LocalCluster", {"preload": ["pwned"]}, "may not set 'preload'"),
+        (
+            "distributed.LocalCluster",
+            {"n_workers": 1, "config": {"distributed.worker.preload": ["pwned.py"]}},
+            "may not set 'config'",
+        ),
+        (
+            "distributed.LocalCluster",
+            {"env": {"DASK_DISTRIBUTED__WORKER__PRELOAD": "pwned.py"}},
+            "may not set 'env'",
+        ),
     ],
-    ids=["class", "preload"],
+    ids=["class", "preload", "config", "env"],
 )
 def test_code_named_by_a_parameter_is_refused(
     workspace: Workspace,
@@ -362,6 +372,7 @@ def worker_policy(workspace: Workspace, monkeypatch: pytest.MonkeyPatch) -> Path
     file.write_text(
         f'read = ["{workspace.http.url}/", "{workspace.root}/images"]\n'
         f'write = ["{workspace.store}", "{workspace.root}/scored"]\n'
+        f'registered_models = ["{MODEL}"]\n'
     )
     monkeypatch.setenv(POLICY_VARIABLE, str(file))
     monkeypatch.setenv("MLFLOW_TRACKING_URI", workspace.tracking_uri)
@@ -460,6 +471,35 @@ def test_predictions_outside_the_allowed_output_root_are_refused(
     _assert_failed(outcome, f"output {str(output)!r} is not allowed by the run policy", "`write`")
     assert not output.exists()
 
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--registered-model-name", "someone-elses"), ("--alias", "latest")],
+)
+def test_predict_loads_only_the_models_and_aliases_the_workers_policy_lists(
+    workspace: Workspace,
+    worker_policy: Path,
+    capsys: pytest.CaptureFixture[str],
+    option: str,
+    value: str,
+) -> None:
+    """A model anyone may register (its pickle could run code) is never loaded by a worker."""
+    images = _images(workspace.root / "images", 2)
+    output = workspace.root / "scored" / "out.csv"
+    outcome = predict_cifar(
+        capsys,
+        str(images),
+        "--output",
+        str(output),
+        "--registered-model-name",
+        MODEL,
+        option,
+        value,
+    )
+    parameter = option.removeprefix("--").replace("-", "_")
+    _assert_failed(outcome, f"{parameter} {value!r} is not allowed by the run policy", "add")
+    assert not output.exists()
 
 def test_more_workers_than_the_cluster_has(
     workspace: Workspace, capsys: pytest.CaptureFixture[str], dask_client: Client

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -170,11 +171,18 @@ def new_stack(secrets_dir: Path) -> Stack:
     commit = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.strip()
+    # The shipped policy, with the tests' models in place of the pipeline's (as an operator
+    # widens it: a file of their own)
+    policy = secrets_dir.parent / "run-policy.toml"
+    shipped = (REPO / "docker" / "run-policy.toml").read_text()
+    models = f'registered_models = ["{MODEL}", "{MODEL}-tuned"]'
+    policy.write_text(re.sub(r"(?m)^registered_models = .*$", models, shipped))
     env = {
         **credentials(),
         **{name: str(free_port()) for name in ("S3_PORT", "MLFLOW_PORT", "PREFECT_PORT")},
         "CIFAR_SECRETS_DIR": str(secrets_dir),
         "CIFAR_REGISTERED_MODELS": f"{MODEL},{MODEL}-tuned",
+        "CIFAR_RUN_POLICY_FILE": str(policy),
         "GIT_SHA": commit,
     }
     subprocess.run(

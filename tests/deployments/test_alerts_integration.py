@@ -106,6 +106,33 @@ def test_alerts_match_the_deployments_by_id(alerts: dict[str, str]) -> None:
     } <= set(automations)
 
 
+def test_alerts_without_a_block_or_url_fail_naming_it_and_change_nothing(
+    alerts: dict[str, str],
+) -> None:
+    async def automation_ids() -> set[str]:
+        async with get_client() as client:
+            return {str(a.id) for a in await client.read_automations()}
+
+    before = asyncio.run(automation_ids())
+    env = {k: v for k, v in alerts.items() if not k.startswith("CIFAR_ALERTS_")}
+    done = subprocess.run(
+        [*ALERTS_COMMAND, "--block", "custom-webhook/nobody-made-it"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip().splitlines() == [
+        line for line in done.stderr.strip().splitlines() if line.startswith("deployments.alerts")
+    ]
+    assert "No notification block 'custom-webhook/nobody-made-it'" in done.stderr
+    assert "no webhook URL" in done.stderr
+    assert asyncio.run(automation_ids()) == before
+
+
 @pytest.mark.timeout(600)
 def test_alerts_ten_nightlies_crashing_at_once_send_ten_notifications(
     alerts: dict[str, str], webhook: Webhook

@@ -209,3 +209,17 @@ def test_compose_prefect_server_orders_events_as_the_test_servers_do() -> None:
     module = Path(*EVENT_ORDERING.split(".")).with_suffix(".py")
     assert (DOCKER.parent / module).is_file()
     assert f"COPY {module.parts[0]} /app/{module.parts[0]}" in (DOCKER / "Dockerfile").read_text()
+
+
+# ${NAME}, ${NAME:-default} with a default, ${NAME:?message}: what Docker Compose and
+# podman-compose 1.0 expand alike (podman-compose leaves ${NAME:-} and ${NAME-x} as they are).
+PORTABLE = re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(?::-[^}]+|:\?[^}]+)?\}")
+INTERPOLATION = re.compile(r"\$\{[^}]*\}?")
+
+
+def test_compose_uses_only_interpolation_both_engines_expand() -> None:
+    for path in (COMPOSE, DOCKER / "compose.test.yml"):
+        text = re.sub(r"\$\$", "", path.read_text())  # $$: a literal dollar, not expanded
+        found = INTERPOLATION.findall(text)
+        assert found or path != COMPOSE  # the check reads what it checks
+        assert [e for e in found if not PORTABLE.fullmatch(e)] == [], path.name

@@ -138,6 +138,17 @@ def test_with_secrets_sets_each_variable_from_its_secret_file(
         with_secrets.load({"MISSING_FILE": f"{tmp_path}/absent"})
 
 
+@pytest.mark.parametrize(
+    "value",
+    ["${CIFAR_ALERTS_DEPLOYMENTS:-}", "${A}", "${A-}", "${A:?set A}", "x,${A:-b}", "${a_1:-}"],
+)
+def test_with_secrets_refuses_a_value_the_compose_engine_left_unexpanded(value: str) -> None:
+    with_secrets = _module("with_secrets")
+    with pytest.raises(SystemExit, match=r"^with-secrets: SOME_SETTING is .*did not expand"):
+        with_secrets.load({"PATH": "/bin", "SOME_SETTING": value})
+    assert with_secrets.load({"PRICE": "$5", "TEMPLATE": "{{ x }}", "ALONE": "${"})["PRICE"] == "$5"
+
+
 def _verifies(folder: Path, authority: str, certificate: str) -> bool:
     done = subprocess.run(
         ["openssl", "verify", "-CAfile", folder / authority, folder / certificate],

@@ -1,4 +1,4 @@
-"""The worker's run policy: which places and servers a run's parameters may name."""
+"""The worker's run policy: which places, servers and models a run's parameters may name."""
 
 from __future__ import annotations
 
@@ -6,8 +6,22 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from flows.run_policy import POLICY_VARIABLE, PolicyError, RunPolicy, run_policy
+from flows.run_policy import (
+    DEFAULT_MODEL_ALIASES,
+    DEFAULT_REGISTERED_MODELS,
+    POLICY_VARIABLE,
+    PolicyError,
+    RunPolicy,
+    run_policy,
+)
+
+_MODEL_DEFAULTS = {
+    "registered_models": DEFAULT_REGISTERED_MODELS,
+    "model_aliases": DEFAULT_MODEL_ALIASES,
+}
 
 STACK_POLICY = """
 read = ["https://", "s3://cifar/"]
@@ -168,3 +182,40 @@ def test_policy_a_broken_file_stops_every_run_saying_what_to_fix(
 def test_policy_an_unknown_parameter_is_a_programming_error(policy: RunPolicy) -> None:
     with pytest.raises(KeyError):
         policy.confine(data_path=os.devnull)
+
+
+@settings(derandomize=True, max_examples=200)
+@given(
+    name=st.text(max_size=40).filter(lambda n: n not in DEFAULT_REGISTERED_MODELS)
+    | st.sampled_from(DEFAULT_REGISTERED_MODELS).map(lambda n: n.upper())
+    | st.sampled_from(DEFAULT_REGISTERED_MODELS).map(lambda n: f"{n} ")
+    | st.sampled_from(DEFAULT_REGISTERED_MODELS).map(lambda n: f"{n}-mine"),
+    alias=st.text(max_size=20).filter(lambda a: a not in DEFAULT_MODEL_ALIASES),
+)
+def test_policy_models_and_aliases_are_the_pipelines_own_unless_listed(
+    name: str, alias: str
+) -> None:
+    """A model someone else registered (whose pickle could run code) is never loaded or
+    published to by a worker's run."""
+    policy = RunPolicy(source="p.toml", read=(), write=(), servers={}, **_MODEL_DEFAULTS)
+    for allowed in DEFAULT_REGISTERED_MODELS:
+        policy.confine(registered_model_name=allowed, alias="champion")
+    with pytest.raises(
+        PolicyError, match=r"(?s)registered_model_name .* runs may use cifar10-classifier"
+    ):
+        policy.confine(registered_model_name=name)
+    with pytest.raises(PolicyError, match=r"(?s)alias .* runs may use champion, challenger"):
+        policy.confine(registered_model_name="cifar10-classifier", alias=alias)
+    RunPolicy().confine(registered_model_name=name, alias=alias)  # a user's own command line
+
+
+def test_policy_the_operator_lists_the_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    file = tmp_path / "policy.toml"
+    file.write_text('registered_models = ["team-a"]\nmodel_aliases = []\n')
+    monkeypatch.setenv(POLICY_VARIABLE, str(file))
+    policy = run_policy()
+    policy.confine(registered_model_name="team-a")
+    assert "add" in _refusal(policy, registered_model_name="cifar10-classifier")
+    assert "runs may use none" in _refusal(policy, alias="champion")
