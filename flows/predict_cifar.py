@@ -6,6 +6,7 @@ from typing import Any
 
 from prefect import flow
 
+from flows.redirects import final_url
 from flows.run_policy import run_policy
 from flows.time_limit import time_limit
 from mlops.tracking import resolve_tracking_uri
@@ -37,13 +38,15 @@ def predict_cifar(
         timeout_minutes: A longer run fails (None: no limit).
     """
     with time_limit(timeout_minutes, "predict-cifar"):
-        run_policy().confine(
+        policy = run_policy()
+        policy.confine(
             input=input,
             output=output,
             mlflow_tracking_uri=mlflow_tracking_uri,
             registered_model_name=registered_model_name,
             alias=alias,
         )
+        input = final_url("input", input, policy)
         tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
         summary = predict_task(registered_model_name, alias, input, output, tracking_uri)
         return {

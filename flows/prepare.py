@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from cifar.dataset import Dataset
+from flows.redirects import final_url
+from flows.run_policy import RunPolicy
 from mlops.tracking import resolve_tracking_uri
 from tasks.download import Archive, expected_md5, fetch_archive
 from tasks.layout import StorageLayout
@@ -39,15 +41,18 @@ def prepared(
     ranks: int,
     batch_size: int,
     rows_per_file: int,
+    policy: RunPolicy,
 ) -> Iterator[Prepared]:
     """Download and verify the archive, start (or connect to) the Dask cluster with
     ``cluster_workers`` workers before any work is done, and preprocess the archive on it for
     ``ranks`` ranks of ``batch_size``. The MLflow experiment is prepared meanwhile. The cluster
-    stays up while the block runs."""
+    stays up while the block runs. The archive is read from where ``data_url``'s redirects
+    lead, each checked against ``policy``."""
     layout = StorageLayout.at(storage_path)
     tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
     tracking = prepare_experiment_task.submit(tracking_uri, experiment)  # while data is prepared
-    archive = fetch_archive(data_url, layout, expected_md5(data_url, data_md5))
+    source = final_url("data_url", data_url, policy)
+    archive = fetch_archive(source, layout, expected_md5(data_url, data_md5))
     # The rank processes start (import torch) while the data is prepared.
     with dask_config.connect(num_workers=cluster_workers, wait=True, warm_ranks=True) as client:
         attached = dask_config.attached_to(client)

@@ -34,18 +34,22 @@ model is allowed except link-local addresses; the default cluster classes and ar
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import tomllib
 
-from cifar.errors import InvalidParameterError
+from flows.places import (
+    PolicyError,
+    covers,
+    link_local_address,
+    place,
+    same_server,
+    shown,
+)
 from mlops.registry import DEFAULT_MODEL_NAME, SYNTHETIC_SUFFIX
 from mlops.version_tags import CHALLENGER, CHAMPION
 
@@ -108,16 +112,6 @@ _KEYS = frozenset(
     {READ, WRITE, "dask_cluster_classes", "dask_cluster_kwargs", "allow_link_local", *SERVERS}
     | set(MODELS.values())
 )
-# schemes whose "host" is a bucket or container on a configured endpoint, not a network address
-_BUCKET_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "memory"})
-_METADATA_HOSTS = frozenset({"metadata", "metadata.google.internal", "instance-data"})
-_METADATA_ADDRESSES = frozenset(
-    ipaddress.ip_address(a) for a in ("100.100.100.200", "fd00:ec2::254", "169.254.169.254")
-)
-
-
-class PolicyError(InvalidParameterError):
-    """A parameter names a place or server the worker's run policy does not allow."""
 
 
 @dataclass(frozen=True)
@@ -171,11 +165,11 @@ class RunPolicy:
         self._check_link_local(name, value)
         if allowed is None:
             return
-        place = _place(name, value)
-        if not any(_covers(_place(kind, entry), place) for entry in allowed):
+        target = place(name, value)
+        if not any(covers(place(kind, entry), target) for entry in allowed):
             listed = ", ".join(allowed) or "nothing"
             raise PolicyError(
-                f"{name} {_shown(value)!r} is not allowed by the run policy ({self.source}): "
+                f"{name} {shown(value)!r} is not allowed by the run policy ({self.source}): "
                 f"runs may {kind} {listed}. Use a place under one of those, or an operator "
                 f"adds a prefix to `{kind}` in that file on the worker."
             )
@@ -195,14 +189,14 @@ class RunPolicy:
         if self.servers is None:
             return
         own = os.environ.get(SERVERS[name])
-        if own is not None and _same_server(own, value):
+        if own is not None and same_server(own, value):
             return
         listed = self.servers.get(name, ())
-        if any(_covers(_place(name, entry), _place(name, value)) for entry in listed):
+        if any(covers(place(name, entry), place(name, value)) for entry in listed):
             return
-        allowed = ", ".join(([_shown(own)] if own else []) + [_shown(e) for e in listed])
+        allowed = ", ".join(([shown(own)] if own else []) + [shown(e) for e in listed])
         raise PolicyError(
-            f"{name} {_shown(value)!r} is not allowed by the run policy ({self.source}): runs "
+            f"{name} {shown(value)!r} is not allowed by the run policy ({self.source}): runs "
             f"may use {allowed or 'no server but the default'}. Leave the parameter out to use "
             f"the worker's own, or an operator adds the server to `{name}` in that file on the "
             "worker."
@@ -211,9 +205,9 @@ class RunPolicy:
     def _check_link_local(self, name: str, value: str) -> None:
         if self.allow_link_local:
             return
-        if (address := _link_local_address(value)) is not None:
+        if (address := link_local_address(value)) is not None:
             raise PolicyError(
-                f"{name} {_shown(value)!r} names a link-local address ({address}), where cloud "
+                f"{name} {shown(value)!r} names a link-local address ({address}), where cloud "
                 f"metadata services give out the machine's credentials; runs may not reach it. "
                 f"An operator allows it with allow_link_local = true in {self._where()}."
             )
@@ -292,80 +286,5 @@ def _kwarg_types(source: str, settings: dict[str, Any]) -> dict[str, str]:
     return dict(table)
 
 
-def _place(name: str, value: str) -> str:
-    """``value`` as a comparable URL: scheme and host in lower case, a local path absolute with
-    its links resolved.
-
-    Raises:
-        PolicyError: A chained fsspec URL (``::``) or a ``..`` segment, which a prefix cannot
-            confine.
-    """
-    if "::" in value:
-        raise PolicyError(
-            f"{name} {_shown(value)!r} chains fsspec filesystems (::), which the run policy "
-            "cannot confine; name the place itself."
-        )
-    scheme, sep, rest = value.partition("://")
-    if not sep or len(scheme) < 2:  # a path (or a Windows drive)
-        return "file://" + os.path.realpath(value)
-    scheme = scheme.lower()
-    if scheme in ("file", "local"):
-        return "file://" + os.path.realpath(rest or "/")
-    host, slash, path = rest.partition("/")
-    if ".." in path.split("/"):
-        raise PolicyError(
-            f"{name} {_shown(value)!r} has a '..' segment, which the run policy cannot confine; "
-            "name the place itself."
-        )
-    return f"{scheme}://{host.lower()}{slash}{path}"
-
-
-def _covers(entry: str, place: str) -> bool:
-    if entry.endswith("://"):
-        return place.startswith(entry)
-    entry = entry.rstrip("/")
-    return place == entry or place.startswith(entry + "/")
-
-
-def _same_server(own: str, value: str) -> bool:
-    return own.rstrip("/") == value.rstrip("/")
-
-
 def _class_matches(entry: str, name: str) -> bool:
     return name.startswith(entry[:-1]) if entry.endswith(".*") else name == entry
-
-
-def _link_local_address(value: str) -> str | None:
-    """The link-local or metadata address ``value`` reaches, if any (its host resolved)."""
-    try:
-        parts = urlsplit(value)
-        host = parts.hostname
-    except ValueError:
-        return None
-    if not host or parts.scheme.lower() in _BUCKET_SCHEMES | {"file", "local", ""}:
-        return None
-    if host.rstrip(".").lower() in _METADATA_HOSTS:
-        return host
-    try:
-        addresses = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
-    except (OSError, UnicodeError):
-        return None  # unresolvable: the download says so
-    for text in addresses:
-        address = ipaddress.ip_address(text.split("%")[0])
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-            address = address.ipv4_mapped
-        if address.is_link_local or address in _METADATA_ADDRESSES:
-            return str(address)
-    return None
-
-
-def _shown(value: str | None) -> str:
-    """``value`` with any password in it replaced by ``***``: fit for a message or a log."""
-    if not value:
-        return ""
-    try:
-        parts = urlsplit(value)
-        password = parts.password
-    except ValueError:
-        return value
-    return value.replace(f":{password}@", ":***@") if password else value

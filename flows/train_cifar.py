@@ -12,6 +12,7 @@ from cifar.train_loop import TrainConfig
 from flows.clusters import allowed_dask_config
 from flows.prepare import prepared
 from flows.publish import publish
+from flows.redirects import final_url
 from flows.run_policy import run_policy
 from flows.time_limit import time_limit
 from mlops.promotion import DEFAULT_ALPHA, PromotionRule
@@ -151,6 +152,7 @@ def train_cifar(
             ranks=num_workers,
             batch_size=batch_size,
             rows_per_file=rows_per_file,
+            policy=policy,
         ) as ready:
             name = model_name_for(registered_model_name, ready.dataset.manifest.synthetic)
             params = training_params(config, num_workers)
@@ -184,6 +186,7 @@ def train_cifar(
         if predict_input:
             output = ready.layout.predictions(trained.run_id)
             name = summary["model_name"]
-            predictions = predict_task(name, CHAMPION, predict_input, output, ready.tracking_uri)
+            source = final_url("predict_input", predict_input, policy)
+            predictions = predict_task(name, CHAMPION, source, output, ready.tracking_uri)
             summary["predictions"] = predictions.output_uri
         return summary

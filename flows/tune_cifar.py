@@ -123,6 +123,7 @@ def tune_cifar(
             ranks=num_workers,
             batch_size=largest_batch_size(space, base),
             rows_per_file=rows_per_file,
+            policy=policy,
         ) as ready:
             request = TuneRequest(
                 base=base,

@@ -2,9 +2,12 @@
 fails, verified by md5.
 
 HTTP(S) is read as a stream: no Range requests, so any server works (``python -m http.server``,
-mirrors and proxies without them). DNS failures, refused or reset connections, timeouts, HTTP
-5xx and 429 are retried with exponential backoff; a missing file, a refused access, a wrong md5
-fail at once. Each error says what failed, why, and what to do.
+mirrors and proxies without them), and no redirect is followed: the flow resolves them first,
+each hop checked against the run policy (``flows.redirects``), so a redirect here fails the
+download instead of storing what an unchecked place answered. DNS failures, refused or reset
+connections, timeouts, HTTP 5xx and 429 are retried with exponential backoff; a missing file, a
+refused access, a redirect, a wrong md5 fail at once. Each error says what failed, why, and
+what to do.
 """
 
 from __future__ import annotations
@@ -152,6 +155,7 @@ def _copy_with_retries(
 def _copy(url: str, target_fs: fsspec.AbstractFileSystem, target_path: str) -> str:
     digest = hashlib.md5(usedforsecurity=False)
     with fsspec.open(url, "rb", **_read_options(url)) as source:
+        _refuse_a_redirect(url, source)
         size = getattr(source, "size", None)
         with target_fs.open(target_path, "wb") as target:
             copied, next_log = 0, 0.1
@@ -182,7 +186,22 @@ def _read_options(url: str) -> dict[str, Any]:
     timeout = aiohttp.ClientTimeout(
         total=None, sock_connect=_CONNECT_TIMEOUT_S, sock_read=_READ_TIMEOUT_S
     )
-    return {"block_size": 0, "client_kwargs": {"timeout": timeout}}
+    return {"block_size": 0, "allow_redirects": False, "client_kwargs": {"timeout": timeout}}
+
+
+class RedirectRefused(Exception):
+    """The server redirected a download that was to follow none."""
+
+
+def _refuse_a_redirect(url: str, source: Any) -> None:
+    reply = getattr(source, "r", None)  # fsspec's HTTP stream: its aiohttp response
+    status = getattr(reply, "status", 200)
+    if isinstance(status, int) and 300 <= status < 400:
+        location = reply.headers.get("Location", "")  # type: ignore[union-attr]
+        raise RedirectRefused(
+            f"the server redirected to {location!r} (HTTP {status}), and downloads follow no "
+            "redirect the run policy has not checked"
+        )
 
 
 def describe_failure(exc: BaseException) -> tuple[str, bool]:
@@ -201,6 +220,8 @@ def describe_failure(exc: BaseException) -> tuple[str, bool]:
         classes = tuple(m for m in matches if isinstance(m, type))
         if any(isinstance(error, classes) for error in chain) or names & set(_names(matches)):
             return cause, True
+    if isinstance(exc, RedirectRefused):
+        return str(exc), False
     if isinstance(exc, PermissionError):
         return f"access denied ({exc})", False
     if isinstance(exc, FileNotFoundError):

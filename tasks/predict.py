@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import posixpath
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import fsspec
 import numpy as np
@@ -53,9 +54,13 @@ def read_inputs(input_uri: str) -> Inputs:
 
     An image that cannot be read is listed in ``errors``; the rest are still returned.
     """
-    fs, path = fsspec.core.url_to_fs(input_uri)
+    web = urlsplit(input_uri).scheme.lower() in ("http", "https")
+    # Over HTTP: no redirect followed (the flow checked them, flows.redirects), and only the
+    # links of an index page that lie under it (a link may name any host).
+    fs, path = fsspec.core.url_to_fs(input_uri, **({"allow_redirects": False} if web else {}))
     if fs.isdir(path):
-        files = sorted(p for p in fs.find(path) if p.lower().endswith(IMAGE_SUFFIXES))
+        found = sorted(p for p in fs.find(path) if p.lower().endswith(IMAGE_SUFFIXES))
+        files = [p for p in found if not web or p.startswith(path.rstrip("/") + "/")]
     elif path.lower().endswith(IMAGE_SUFFIXES):
         files = [path]
     else:

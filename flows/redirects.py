@@ -1,0 +1,58 @@
+"""Where an http(s) URL a run names really leads: each redirect checked against the run policy.
+
+The policy checks the URL a run names; a server may answer it with a redirect to a place the
+policy refuses (a cloud metadata address, the scheduler's dashboard, a private service), and
+whatever that place answers would be stored as the run's data. So the flow follows the
+redirects itself, checking every hop as if the run had named it, and the download then reads
+the last URL without following any redirect (``tasks.download``): a redirect that appears only
+at download time fails it.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urljoin, urlsplit
+
+import requests
+
+from flows.places import PolicyError, shown
+from flows.run_policy import RunPolicy
+
+MAX_REDIRECTS = 5
+_TIMEOUT_S = (30.0, 60.0)  # connect, read
+
+
+def final_url(name: str, url: str, policy: RunPolicy) -> str:
+    """The URL ``url`` (parameter ``name``) leads to, every redirect allowed by ``policy``.
+
+    Not http(s), or a server that cannot be reached: ``url`` itself (the download reports the
+    network, with its retries).
+
+    Raises:
+        PolicyError: A redirect to a place the policy refuses, or more than ``MAX_REDIRECTS``.
+    """
+    if urlsplit(url).scheme.lower() not in ("http", "https"):
+        return url
+    current = url
+    for _ in range(MAX_REDIRECTS + 1):
+        try:
+            with requests.get(
+                current, allow_redirects=False, stream=True, timeout=_TIMEOUT_S
+            ) as reply:
+                location = reply.headers.get("Location") if reply.is_redirect else None
+        except requests.RequestException:
+            return current
+        if location is None:
+            return current
+        following = urljoin(current, location)
+        try:
+            policy.confine(**{name: following})
+        except PolicyError as error:
+            raise PolicyError(
+                f"{name} {shown(url)!r} redirects to {shown(following)!r}, which the run policy "
+                f"refuses: {error}"
+            ) from None
+        current = following
+    raise PolicyError(
+        f"{name} {shown(url)!r} redirects more than {MAX_REDIRECTS} times; name the URL it "
+        "finally serves instead."
+    )
