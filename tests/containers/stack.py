@@ -8,10 +8,12 @@ import json
 import os
 import re
 import secrets
+import select
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,10 @@ from typing import Any
 from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-COMPOSE_FILES = ("-f", "docker/docker-compose.yml", "-f", "docker/compose.test.yml")
+COMPOSE_FILES = (
+    *("-f", "docker/docker-compose.yml", "-f", "docker/compose.test.yml"),
+    *("-f", "tests/containers/compose.alerts.yml"),  # the alert webhook the tests read
+)
 # One project per checkout: a stack left by a killed run here is removed by the next run here,
 # and another checkout's stack on this machine is never touched.
 PROJECT = f"cifar-stack-{hashlib.sha1(str(REPO).encode()).hexdigest()[:8]}"
@@ -49,7 +54,7 @@ ENGINE_ENV = {
 HEALTH_TIMEOUT_S = 300
 RUN_TIMEOUT_S = 900
 MODEL = "stack-classifier"
-ALERTS_HOST = "127.0.0.1:9"  # the discard port: the stack's alerts go nowhere in these tests
+ALERTS_HOST = "alerts-listener:8080"  # tests/containers/compose.alerts.yml
 DATABASES = ("prefect", "mlflow", "mlflow_auth", "optuna")
 
 
@@ -88,7 +93,7 @@ def credentials() -> dict[str, str]:
         if line and not line.startswith("#")
     ]
     values = {name: secrets.token_hex(16) for name in names}
-    values["CIFAR_ALERTS_URL"] = f"http://{ALERTS_HOST}/{secrets.token_hex(8)}"  # nobody there
+    values["CIFAR_ALERTS_URL"] = f"http://{ALERTS_HOST}/{secrets.token_hex(8)}"
     return values
 
 
@@ -211,6 +216,40 @@ def podman(
 
 def container(service: str) -> str:
     return f"{PROJECT}_{service}_1"
+
+
+def alerts_received() -> list[dict[str, Any]]:
+    """Every alert the stack's webhook received so far, in order (its log, one JSON line each)."""
+    logs = podman("logs", container("alerts-listener")).stdout
+    return [json.loads(line) for line in logs.splitlines() if line.startswith("{")]
+
+
+def first_alert(matches: Callable[[dict[str, Any]], bool], within_s: float) -> dict[str, Any]:
+    """The first alert the webhook received (or receives within ``within_s``) that ``matches``:
+    its log followed as it is written (``podman logs --follow``), no polling."""
+    follow = subprocess.Popen(
+        ["podman", "logs", "--follow", container("alerts-listener")],
+        env={**os.environ, **ENGINE_ENV},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    deadline = time.monotonic() + within_s
+    try:
+        assert follow.stdout is not None
+        while (left := deadline - time.monotonic()) > 0:
+            ready, _, _ = select.select([follow.stdout], [], [], left)
+            if not ready:
+                break
+            line = follow.stdout.readline()
+            if not line:
+                break
+            if line.startswith("{") and matches(alert := json.loads(line)):
+                return alert
+    finally:
+        follow.kill()
+        follow.wait()
+    raise AssertionError(f"no matching alert within {within_s} s; received: {alerts_received()}")
 
 
 def wait_healthy(services: tuple[str, ...]) -> None:
