@@ -29,7 +29,7 @@ def measure(
     from torch import nn
 
     from cifar.augment import augment
-    from cifar.checkpoint import ModelSpec
+    from cifar.models import ModelSpec
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

@@ -72,8 +72,8 @@ def write_dataset(root: str, train_rows: int, val_rows: int) -> Any:
 def run_trainlib(dataset: Any, options: argparse.Namespace, storage: str) -> Epochs:
     """Epoch durations and CPU samples of the pipeline's training function under TorchTrainer."""
     import trainlib
-    from cifar.checkpoint import ModelSpec
     from cifar.dataset import ingest_config, split_arrays
+    from cifar.models import ModelSpec
     from cifar.train_loop import TrainConfig, cifar_train_func, loop_config
     from trainlib.torch import TorchTrainer
 

@@ -32,8 +32,8 @@ def plain_main(dataset_uri: str, options: argparse.Namespace, out: str) -> None:
     from torch import nn
 
     from cifar.augment import augment
-    from cifar.checkpoint import ModelSpec
     from cifar.dataset import Dataset, read_manifest, read_split
+    from cifar.models import ModelSpec
 
     gpu = options.gpu
     device = torch.device("cuda", 0) if gpu else torch.device("cpu")

@@ -9,29 +9,16 @@ weights_only=True)``: plain tensors and Python values only, never pickled code.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from cifar.models import Classifier, build_model
+from cifar.classifier_file import classifier_from, spec_values
+from cifar.models import Classifier, ModelSpec
 from trainlib import Checkpoint
 
 CHECKPOINT_FILE = "checkpoint.pt"
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """What rebuilds a classifier around saved weights."""
-
-    name: str
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
-
-    def build(self) -> Classifier:
-        """A new classifier of this kind (random weights)."""
-        return build_model(self.name, self.mean, self.std)
 
 
 def save_training_state(
@@ -49,7 +36,7 @@ def save_training_state(
     torch.save(
         {
             "model": model.state_dict(),
-            "model_spec": {"name": spec.name, "mean": list(spec.mean), "std": list(spec.std)},
+            "model_spec": spec_values(spec),
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
             # fp16's loss scale ({} when the scaler is off): a resumed run keeps it instead of
@@ -94,11 +81,7 @@ def restore_training_state(
 def load_classifier(checkpoint_uri: str) -> Classifier:
     """The classifier saved in the training checkpoint at ``checkpoint_uri``, in eval mode."""
     with Checkpoint(checkpoint_uri).as_directory() as directory:
-        state = load_training_state(directory)
-    spec = state["model_spec"]
-    model = ModelSpec(spec["name"], tuple(spec["mean"]), tuple(spec["std"])).build()
-    model.load_state_dict(state["model"])
-    return model.eval()
+        return classifier_from(load_training_state(directory))
 
 
 def checkpoint_epoch(checkpoint_uri: str) -> int:

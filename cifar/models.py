@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -12,14 +13,28 @@ from cifar.model_names import check_model_name
 NUM_CLASSES = 10
 
 
-class Classifier(nn.Module):
-    """Raw uint8 images (N, 3, 32, 32) in, class scores (N, 10) out."""
+@dataclass(frozen=True)
+class ModelSpec:
+    """What rebuilds a classifier around saved weights."""
 
-    def __init__(self, backbone: nn.Module, mean: Sequence[float], std: Sequence[float]) -> None:
+    name: str
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+    def build(self) -> Classifier:
+        """A new classifier of this kind (random weights)."""
+        return build_model(self.name, self.mean, self.std)
+
+
+class Classifier(nn.Module):
+    """Raw uint8 images (N, 3, 32, 32) in, class scores (N, 10) out; ``spec`` rebuilds it."""
+
+    def __init__(self, backbone: nn.Module, spec: ModelSpec) -> None:
         super().__init__()
         self.backbone = backbone
-        self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 3, 1, 1))
-        self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 3, 1, 1))
+        self.spec = spec
+        self.register_buffer("mean", torch.tensor(spec.mean, dtype=torch.float32).view(1, 3, 1, 1))
+        self.register_buffer("std", torch.tensor(spec.std, dtype=torch.float32).view(1, 3, 1, 1))
 
     mean: torch.Tensor
     std: torch.Tensor
@@ -66,4 +81,5 @@ BACKBONES: dict[str, Callable[[], nn.Module]] = {"small_cnn": small_cnn, "resnet
 def build_model(name: str, mean: Sequence[float], std: Sequence[float]) -> Classifier:
     """The classifier ``name`` with the dataset's normalisation built in."""
     check_model_name(name)
-    return Classifier(BACKBONES[name](), mean, std)
+    spec = ModelSpec(name, (mean[0], mean[1], mean[2]), (std[0], std[1], std[2]))
+    return Classifier(BACKBONES[name](), spec)

@@ -20,10 +20,11 @@ from torch import nn
 
 import trainlib
 from cifar.augment import augment, augmentation_generator
-from cifar.checkpoint import ModelSpec, restore_training_state, save_training_state
+from cifar.checkpoint import restore_training_state, save_training_state
 from cifar.dataset import per_rank_batch_size
 from cifar.errors import InvalidParameterError, TrainingDivergedError
 from cifar.model_names import check_model_name
+from cifar.models import ModelSpec
 from trainlib import Checkpoint
 from trainlib.torch import prepare_model
 

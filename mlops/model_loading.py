@@ -1,5 +1,11 @@
 """Loading registered models back: by alias or version in this process, or scored by a new
-Python process (what a service that loads the model sees)."""
+Python process (what a service that loads the model sees).
+
+In this process a version is never unpickled and never runs code from the registry: its
+classifier file (weights and what rebuilds them) is downloaded, checked against the SHA-256 its
+publisher recorded on the version (``weights_sha256``), read with ``torch.load(...,
+weights_only=True)`` and loaded into the installed package's classes. A version without that
+digest (registered by anything but this pipeline) or whose file changed since is refused."""
 
 from __future__ import annotations
 
@@ -9,11 +15,13 @@ import sys
 import tempfile
 
 import numpy as np
+from mlflow.tracking import MlflowClient
 from torch import nn
 
+from cifar.classifier_file import CLASSIFIER_FILE, read_classifier
 from cifar.errors import PipelineError
-from mlops.registry import using_store, version_at_alias
-from mlops.version_tags import CHAMPION
+from mlops.registry import file_digest, using_store, version_at_alias
+from mlops.version_tags import CHAMPION, WEIGHTS_TAG
 
 FRESH_PROCESS_TIMEOUT_S = 300.0
 
@@ -46,6 +54,10 @@ PROJECT_PACKAGES = ("cifar", "trainlib", "mlops", "tasks", "flows", "cli")
 
 class ModelNotFoundError(PipelineError, LookupError):
     """The registry has no such model, version or alias."""
+
+
+class ModelIntegrityError(PipelineError):
+    """A version's classifier file is not what its publisher recorded, or it has no record."""
 
 
 def scores_in_fresh_process(
@@ -93,16 +105,32 @@ def check_readable(model_name: str, version: str, tracking_uri: str) -> None:
 
 
 def load_version(model_name: str, version: str, tracking_uri: str) -> nn.Module:
-    """The registered model ``model_name`` at ``version`` (``models:/NAME/VERSION``)."""
-    return _load(f"models:/{model_name}/{version}", tracking_uri)
+    """The registered model ``model_name`` at ``version``, its digest checked (module doc).
 
+    Raises:
+        ModelIntegrityError: The version has no recorded digest, or its file differs from it.
+    """
+    import mlflow.artifacts
 
-def _load(model_uri: str, tracking_uri: str) -> nn.Module:
-    import mlflow.pytorch
-
+    tags = MlflowClient(tracking_uri).get_model_version(model_name, version).tags or {}
+    recorded = tags.get(WEIGHTS_TAG)
+    if recorded is None:
+        raise ModelIntegrityError(
+            f"{model_name} version {version} has no {WEIGHTS_TAG} tag: this pipeline did not "
+            "publish it, so it is not loaded (its files could run code). Publish models with "
+            "train-cifar or tune-cifar."
+        )
+    uri = f"models:/{model_name}/{version}/artifacts/{CLASSIFIER_FILE}"
     with using_store(tracking_uri), tempfile.TemporaryDirectory() as directory:
-        model: nn.Module = mlflow.pytorch.load_model(model_uri, dst_path=directory)
-    return model
+        path = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=directory)
+        if (actual := file_digest(path)) != recorded:
+            raise ModelIntegrityError(
+                f"{model_name} version {version}'s {CLASSIFIER_FILE} has SHA-256 {actual}, but "
+                f"its publisher recorded {recorded}: the file was changed after publishing, so "
+                "it is not loaded. Withdraw the version (or restore the file) and alert whoever "
+                "administers MLflow."
+            )
+        return read_classifier(path)
 
 
 def load_model(model_name: str, alias: str, tracking_uri: str) -> tuple[nn.Module, str]:
@@ -110,6 +138,7 @@ def load_model(model_name: str, alias: str, tracking_uri: str) -> tuple[nn.Modul
 
     Raises:
         ModelNotFoundError: No version of ``model_name`` has the alias.
+        ModelIntegrityError: See ``load_version``.
     """
     for _ in range(3):  # the alias may move while the model loads: then load it again
         version = version_at_alias(model_name, alias, tracking_uri)
@@ -119,7 +148,7 @@ def load_model(model_name: str, alias: str, tracking_uri: str) -> tuple[nn.Modul
                 f"train one first (flow train-cifar), or pick an existing model and alias "
                 f"(e.g. @{CHAMPION})."
             )
-        model = _load(f"models:/{model_name}@{alias}", tracking_uri)
+        model = load_version(model_name, version, tracking_uri)
         if version_at_alias(model_name, alias, tracking_uri) == version:
             return model, version
     raise RuntimeError(f"@{alias} of {model_name!r} moved three times while loading; try again")

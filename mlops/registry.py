@@ -9,9 +9,11 @@ store.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.metadata
 import logging
 import os
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 
@@ -19,13 +21,14 @@ import numpy as np
 import torch
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
-from torch import nn
 
 import cifar
 from cifar.checkpoint import checkpoint_epoch, load_classifier
+from cifar.classifier_file import CLASSIFIER_FILE, save_classifier
 from cifar.dataset import Dataset
+from cifar.models import Classifier
 from mlops.lineage import DIGEST_TAG, SYNTHETIC_TAG
-from mlops.version_tags import PROMOTION_TAG, REQUEST_TAG, WITHDRAWN_TAG
+from mlops.version_tags import PROMOTION_TAG, REQUEST_TAG, WEIGHTS_TAG, WITHDRAWN_TAG
 
 logger = logging.getLogger(__name__)
 
@@ -39,33 +42,48 @@ _REQUIREMENTS = [
     f"numpy=={np.__version__}",
 ]
 _STORE_LOCK = threading.Lock()
-# The model's code, carried with it: its pickle names cifar.models' classes, which a service
-# loading the model (mlflow models serve, the fresh_load gate) need not have installed.
+# The model's code, carried with it: the classes its weights are loaded into, which a service
+# loading the model (mlflow models serve, the fresh_load gate) need not have installed; and the
+# pyfunc model from code that does it.
 MODEL_CODE = os.path.dirname(os.path.abspath(cifar.__file__))
+PYFUNC_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyfunc_model.py")
+WEIGHTS = "weights"  # the classifier file's artifact key (mlops/pyfunc_model.py reads it)
 
 
 def register_model(
-    model: nn.Module,
+    model: Classifier,
     run_id: str,
     model_name: str,
     tracking_uri: str,
     request_id: str | None = None,
     step: int = 0,
 ) -> str:
-    """Log ``model`` as an MLflow model of the run (``mlflow.pytorch.log_model``: a LoggedModel
-    with its signature, input example and pinned requirements) and register it; return the new
-    version.
+    """Log ``model`` as an MLflow model of the run and register it; return the new version.
 
-    The model takes uint8 images (N, 3, 32, 32) and returns (N, 10) class scores; the
-    LoggedModel carries the run's metrics of ``step`` (the epoch of the checkpoint it is). With
-    ``request_id`` (the flow run's id), registering is idempotent: the version is created with
-    that id as a tag, and a retry after a failure (the registry answered, the reply was lost)
-    finds the version its first attempt made instead of making another.
+    The LoggedModel is a pyfunc model from code (``mlops/pyfunc_model.py``, with the ``cifar``
+    package it imports) around the classifier file (weights and what rebuilds them, never a
+    pickle), with its signature, input example and pinned requirements; the version is tagged
+    with the classifier file's SHA-256 (``weights_sha256``), which every load checks. The model
+    takes uint8 images (N, 3, 32, 32) and returns (N, 10) class scores; the LoggedModel carries
+    the run's metrics of ``step`` (the epoch of the checkpoint it is). With ``request_id`` (the
+    flow run's id), registering is idempotent: the version is created with that id as a tag,
+    and a retry after a failure (the registry answered, the reply was lost) finds the version
+    its first attempt made instead of making another.
+
+    Raises:
+        TypeError: ``model`` is not a ``cifar.models.Classifier`` (what the installed package
+            cannot rebuild is never published).
     """
     import mlflow
-    import mlflow.pytorch
-    from mlflow.models import infer_signature
+    import mlflow.pyfunc
+    from mlflow.models import Model, infer_signature
 
+    if not isinstance(model, Classifier):
+        raise TypeError(
+            f"register_model takes a cifar.models.Classifier, not {type(model).__name__}: a "
+            "version is loaded into the installed package's classes, never unpickled; build "
+            "the model with cifar.models.build_model."
+        )
     client = MlflowClient(tracking_uri)
     if request_id is not None and (made := _registered_for(client, model_name, request_id)):
         logger.info("%s version %s was registered by this request already", model_name, made)
@@ -83,27 +101,41 @@ def register_model(
         source_run_id=run_id,
         params={key: str(value) for key, value in run.data.params.items()},
     )
-    with using_store(tracking_uri), _quiet_pickle_warning():
-        logged = mlflow.pytorch.log_model(
-            model,
+    with tempfile.TemporaryDirectory() as folder, using_store(tracking_uri):
+        weights = os.path.join(folder, CLASSIFIER_FILE)
+        save_classifier(weights, model)
+        # Model.log, as mlflow.pytorch.log_model does: pyfunc's own log_model takes no run_id
+        # (it would use the process's active run), and the run lists the model it output.
+        logged = Model.log(
+            artifact_path=None,  # MLflow 3: the model's name, not a path in the run
             name=MODEL_ARTIFACT,
+            flavor=mlflow.pyfunc,
             run_id=run_id,
+            python_model=PYFUNC_MODEL,
+            artifacts={WEIGHTS: weights},
             model_id=made_model.model_id,
             signature=infer_signature(example, scores),
             input_example=example,
-            serialization_format="pickle",  # "pt2" loads as a GraphModule without .eval()
             pip_requirements=_REQUIREMENTS,
-            code_paths=[MODEL_CODE],  # the classes it is pickled by reference to
+            code_paths=[MODEL_CODE],  # the classes the weights are loaded into
             step=step,  # its metrics: the checkpoint's epoch, not the run's first
         )
         # register_model, not log_model's registered_model_name: the version needs its tags
-        # from the start (the idempotency above finds it by them).
-        tags = {REQUEST_TAG: request_id} if request_id is not None else None
+        # from the start (the idempotency above finds it by them; every load checks the digest).
+        tags = {WEIGHTS_TAG: file_digest(weights)}
+        if request_id is not None:
+            tags[REQUEST_TAG] = request_id
         version = str(mlflow.register_model(logged.model_uri, model_name, tags=tags).version)
     if request_id is not None:
         version = _keep_first(client, model_name, request_id, version)
     logger.info("Registered %s version %s (model %s)", model_name, version, logged.model_id)
     return version
+
+
+def file_digest(path: str) -> str:
+    """The SHA-256 of the file at ``path``, in hex."""
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 @contextlib.contextmanager
@@ -233,23 +265,6 @@ def model_name_for(requested: str | None, synthetic: bool) -> str:
     if requested:
         return requested
     return f"{DEFAULT_MODEL_NAME}{SYNTHETIC_SUFFIX}" if synthetic else DEFAULT_MODEL_NAME
-
-
-@contextlib.contextmanager
-def _quiet_pickle_warning() -> Iterator[None]:
-    """MLflow warns on every pickle save that pickles can run code when loaded. The models are
-    our own, loaded from our own registry; the training checkpoints themselves are plain
-    tensors (``weights_only=True``). The warning would only teach users to ignore warnings."""
-
-    def drop(record: logging.LogRecord) -> bool:
-        return "Pickle or CloudPickle" not in record.getMessage()
-
-    mlflow_logger = logging.getLogger("mlflow.pytorch")
-    mlflow_logger.addFilter(drop)
-    try:
-        yield
-    finally:
-        mlflow_logger.removeFilter(drop)
 
 
 def register_checkpoint(

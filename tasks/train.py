@@ -12,8 +12,8 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State
 
 import trainlib
-from cifar.checkpoint import ModelSpec
 from cifar.dataset import Dataset, ingest_config, split_arrays
+from cifar.models import ModelSpec
 from cifar.train_loop import TrainConfig, cifar_train_func, loop_config
 from mlops.lineage import log_dataset_inputs
 from mlops.system_metrics import HostMetricsCallback, system_metrics

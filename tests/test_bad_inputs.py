@@ -472,7 +472,6 @@ def test_predictions_outside_the_allowed_output_root_are_refused(
     assert not output.exists()
 
 
-
 @pytest.mark.parametrize(
     ("option", "value"),
     [("--registered-model-name", "someone-elses"), ("--alias", "latest")],
@@ -500,6 +499,7 @@ def test_predict_loads_only_the_models_and_aliases_the_workers_policy_lists(
     parameter = option.removeprefix("--").replace("-", "_")
     _assert_failed(outcome, f"{parameter} {value!r} is not allowed by the run policy", "add")
     assert not output.exists()
+
 
 def test_more_workers_than_the_cluster_has(
     workspace: Workspace, capsys: pytest.CaptureFixture[str], dask_client: Client

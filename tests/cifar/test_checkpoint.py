@@ -11,12 +11,12 @@ import torch
 
 from cifar.checkpoint import (
     CHECKPOINT_FILE,
-    ModelSpec,
     load_classifier,
     load_training_state,
     restore_training_state,
     save_training_state,
 )
+from cifar.models import ModelSpec
 
 
 def test_model_checkpoint_round_trip_rebuilds_the_classifier(tmp_path: Path) -> None:

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from cifar import train_loop
-from cifar.checkpoint import ModelSpec
 from cifar.errors import InvalidParameterError, TrainingDivergedError
+from cifar.models import ModelSpec
 from cifar.train_loop import TrainConfig, _train_epoch, loop_config
 
 SPEC = ModelSpec("small_cnn", (0.4, 0.5, 0.6), (0.2, 0.2, 0.2))

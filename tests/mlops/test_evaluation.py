@@ -10,7 +10,6 @@ from pathlib import Path
 import mlflow
 import numpy as np
 import pytest
-import torch
 from mlflow.tracking import MlflowClient
 
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
@@ -23,7 +22,7 @@ from mlops.evaluation import (
     fresh_load_gate,
     read_evidence,
 )
-from mlops.registry import register_model
+from mlops.registry import logged_model_id, register_model
 from mlops.release_gates import GateCannotRunError
 from mlops.tracking import start_run
 from tests.helpers import free_port
@@ -104,28 +103,25 @@ def test_evaluate_links_its_metrics_to_the_logged_model_and_the_test_split(
     assert linked["test_accuracy"].dataset_name == test_input.dataset.name
 
 
-class _LocalNet(torch.nn.Module):
-    """A model whose code lives only in the process that trained it (this test module)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(3 * 32 * 32, 10)
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return self.linear(images.float().flatten(1) / 255.0)
-
-
 def test_evaluate_a_model_a_new_process_cannot_load_fails_the_fresh_load_gate(
     tmp_path: Path,
 ) -> None:
+    """A version whose weights load here but whose served code fails (its pyfunc model file
+    imports a module no service has): the gate scores it in a new process and fails."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     run_id = start_run(uri, "evaluate-test", "local", {}, {})
-    version = register_model(_LocalNet(), run_id, "local-code", uri)
-    evaluation = evaluate_version("local-code", version, _test_split(tmp_path / "data"), uri)
+    model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    version = register_model(model, run_id, "unservable", uri)
+    model_id = logged_model_id("unservable", version, uri)
+    assert model_id is not None
+    location = MlflowClient(uri).get_logged_model(model_id).artifact_location
+    served = Path(location.removeprefix("file://")) / "pyfunc_model.py"
+    served.write_text("import a_module_no_service_has\n" + served.read_text())
+    evaluation = evaluate_version("unservable", version, _test_split(tmp_path / "data"), uri)
     gate = evaluation.fresh_load
     assert gate is not None and not gate.passed
     assert "a new process could not load and run it" in gate.detail
-    assert "No module named 'tests'" in gate.detail, gate.detail
+    assert "No module named 'a_module_no_service_has'" in gate.detail, gate.detail
 
 
 def test_evaluate_import_leaves_matplotlib_alone() -> None:

@@ -10,10 +10,10 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from cifar.checkpoint import ModelSpec, save_training_state
+from cifar.checkpoint import save_training_state
 from cifar.dataset import Dataset, Manifest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
-from cifar.models import build_model
+from cifar.models import ModelSpec, build_model
 from mlops import ledger
 from mlops.evaluation import (
     ChampionScore,

@@ -4,21 +4,36 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from mlflow.tracking import MlflowClient
 
+from cifar.classifier_file import CLASSIFIER_FILE, save_classifier
 from cifar.models import build_model
 from mlops.evaluation import Evaluation
-from mlops.model_loading import ModelNotFoundError, load_model, scores_in_fresh_process
+from mlops.model_loading import (
+    ModelIntegrityError,
+    ModelNotFoundError,
+    load_model,
+    load_version,
+    scores_in_fresh_process,
+)
 from mlops.promotion import PromotionRule, promote
-from mlops.registry import model_name_for, register_model, using_store
+from mlops.registry import (
+    file_digest,
+    logged_model_id,
+    model_name_for,
+    register_model,
+    using_store,
+)
 from mlops.tracking import start_run
-from mlops.version_tags import WITHDRAWN_TAG
+from mlops.version_tags import WEIGHTS_TAG, WITHDRAWN_TAG
 
 
 def _register(tracking_uri: str, name: str, accuracy: float | None = None) -> str:
@@ -53,13 +68,17 @@ def test_registry_model_loads_in_a_fresh_process(tracking_uri: str, tmp_path: Pa
         "fresh", _register(tracking_uri, "fresh", 0.5), evaluation, PromotionRule(), tracking_uri
     )
     code = (
-        "import json, numpy as np, mlflow, mlflow.pytorch, mlflow.pyfunc, torch\n"
-        "x = np.random.randint(0, 256, (3, 3, 32, 32), dtype=np.uint8)\n"
-        "torch_out = mlflow.pytorch.load_model('models:/fresh@champion')(torch.from_numpy(x))\n"
-        "pyfunc_out = mlflow.pyfunc.load_model('models:/fresh@champion').predict(x)\n"
-        "print(json.dumps([list(torch_out.shape), list(np.asarray(pyfunc_out).shape)]))\n"
+        "import json, numpy as np, mlflow.pyfunc\n"
+        "x = np.arange(3 * 3 * 32 * 32, dtype=np.int64).reshape(3, 3, 32, 32) % 256\n"
+        "out = mlflow.pyfunc.load_model('models:/fresh@champion').predict(x.astype(np.uint8))\n"
+        "print(json.dumps(np.asarray(out).tolist()))\n"
     )
-    env = {**os.environ, "MLFLOW_TRACKING_URI": tracking_uri}
+    # as the stack's worker runs: MLflow may not unpickle anything
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": tracking_uri,
+        "MLFLOW_ALLOW_PICKLE_DESERIALIZATION": "false",
+    }
     done = subprocess.run(
         [sys.executable, "-c", code],
         cwd=tmp_path,
@@ -70,7 +89,12 @@ def test_registry_model_loads_in_a_fresh_process(tracking_uri: str, tmp_path: Pa
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout.strip().splitlines()[-1]) == [[3, 10], [3, 10]]
+    served = np.array(json.loads(done.stdout.strip().splitlines()[-1]))
+    model, _ = load_model("fresh", "champion", tracking_uri)
+    x = np.arange(3 * 3 * 32 * 32).reshape(3, 3, 32, 32) % 256
+    with torch.no_grad():
+        here = model(torch.from_numpy(x.astype(np.uint8))).numpy()
+    np.testing.assert_allclose(served, here, rtol=1e-5, atol=1e-5)
 
 
 def test_registry_a_retried_request_reuses_its_version(tracking_uri: str) -> None:
@@ -115,3 +139,60 @@ def test_registry_model_carries_its_code_so_a_process_without_the_project_loads_
     carried = register_model(model, run_id, "carried", tracking_uri)
     scores = scores_in_fresh_process("carried", carried, tracking_uri, images)
     assert scores.shape == (2, 10)
+
+
+def _classifier_file(tracking_uri: str, name: str, version: str) -> Path:
+    """Where the file store keeps ``version``'s classifier file (what an account that may edit
+    artifacts could overwrite)."""
+    client = MlflowClient(tracking_uri)
+    model_id = logged_model_id(name, version, tracking_uri)
+    assert model_id is not None
+    location = client.get_logged_model(model_id).artifact_location
+    return Path(location.removeprefix("file://")) / "artifacts" / CLASSIFIER_FILE
+
+
+def test_registry_a_classifier_file_changed_after_publishing_is_never_loaded(
+    tracking_uri: str,
+) -> None:
+    version = _register(tracking_uri, "tampered")
+    other = build_model("small_cnn", (0.1,) * 3, (0.9,) * 3)
+    save_classifier(str(_classifier_file(tracking_uri, "tampered", version)), other)
+    with pytest.raises(ModelIntegrityError, match="changed after publishing"):
+        load_version("tampered", version, tracking_uri)
+
+
+class _Payload:
+    """What a pickle may carry: code that runs when it is loaded."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (Path.write_text, (self.marker, "ran"))
+
+
+@pytest.mark.parametrize("forged_digest", [False, True])
+def test_registry_a_version_this_pipeline_did_not_publish_runs_no_code(
+    tracking_uri: str, tmp_path: Path, forged_digest: bool
+) -> None:
+    """Someone's version whose file is a pickle that runs code: without the publisher's digest
+    it is refused unread; with a digest forged to match, torch's weights_only refuses it."""
+    marker = tmp_path / "ran"
+    version = _register(tracking_uri, "foreign")
+    path = _classifier_file(tracking_uri, "foreign", version)
+    torch.save({"model": _Payload(marker)}, path)  # torch.save pickles what it is given
+    client = MlflowClient(tracking_uri)
+    if forged_digest:
+        client.set_model_version_tag("foreign", version, WEIGHTS_TAG, file_digest(str(path)))
+    else:
+        client.delete_model_version_tag("foreign", version, WEIGHTS_TAG)
+    refused = (ModelIntegrityError, pickle.UnpicklingError)
+    with pytest.raises(refused):
+        load_version("foreign", version, tracking_uri)
+    assert not marker.exists()
+
+
+def test_registry_only_the_packages_classifiers_are_published(tracking_uri: str) -> None:
+    run_id = start_run(tracking_uri, "registry-test", "local", {}, {})
+    with pytest.raises(TypeError, match=r"takes a cifar\.models\.Classifier, not Linear"):
+        register_model(torch.nn.Linear(2, 2), run_id, "local-code", tracking_uri)  # type: ignore[arg-type]
