@@ -9,8 +9,9 @@ change is older than ``--days``; then each finished run of the pipeline's experi
 (``train-cifar``, ``tune-cifar``) that ended before that and is not the source of a version still
 in the registry. ``mlflow gc`` then purges the deleted runs, their metrics and artifacts
 (``$MLFLOW_BACKEND_STORE_URI``; artifacts through ``$MLFLOW_TRACKING_URI``, the server that
-proxies them). A version that holds an alias, or is not withdrawn, and its run, are kept
-whatever their age: the registry is the model's record.
+proxies them). A version that holds an alias (withdrawn or not), or is not withdrawn, and its
+run, are kept whatever their age: the registry is the model's record. Searches are read to
+their last page.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from mlflow.tracking import MlflowClient
 
@@ -38,16 +41,24 @@ class Deleted:
 
 
 def expire(
-    client: MlflowClient, cutoff_ms: int, experiments: tuple[str, ...] = EXPERIMENTS
+    client: MlflowClient,
+    cutoff_ms: int,
+    experiments: tuple[str, ...] = EXPERIMENTS,
+    page_size: int = 1000,
 ) -> Deleted:
-    """Delete withdrawn versions last changed before ``cutoff_ms``, then the runs of
-    ``experiments`` that ended before it and no remaining version comes from."""
+    """Delete withdrawn versions last changed before ``cutoff_ms`` that hold no alias, then the
+    runs of ``experiments`` that ended before it and no remaining version comes from. Every
+    search is read page by page (``page_size`` at a time), not its first page alone."""
     versions = []
     kept_runs: set[str] = set()
-    for model in client.search_registered_models():
-        for version in client.search_model_versions(f"name='{model.name}'"):
+    for model in _pages(client.search_registered_models, max_results=page_size):
+        held = {str(v) for v in (client.get_registered_model(model.name).aliases or {}).values()}
+        search = f"name='{model.name}'"
+        # read to the end before deleting: the pages are offsets, a deletion shifts them
+        for version in list(_pages(client.search_model_versions, search, max_results=page_size)):
             withdrawn = WITHDRAWN_TAG in (version.tags or {})
-            if withdrawn and (version.last_updated_timestamp or 0) < cutoff_ms:
+            old = (version.last_updated_timestamp or 0) < cutoff_ms
+            if withdrawn and old and str(version.version) not in held:
                 client.delete_model_version(model.name, version.version)
                 versions.append((model.name, str(version.version)))
             elif version.run_id:
@@ -55,12 +66,29 @@ def expire(
     runs = []
     ids = [e.experiment_id for name in experiments if (e := client.get_experiment_by_name(name))]
     if ids:
-        for run in client.search_runs(ids, filter_string="attributes.status != 'RUNNING'"):
+        ended_runs = _pages(
+            client.search_runs,
+            ids,
+            filter_string="attributes.status != 'RUNNING'",
+            max_results=page_size,
+        )
+        for run in list(ended_runs):  # read to the end before deleting, as above
             ended = run.info.end_time or run.info.start_time or 0
             if ended < cutoff_ms and run.info.run_id not in kept_runs:
                 client.delete_run(run.info.run_id)
                 runs.append(run.info.run_id)
     return Deleted(tuple(versions), tuple(runs))
+
+
+def _pages(search: Callable[..., Any], *args: Any, **kwargs: Any) -> Iterator[Any]:
+    """Every result of an MLflow search, page after page (its ``token``)."""
+    token = None
+    while True:
+        page = search(*args, **kwargs, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
 
 
 def purge(backend_store_uri: str, tracking_uri: str) -> None:
