@@ -13,6 +13,7 @@ from flows.clusters import allowed_dask_config
 from flows.prepare import prepared
 from flows.publish import publish
 from flows.redirects import final_url
+from flows.run_ownership import claim_run_name, fingerprint
 from flows.run_policy import run_policy
 from flows.time_limit import time_limit
 from mlops.promotion import DEFAULT_ALPHA, PromotionRule
@@ -159,11 +160,13 @@ def train_cifar(
             digest = ready.dataset.manifest.digest()
             if not force and (reason := unchanged_task(name, digest, params, ready.tracking_uri)):
                 return {"skipped": True, "reason": reason, "model_name": name}
+            name_of_run = training_run_name(run_name, flow_run.get_id())
+            claim_run_name(ready.layout, name_of_run, fingerprint(digest, params), policy)
             request = TrainRequest(
                 config=config,
                 dataset=ready.dataset,
                 layout=ready.layout,
-                run_name=training_run_name(run_name, flow_run.get_id()),
+                run_name=name_of_run,
                 num_workers=num_workers,
                 tracking_uri=ready.tracking_uri,
                 dask_config=ready.dask_config,

@@ -4,6 +4,7 @@ evaluated and promoted."""
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 from typing import Any
 
 from prefect import flow
@@ -14,6 +15,7 @@ from cifar.train_loop import TrainConfig
 from flows.clusters import allowed_dask_config
 from flows.prepare import prepared
 from flows.publish import publish
+from flows.run_ownership import claim_run_name, fingerprint
 from flows.run_policy import run_policy
 from flows.time_limit import time_limit
 from mlops.promotion import DEFAULT_ALPHA, PromotionRule
@@ -125,6 +127,10 @@ def tune_cifar(
             rows_per_file=rows_per_file,
             policy=policy,
         ) as ready:
+            name_of_search = search_name(run_name, flow_run.get_id())
+            searched_for = {"space": space, "base": asdict(base), "trials": num_samples}
+            digest = ready.dataset.manifest.digest()
+            claim_run_name(ready.layout, name_of_search, fingerprint(digest, searched_for), policy)
             request = TuneRequest(
                 base=base,
                 search_space=space,
@@ -132,7 +138,7 @@ def tune_cifar(
                 max_concurrent_trials=max_concurrent_trials,
                 dataset=ready.dataset,
                 layout=ready.layout,
-                name=search_name(run_name, flow_run.get_id()),
+                name=name_of_search,
                 num_workers=num_workers,
                 tracking_uri=ready.tracking_uri,
                 dask_config=ready.dask_config,

@@ -7,6 +7,7 @@
         synthetic/cifar-10-python.tar.gz   the archive ``--synthetic`` generates
         datasets/{name}/                preprocessed datasets (Parquet files + manifest.json)
         runs/{run name}/                training runs: checkpoints (trainlib's run directories)
+        owners/{run name}.json          the flow run each run name belongs to (flows.run_ownership)
         predictions/{mlflow run id}.csv batch predictions of a flow run
         cache/                          Prefect's cached results of download and preprocess
 

@@ -256,8 +256,11 @@ class RunConfig:
     stop: Any = None  # trainlib.tune.stopper.Stop, checked by the Tuner (this module is below it)
 
     def __post_init__(self) -> None:
-        if self.name is not None and (not self.name or "/" in self.name):
-            raise ConfigError(f"RunConfig(name={self.name!r}) must be non-empty without '/'.")
+        if self.name is not None and ("/" in self.name or self.name in ("", ".", "..")):
+            raise ConfigError(
+                f"RunConfig(name={self.name!r}) must be non-empty without '/', and not '.' or "
+                "'..' (the run directory is storage_path/name)."
+            )
         if self.storage_path is not None and (
             not isinstance(self.storage_path, str) or not self.storage_path
         ):

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -44,9 +46,11 @@ def test_failure_config_accepts_unlimited_and_rejects_below() -> None:
         FailureConfig(max_failures=-2)
 
 
-def test_run_config_rejects_name_with_slash() -> None:
-    with pytest.raises(ConfigError, match="without '/'"):
-        RunConfig(name="a/b")
+@pytest.mark.parametrize("name", ["a/b", "", ".", "..", "/", "../x"])
+def test_run_config_rejects_a_name_that_is_not_a_folder_of_storage_path(name: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape("without '/', and not '.' or '..'")):
+        RunConfig(name=name)
+    assert RunConfig(name="...").name == "..."  # a folder name like any other
 
 
 def test_run_config_storage_path_none_is_the_default_as_in_ray() -> None:
