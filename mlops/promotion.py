@@ -92,10 +92,11 @@ class PromotionRule:
             raise InvalidParameterError(
                 f"promote_alpha={self.alpha:g} must be between 0 and 1 (e.g. 0.05)"
             )
-        if not (-1.0 < self.margin < 1.0 and 0.0 <= self.min_test_accuracy <= 1.0):
+        if not (0.0 <= self.margin < 1.0 and 0.0 <= self.min_test_accuracy <= 1.0):
             raise InvalidParameterError(
-                f"promote_margin={self.margin:g} must be between -1 and 1 (an accuracy gain) and "
-                f"min_test_accuracy={self.min_test_accuracy:g} between 0 and 1"
+                f"promote_margin={self.margin:g} must be at least 0 and below 1 (the accuracy gain "
+                "a new version must be shown to exceed: below 0 a worse model would be promoted "
+                f"as better) and min_test_accuracy={self.min_test_accuracy:g} between 0 and 1"
             )
         if not 0.0 <= self.max_class_drop <= 1.0:
             raise InvalidParameterError(

@@ -300,7 +300,8 @@ def test_unknown_model_name_as_a_flow_parameter(workspace: Workspace) -> None:
     ("parameters", "named"),
     [
         ({"promote_alpha": 1.5}, "promote_alpha=1.5 must be between 0 and 1"),
-        ({"promote_margin": 5.0}, "promote_margin=5 must be between -1 and 1"),
+        ({"promote_margin": 5.0}, "promote_margin=5 must be at least 0 and below 1"),
+        ({"promote_margin": -0.01}, "promote_margin=-0.01 must be at least 0 and below 1"),
         ({"max_class_drop": -0.1}, "max_class_drop=-0.1 must be between 0 and 1"),
     ],
 )
