@@ -19,6 +19,7 @@ from typing import Any
 import dask.config
 
 from cifar.errors import InvalidParameterError
+from flows.places import PolicyError
 from flows.run_policy import WRITE, RunPolicy
 from trainlib import DaskConfig
 
@@ -69,7 +70,7 @@ def _check_name(key: object, policy: RunPolicy) -> None:
     allowed = policy.dask_cluster_kwargs
     if not isinstance(key, str) or key not in allowed:
         listed = ", ".join(sorted(allowed)) or "none"
-        raise InvalidParameterError(
+        raise PolicyError(
             f"dask_cluster_kwargs may not set {key!r}: the run policy allows {listed}. "
             "Arguments that run code (a preload, Dask's config, an environment, a job script) "
             "are the operator's: the Dask configuration where the flows run (e.g. "
