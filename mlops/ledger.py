@@ -94,6 +94,14 @@ def next_k(client: MlflowClient, model_name: str, split: str) -> int:
     return len(entries(client, model_name, split)) + 1
 
 
+def place_of(client: MlflowClient, model_name: str, split: str, version: str) -> int:
+    """The place of ``version``'s comparison on ``split``: the one it was given already (a
+    retried promote step judges it again with the alpha it spent, and comes to the same
+    verdict), else the next one."""
+    found = entries(client, model_name, split)
+    return next((e.k for e in found if e.version == version), len(found) + 1)
+
+
 def record(client: MlflowClient, model_name: str, entry: Entry) -> None:
     """Keep ``entry`` in the registry."""
     client.set_registered_model_tag(model_name, entry.key, json.dumps(asdict(entry)))

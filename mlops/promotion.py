@@ -188,18 +188,21 @@ def _better_than_chance(evaluation: Evaluation, alpha: float) -> str:
 
 def judge(
     model_name: str,
+    version: str,
     evaluation: Evaluation,
     rule: PromotionRule,
     tracking_uri: str,
     champion: ChampionScore | None,
     synthetic: bool,
 ) -> tuple[Decision, tuple[Gate, ...]]:
-    """The decision for a version of ``model_name`` (``decide``), as the next comparison in the
-    ledger of the champion's test split, and the release gates' outcomes it used."""
+    """The decision for ``version`` of ``model_name`` (``decide``), as its comparison in the
+    ledger of the champion's test split (the next one, or the one a first try recorded), and
+    the release gates' outcomes it used."""
     gates = rule.gates(evaluation, champion)
     k = 1
     if champion is not None:
-        k = ledger.next_k(MlflowClient(tracking_uri), model_name, champion.test_digest)
+        client = MlflowClient(tracking_uri)
+        k = ledger.place_of(client, model_name, champion.test_digest, version)
     return decide(evaluation, rule, champion, synthetic, gates, k), gates
 
 
@@ -216,7 +219,9 @@ def promote(
     recipe: str = "",
 ) -> Promotion:
     """Judge ``version`` (``judge``) and apply the decision (``apply_decision``)."""
-    decision, gates = judge(model_name, evaluation, rule, tracking_uri, champion, synthetic)
+    decision, gates = judge(
+        model_name, version, evaluation, rule, tracking_uri, champion, synthetic
+    )
     return apply_decision(
         model_name,
         version,

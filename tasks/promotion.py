@@ -43,7 +43,9 @@ def promote_task(
         txn.set("aliases", (model_name, aliases_of(model_name, tracking_uri), tracking_uri))
     synthetic = dataset.manifest.synthetic
     for judgement in range(JUDGEMENTS):
-        decision, gates = judge(model_name, evaluation, rule, tracking_uri, champion, synthetic)
+        decision, gates = judge(
+            model_name, version, evaluation, rule, tracking_uri, champion, synthetic
+        )
         create_markdown_artifact(  # first: the alias is the transaction's last change
             key="promotion",
             markdown=(

@@ -164,6 +164,27 @@ def test_promotion_needs_the_gains_lower_limit_above_the_margin(tracking_uri: st
     assert recorded[1].alpha == pytest.approx(0.05 * 6 / (math.pi**2 * 4))
 
 
+def test_promotion_a_retried_promote_step_reuses_its_ledger_entry(tracking_uri: str) -> None:
+    """The promote step retried after it recorded its comparison (its reply lost): judged at
+    the same place with the same alpha, to the same verdict; no entry added, no alpha spent."""
+    champion = _register(tracking_uri, "retried")
+    promote("retried", champion, _evaluation(_correct(800)), _rule(), tracking_uri)
+    score = _score(champion, _correct(800))
+    newcomer = _register(tracking_uri, "retried")
+    tries = [
+        promote("retried", newcomer, _evaluation(_correct(805)), _rule(), tracking_uri,
+                champion=score)
+        for _ in range(3)
+    ]  # fmt: skip
+    assert len({(t.alias, t.reason) for t in tries}) == 1
+    recorded = ledger.entries(MlflowClient(tracking_uri), "retried", "t" * 16)
+    assert [(e.k, e.version) for e in recorded] == [(1, newcomer)]
+    later = _register(tracking_uri, "retried")
+    promote("retried", later, _evaluation(_correct(801)), _rule(), tracking_uri, champion=score)
+    recorded = ledger.entries(MlflowClient(tracking_uri), "retried", "t" * 16)
+    assert [(e.k, e.version) for e in recorded] == [(1, newcomer), (2, later)]
+
+
 def test_promotion_synthetic_never_replaces_a_real_champion(tracking_uri: str) -> None:
     real = _register(tracking_uri, "mixed")
     promote("mixed", real, _evaluation(_correct(300)), _rule(0.0), tracking_uri)
@@ -396,7 +417,9 @@ def test_register_gives_the_logged_model_the_metrics_of_its_checkpoints_epoch(
 def test_promotion_is_not_applied_once_the_champion_moved(tracking_uri: str) -> None:
     """Judged against no champion, but another publish made one meanwhile: nothing applied."""
     first, second = _register(tracking_uri, "raced"), _register(tracking_uri, "raced")
-    decision, _ = judge("raced", _evaluation(_correct(600)), _rule(), tracking_uri, None, False)
+    decision, _ = judge(
+        "raced", first, _evaluation(_correct(600)), _rule(), tracking_uri, None, False
+    )
     assert decision.promoted and decision.champion is None
     promote("raced", second, _evaluation(_correct(700)), _rule(), tracking_uri)  # the other run
     with pytest.raises(ChampionMoved, match="moved after version 1 was judged"):
