@@ -12,7 +12,7 @@ from typing import Any
 
 from distributed import Client
 
-from trainlib._internal.common import devices, gpu_discovery
+from trainlib._internal.common import device_holds, devices, gpu_discovery
 from trainlib._internal.driver.batch_jobs import waiting_jobs
 from trainlib._internal.driver.gpu_claims import GpuClaims
 from trainlib._internal.driver.process_globals import DRIVER
@@ -183,6 +183,9 @@ def _worker_gpus(client: Client, live: dict[str, Any]) -> _WorkerGpus:
     since ``live`` was read has none)."""
     hosts = {address: info["host"] for address, info in live.items()}
     probed = client.run(gpu_discovery.probe_worker_devices, workers=list(hosts), on_error="return")
+    for view in probed.values():
+        if isinstance(view, device_holds.LockFolderError):  # a host's setting: say it, at once
+            raise view
     return _WorkerGpus(
         {
             address: devices.WorkerDevices(address, hosts[address], *view)

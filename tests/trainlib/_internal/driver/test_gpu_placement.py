@@ -20,7 +20,7 @@ from distributed import Client, Worker
 
 from tests.helpers import free_port, local_cluster
 from trainlib import NotEnoughWorkersError, ScalingConfig
-from trainlib._internal.common import gpu_discovery
+from trainlib._internal.common import device_holds, gpu_discovery
 from trainlib._internal.driver import worker_selection
 from trainlib._internal.driver.gpu_claims import GpuClaims
 from trainlib._internal.driver.ranks import WorkerSlot
@@ -201,6 +201,19 @@ def test_a_gpu_a_rank_of_another_scheduler_holds_is_never_given_and_its_holder_i
         assert _gpus(select_workers(rig.client, four, timeout_s=5, claims=claims)) == {
             "0", "1", "2", "3",
         }  # fmt: skip
+
+
+def test_a_lock_folder_where_locks_cannot_be_taken_fails_placement_naming_it(
+    rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not a worker silently left out: the host's setting is wrong, and the message says so."""
+    (tmp_path / "not-a-folder").write_text("")
+    monkeypatch.setenv("TRAINLIB_GPU_LOCK_DIR", str(tmp_path / "not-a-folder"))
+    with (
+        GpuClaims(rig.client, "run-a") as claims,
+        pytest.raises(device_holds.LockFolderError, match="TRAINLIB_GPU_LOCK_DIR"),
+    ):
+        select_workers(rig.client, ScalingConfig(num_workers=1, use_gpu=True), 5, claims=claims)
 
 
 @contextlib.contextmanager
