@@ -35,10 +35,7 @@ def final_url(name: str, url: str, policy: RunPolicy) -> str:
     current = url
     for _ in range(MAX_REDIRECTS + 1):
         try:
-            with requests.get(
-                current, allow_redirects=False, stream=True, timeout=_TIMEOUT_S
-            ) as reply:
-                location = reply.headers.get("Location") if reply.is_redirect else None
+            location = _redirect(current)
         except requests.RequestException:
             return current
         if location is None:
@@ -56,3 +53,13 @@ def final_url(name: str, url: str, policy: RunPolicy) -> str:
         f"{name} {shown(url)!r} redirects more than {MAX_REDIRECTS} times; name the URL it "
         "finally serves instead."
     )
+
+
+def _redirect(url: str) -> str | None:
+    """Where ``url`` redirects, asked with HEAD (no body sent and cut off: a server would log a
+    broken pipe), or with a GET closed at once where the server refuses HEAD."""
+    with requests.head(url, allow_redirects=False, timeout=_TIMEOUT_S) as reply:
+        if reply.status_code not in (405, 501):
+            return reply.headers.get("Location") if reply.is_redirect else None
+    with requests.get(url, allow_redirects=False, stream=True, timeout=_TIMEOUT_S) as reply:
+        return reply.headers.get("Location") if reply.is_redirect else None

@@ -49,6 +49,9 @@ def server() -> Iterator[Server]:
     state = Server()
 
     class Handler(BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:
+            self.do_GET()
+
         def do_GET(self) -> None:
             state.requests.append(self.path)
             if self.path.startswith("/hop/"):
