@@ -16,6 +16,7 @@ import torch
 from cifar.models import Classifier, ModelSpec
 
 CLASSIFIER_FILE = "classifier.pt"
+ARTIFACT_KEY = "weights"  # its key among a registered version's artifacts
 
 
 def save_classifier(path: str, model: Classifier) -> None:

@@ -15,16 +15,14 @@ import torch
 from mlflow.models import set_model
 from mlflow.pyfunc.model import PythonModel, PythonModelContext
 
-from cifar.classifier_file import read_classifier
-
-WEIGHTS = "weights"  # the artifact's key
+from cifar.classifier_file import ARTIFACT_KEY, read_classifier
 
 
 class ClassifierModel(PythonModel):
     """uint8 images (N, 3, 32, 32) in, class scores (N, 10) out."""
 
     def load_context(self, context: PythonModelContext) -> None:
-        self._model = read_classifier(context.artifacts[WEIGHTS])
+        self._model = read_classifier(context.artifacts[ARTIFACT_KEY])
 
     def predict(
         self, context: PythonModelContext, model_input: Any, params: dict[str, Any] | None = None

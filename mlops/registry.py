@@ -24,7 +24,7 @@ from mlflow.tracking import MlflowClient
 
 import cifar
 from cifar.checkpoint import checkpoint_epoch, load_classifier
-from cifar.classifier_file import CLASSIFIER_FILE, save_classifier
+from cifar.classifier_file import ARTIFACT_KEY, CLASSIFIER_FILE, save_classifier
 from cifar.dataset import Dataset
 from cifar.models import Classifier
 from mlops.lineage import DIGEST_TAG, SYNTHETIC_TAG
@@ -47,7 +47,6 @@ _STORE_LOCK = threading.Lock()
 # pyfunc model from code that does it.
 MODEL_CODE = os.path.dirname(os.path.abspath(cifar.__file__))
 PYFUNC_MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pyfunc_model.py")
-WEIGHTS = "weights"  # the classifier file's artifact key (mlops/pyfunc_model.py reads it)
 
 
 def register_model(
@@ -112,7 +111,7 @@ def register_model(
             flavor=mlflow.pyfunc,
             run_id=run_id,
             python_model=PYFUNC_MODEL,
-            artifacts={WEIGHTS: weights},
+            artifacts={ARTIFACT_KEY: weights},
             model_id=made_model.model_id,
             signature=infer_signature(example, scores),
             input_example=example,
