@@ -11,7 +11,10 @@ scheduler frees its claims after ``distributed.scheduler.locks.lease-timeout`` (
 default). The name of the run holding a GPU is kept in the scheduler's metadata, so a run
 refused a GPU can say by whom. After a scheduler restart the claims it knew are gone: a claim
 is taken afresh there (the ranks' own holds on their hosts, ``common/device_holds``, still keep
-a GPU in use from being given twice).
+a GPU in use from being given twice). A lock's lease refreshes reach the restarted scheduler
+too, which counts them under a name it does not know yet; so a lock is registered again
+before it is released, or that lease would stay there and refuse the GPU to a fresh claim
+until it timed out.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
 
+import dask
+from dask.utils import parse_timedelta
 from distributed import Client, Lock
 
 _HOLDERS = "trainlib-gpu-holders"  # scheduler metadata: device key -> run name
@@ -64,7 +69,7 @@ class GpuClaims:
         try:
             self._client.set_metadata([_HOLDERS, key], self._owner)
         except BaseException:  # the lock is held: never leave it behind
-            lock.release()
+            _release(self._client, lock)
             raise
         self._held[key] = lock
         self.refused.pop(key, None)
@@ -79,12 +84,12 @@ class GpuClaims:
             yield lock is not None
         finally:
             if lock is not None:
-                lock.release()
+                _release(self._client, lock)
 
     def keep(self, keys: set[str]) -> None:
         """Release every held GPU not in ``keys`` (those the placement did not use)."""
         for key in set(self._held) - keys:
-            self._held.pop(key).release()
+            _release(self._client, self._held.pop(key))
 
     def release(self) -> None:
         """Release every GPU this attempt holds."""
@@ -110,13 +115,30 @@ class GpuClaims:
 
 def _lock(client: Client, key: str, fresh: bool = False) -> Lock:
     """``client``'s lock for ``key`` (a Lock keeps a periodic callback for its lifetime, so
-    one per client and device is made, not one per try; ``fresh``: a new one)."""
+    one per client and device is made, not one per try; ``fresh``: a new one, the old one's
+    callback stopped: never ``Lock.close``, which drops every client's leases of that name)."""
     with _LOCKS_GUARD:
         locks = _LOCKS.setdefault(client, {})
         if fresh and key in locks:
-            locks.pop(key).close()
+            refresh = getattr(locks.pop(key), "refresh_callback", None)  # none: leases never expire
+            if refresh is not None:
+                refresh.stop()
         if key not in locks:
             locks[key] = Lock(
                 f"trainlib-gpu/{key}", scheduler_rpc=client.scheduler, loop=client.loop
             )
         return locks[key]
+
+
+def _release(client: Client, lock: Lock) -> None:
+    """Release ``lock``, registered on the scheduler first (a no-op where it is known): after a
+    restart, the scheduler has counted the lock's refreshed lease under an unknown name, and
+    only a release of a registered lock removes it."""
+    timeout = dask.config.get("distributed.scheduler.locks.lease-timeout")
+    client.sync(
+        lock.scheduler.semaphore_register,
+        name=lock.name,
+        max_leases=1,
+        lease_timeout=None if timeout == "inf" else parse_timedelta(timeout, "s"),
+    )
+    lock.release()

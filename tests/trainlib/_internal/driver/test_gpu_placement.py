@@ -310,6 +310,9 @@ def test_claims_of_a_client_whose_scheduler_restarted_are_taken_afresh() -> None
             scheduler.wait()
             scheduler = subprocess.Popen(command, stderr=subprocess.DEVNULL)
             _reconnected(client)
+            # the old claim's lock still refreshes its lease: the new scheduler counts it under
+            # a name it does not know yet (a lease a plain release there leaves behind)
+            _lease_reached_scheduler(client, "trainlib-gpu/h/GPU-0")
             assert claims.take("h/GPU-1")
             claims.release()  # the old claim's lease died with the old scheduler
             # the lock of GPU-0 was made (and registered) on the old scheduler: "Semaphore or
@@ -320,6 +323,19 @@ def test_claims_of_a_client_whose_scheduler_restarted_are_taken_afresh() -> None
     finally:
         scheduler.kill()
         scheduler.wait()
+
+
+def _lease_reached_scheduler(client: Client, name: str) -> None:
+    """Until the scheduler counts a lease under ``name`` (a lock's refresh every
+    lease-timeout / 5 seconds sends it)."""
+
+    def leases(dask_scheduler: Any) -> int:
+        return len(dask_scheduler.extensions["semaphores"].leases.get(name, {}))
+
+    deadline = time.monotonic() + 60
+    while not client.run_on_scheduler(leases):
+        assert time.monotonic() < deadline, f"no lease of {name} ever reached the scheduler"
+        time.sleep(0.2)
 
 
 def _reconnected(client: Client) -> None:
