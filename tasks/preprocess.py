@@ -17,6 +17,7 @@ from cifar.dataset import (
     DataFile,
     Dataset,
     Manifest,
+    content_digest,
     is_intact,
     read_manifest,
     remove_manifest,
@@ -109,6 +110,7 @@ def preprocess_archive(
         seed=seed,
         splits=files,
         synthetic=synthetic,
+        contents={s: content_digest(b.images, b.labels) for s, b in splits.items()},
     )
     write_manifest(uri, manifest)
     logger.info(

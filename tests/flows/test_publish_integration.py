@@ -15,7 +15,7 @@ from mlflow.tracking import MlflowClient
 from prefect import flow
 
 from cifar.checkpoint import load_classifier
-from cifar.dataset import Dataset, Manifest, write_file, write_manifest
+from cifar.dataset import Dataset, Manifest, content_digest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from flows.publish import PublishError, publish
 from mlops.evaluation import score
@@ -54,15 +54,16 @@ def _recognisable(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
 
 def _dataset(root: Path, synthetic: bool) -> Dataset:
     rng = np.random.default_rng(0)
-    splits = {}
+    splits, contents = {}, {}
     for split in ("train", "val", "test"):
         images = rng.integers(0, 256, (20, 3, 32, 32), dtype=np.uint8)
         labels = np.arange(20) % 10
         if split == "test":
             images, labels = _recognisable(rng)
         splits[split] = [write_file(str(root / f"{split}-00000.parquet"), images, labels)]
+        contents[split] = content_digest(images, labels)
     manifest = Manifest(
-        "md5", True, CLASS_NAMES, (0.5,) * 3, (0.25,) * 3, 0.1, 0, splits, synthetic
+        "md5", True, CLASS_NAMES, (0.5,) * 3, (0.25,) * 3, 0.1, 0, splits, synthetic, contents
     )
     write_manifest(str(root), manifest)
     return Dataset(str(root), manifest)

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from cifar.dataset import Dataset, Manifest, write_file, write_manifest
+from cifar.dataset import Dataset, Manifest, content_digest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from cifar.models import build_model
 from mlops.evaluation import (
@@ -40,8 +40,19 @@ def elsewhere(tmp_path: Path) -> Iterator[Path]:
 
 def _test_split(root: Path) -> Dataset:
     images = np.random.default_rng(1).integers(0, 256, (20, 3, 32, 32), dtype=np.uint8)
-    files = [write_file(str(root / "test-00000.parquet"), images, np.arange(20) % 10)]
-    manifest = Manifest("md5", True, CLASS_NAMES, (0.5,) * 3, (0.25,) * 3, 0.1, 0, {"test": files})
+    labels = np.arange(20) % 10
+    files = [write_file(str(root / "test-00000.parquet"), images, labels)]
+    manifest = Manifest(
+        "md5",
+        True,
+        CLASS_NAMES,
+        (0.5,) * 3,
+        (0.25,) * 3,
+        0.1,
+        0,
+        {"test": files},
+        contents={"test": content_digest(images, labels)},
+    )
     write_manifest(str(root), manifest)
     return Dataset(str(root), manifest)
 

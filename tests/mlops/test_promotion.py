@@ -11,7 +11,7 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from cifar.checkpoint import save_training_state
-from cifar.dataset import Dataset, Manifest, write_file, write_manifest
+from cifar.dataset import Dataset, Manifest, content_digest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from cifar.models import ModelSpec, build_model
 from mlops import ledger
@@ -97,8 +97,13 @@ def _dataset(
     test = [write_file(str(root / "test-00000.parquet"), _images(seed), test_labels)]
     other = [write_file(str(root / "train-00000.parquet"), _images(seed + 100), np.arange(20) % 10)]
     splits = {"test": test, "train": other, "val": other}
+    contents = {
+        "test": content_digest(_images(seed), test_labels),
+        "train": content_digest(_images(seed + 100), np.arange(20) % 10),
+    }
+    contents["val"] = contents["train"]
     manifest = Manifest(
-        "md5", True, CLASS_NAMES, (0.5,) * 3, (0.25,) * 3, 0.1, 0, splits, synthetic
+        "md5", True, CLASS_NAMES, (0.5,) * 3, (0.25,) * 3, 0.1, 0, splits, synthetic, contents
     )
     write_manifest(str(root), manifest)
     return Dataset(str(root), manifest)
