@@ -198,9 +198,9 @@ def add_registry_options(made: argparse.ArgumentParser) -> None:
     made.add_argument(
         "--promote-alpha",
         type=number,
-        default=0.05,
-        help="the lifetime false-promotion budget: the k-th comparison with @champion on a test "
-        "split tests at promote_alpha*6/(pi^2 k^2)",
+        default=None,
+        help="the registered model's lifetime false-promotion budget, fixed by its first version "
+        "(default 0.05); later runs spend from it and cannot change it",
     )
     made.add_argument(
         "--min-test-accuracy",

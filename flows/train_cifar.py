@@ -16,7 +16,7 @@ from flows.redirects import final_url
 from flows.run_ownership import claim_run_name, fingerprint
 from flows.run_policy import run_policy
 from flows.time_limit import time_limit
-from mlops.promotion import DEFAULT_ALPHA, PromotionRule
+from mlops.promotion import PromotionRule
 from mlops.registry import model_name_for
 from mlops.release_gates import DEFAULT_MAX_CLASS_DROP, DEFAULT_MIN_TEST_ACCURACY
 from mlops.version_tags import CHAMPION
@@ -54,7 +54,7 @@ def train_cifar(
     mlflow_tracking_uri: str | None = None,
     registered_model_name: str | None = None,
     promote_margin: float = 0.0,
-    promote_alpha: float = DEFAULT_ALPHA,
+    promote_alpha: float | None = None,
     min_test_accuracy: float = DEFAULT_MIN_TEST_ACCURACY,
     max_class_drop: float = DEFAULT_MAX_CLASS_DROP,
     check_fresh_load: bool = True,
@@ -95,8 +95,8 @@ def train_cifar(
         registered_model_name: Default ``cifar10-classifier`` (``-synthetic`` for a
             synthetic archive).
         promote_margin: The accuracy gain over ``@champion`` the new version must show.
-        promote_alpha: The lifetime false-promotion budget, of which this comparison spends
-            its share (``mlops.promotion``).
+        promote_alpha: The registered model's lifetime false-promotion budget, taken at its
+            first version only (default 0.05; later runs spend from it: ``mlops.ledger``).
         min_test_accuracy: Release gate: the least test accuracy.
         max_class_drop: Release gate: the most any class's accuracy may fall below the
             champion's.

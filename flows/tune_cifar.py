@@ -18,7 +18,7 @@ from flows.publish import publish
 from flows.run_ownership import claim_run_name, fingerprint
 from flows.run_policy import run_policy
 from flows.time_limit import time_limit
-from mlops.promotion import DEFAULT_ALPHA, PromotionRule
+from mlops.promotion import PromotionRule
 from mlops.registry import model_name_for
 from mlops.release_gates import DEFAULT_MAX_CLASS_DROP, DEFAULT_MIN_TEST_ACCURACY
 from tasks.monitoring import tag_flow_run
@@ -46,7 +46,7 @@ def tune_cifar(
     mlflow_tracking_uri: str | None = None,
     registered_model_name: str | None = None,
     promote_margin: float = 0.0,
-    promote_alpha: float = DEFAULT_ALPHA,
+    promote_alpha: float | None = None,
     min_test_accuracy: float = DEFAULT_MIN_TEST_ACCURACY,
     max_class_drop: float = DEFAULT_MAX_CLASS_DROP,
     check_fresh_load: bool = True,
@@ -83,7 +83,8 @@ def tune_cifar(
         mlflow_tracking_uri: MLflow's server or store; default $MLFLOW_TRACKING_URI.
         registered_model_name: Where the best trial's model is registered.
         promote_margin: The accuracy gain over ``@champion`` the best trial must show.
-        promote_alpha: The lifetime false-promotion budget (``mlops.promotion``).
+        promote_alpha: The registered model's lifetime false-promotion budget, taken at its
+            first version only (default 0.05: ``mlops.ledger``).
         min_test_accuracy: Release gate: the least test accuracy.
         max_class_drop: Release gate: the most any class may fall below the champion.
         check_fresh_load: Release gate: the registered model loaded anew scores the same.

@@ -4,11 +4,12 @@ The new version and the champion are compared image by image on the same test sp
 current run's, named by its digest; ``mlops.evaluation.champion_score`` scores the champion on it
 once and stores its per-image results). The new version is promoted only if it passes the
 release gates and the one-sided lower confidence limit of its accuracy gain clears ``margin``
-(``mlops.paired_test``), at the alpha this comparison may spend: the k-th comparison on a test
-split spends ``alpha · 6/(π²k²)``, kept in the registry's ledger (``mlops.ledger``), so the
-chance of any false promotion over the model's life stays at most ``alpha``. A first version
-must be better than chance (a binomial test against the majority class's rate). A version
-trained on synthetic data never replaces one trained on real data. The decision is made once
+(``mlops.paired_test``), at the alpha this comparison may spend from the registered model's
+lifetime budget, fixed at its first judgement and kept with its ledger in the registry
+(``mlops.ledger``), so the chance of any false promotion over the model's life stays at most
+that alpha. A first version must be shown better than chance by ``FIRST_VERSION_MARGIN``
+(a binomial test against the majority class's rate plus the margin). A version trained on
+synthetic data never replaces one trained on real data. The decision is made once
 (``decide``) and applied (``promote``) only if ``@champion`` is still where it assumed.
 """
 
@@ -38,7 +39,8 @@ from mlops.version_tags import ALIASES, CHALLENGER, CHAMPION, PROMOTION_TAG
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_ALPHA = 0.05  # the lifetime chance of a false promotion (promote_alpha)
+# a first version must be shown this much better than always answering the most frequent class
+FIRST_VERSION_MARGIN = 0.05
 CODE_TAGS = ("git_sha", "torch_version")  # the training run's tags the model card quotes
 
 
@@ -54,8 +56,8 @@ class Decision:
     reason: str  # one sentence, with the figures
     champion: str | None  # the version it was judged against (None: there was none)
     comparison: PairedComparison | None = None  # against the champion, when there was one
-    k: int | None = None  # the comparison's place in the split's ledger
-    budget_left: float | None = None  # of promote_alpha, once this comparison spent its share
+    place: ledger.Place | None = None  # the comparison's place in the model's budget
+    alpha: float = ledger.DEFAULT_ALPHA  # the model's lifetime budget it was judged under
 
     @property
     def alias(self) -> str:
@@ -77,7 +79,9 @@ class PromotionRule:
     """What a new version must show to take ``@champion`` (the flows' parameters)."""
 
     margin: float = 0.0  # promote_margin: the gain the lower confidence limit must clear
-    alpha: float = DEFAULT_ALPHA  # promote_alpha: the lifetime false-promotion budget
+    # promote_alpha: the registered model's lifetime false-promotion budget, taken only by
+    # its first judgement (None: the model's, or ledger.DEFAULT_ALPHA for a new model)
+    alpha: float | None = None
     min_test_accuracy: float = DEFAULT_MIN_TEST_ACCURACY
     max_class_drop: float = DEFAULT_MAX_CLASS_DROP
     check_fresh_load: bool = True  # the gate fresh_load (the evaluation runs it)
@@ -88,7 +92,7 @@ class PromotionRule:
         Raises:
             InvalidParameterError: A parameter no promotion could work with.
         """
-        if not 0.0 < self.alpha < 1.0:
+        if self.alpha is not None and not 0.0 < self.alpha < 1.0:
             raise InvalidParameterError(
                 f"promote_alpha={self.alpha:g} must be between 0 and 1 (e.g. 0.05)"
             )
@@ -103,8 +107,11 @@ class PromotionRule:
                 f"max_class_drop={self.max_class_drop:g} must be between 0 and 1 (e.g. 0.02)"
             )
 
-    def gates(self, evaluation: Evaluation, champion: ChampionScore | None) -> tuple[Gate, ...]:
-        """The release gates' outcomes for ``evaluation`` against ``champion``."""
+    def gates(
+        self, evaluation: Evaluation, champion: ChampionScore | None, alpha: float
+    ) -> tuple[Gate, ...]:
+        """The release gates' outcomes for ``evaluation`` against ``champion``, under the
+        model's lifetime ``alpha``."""
         found = (
             accuracy_floor(evaluation.accuracy, self.min_test_accuracy),
             class_drop(
@@ -113,7 +120,7 @@ class PromotionRule:
                 evaluation.labels,
                 list(evaluation.per_class_accuracy),
                 self.max_class_drop,
-                self.alpha,
+                alpha,
             ),
         )
         return found if evaluation.fresh_load is None else (*found, evaluation.fresh_load)
@@ -125,34 +132,41 @@ def decide(
     champion: ChampionScore | None,
     synthetic: bool,
     gates: tuple[Gate, ...] = (),
-    k: int = 1,
+    place: ledger.Place | None = None,
+    alpha: float = ledger.DEFAULT_ALPHA,
 ) -> Decision:
     """Whether a version replaces ``champion``, and why, in a sentence: only if it passed every
-    release gate and, as the ``k``-th comparison on the champion's test split, its gain's lower
-    limit at ``1 - alpha_spent(k)`` clears ``rule.margin``; with no champion, only if it is
-    better than chance."""
+    release gate and, at its ``place`` in the model's budget ``alpha`` (the first comparison on
+    a first split if None), its gain's lower limit at ``1 - place.alpha`` clears
+    ``rule.margin``; with no champion, only if it is shown better than chance by
+    ``FIRST_VERSION_MARGIN``."""
     failed = "; ".join(
         f"failed the release gate {g.name}: {g.detail}" for g in gates if not g.passed
     )
     if champion is None:
-        chance = _better_than_chance(evaluation, rule.alpha)
+        chance = _better_than_chance(evaluation, alpha)
         promoted = chance.startswith("better") and not failed
         reason = "; ".join(part for part in (failed, chance, "no champion yet") if part)
-        return Decision(promoted, reason, None)
+        return Decision(promoted, reason, None, alpha=alpha)
     if synthetic and not champion.synthetic:
         return Decision(
             False,
             f"trained on synthetic data: never promoted over champion version "
             f"{champion.version}, trained on real data",
             champion.version,
+            alpha=alpha,
         )
-    spent = ledger.alpha_spent(k, rule.alpha)
-    comparison = compare(evaluation.correct, champion.correct, spent, rule.margin)
+    if place is None:
+        place = ledger.next_place((), champion.test_digest, "", alpha)
+    comparison = compare(evaluation.correct, champion.correct, place.alpha, rule.margin)
     promoted = comparison.verdict == "better" and not failed
-    left = ledger.budget_left(k, rule.alpha)
+    carried = (
+        f" + {place.carried:.4g} passed on by the promotion before it" if place.carried else ""
+    )
     budget = (
-        f"comparison {k} on this test split, alpha {spent:.4g} of promote_alpha {rule.alpha:g} "
-        f"(left for later ones: {left:.4g})"
+        f"comparison {place.k} on test split {place.split_number} of this model, alpha "
+        f"{place.alpha:.4g} (its share {place.share:.4g} of the model's lifetime {alpha:g}"
+        f"{carried}; left on this split for later ones: {place.split_left:.4g})"
     )
     outcome = "promoted" if promoted else f"champion version {champion.version} stays"
     verdict = f"{failed}: {outcome}" if failed else outcome
@@ -164,25 +178,27 @@ def decide(
         f"{comparison.sentence()}; {budget}: {verdict} ({where})",
         champion.version,
         comparison,
-        k,
-        left,
+        place,
+        alpha,
     )
 
 
 def _better_than_chance(evaluation: Evaluation, alpha: float) -> str:
-    """Whether the accuracy beats always answering the most frequent class, by an exact
-    one-sided binomial test at ``alpha``: a sentence starting "better" or "not better"."""
+    """Whether the accuracy beats always answering the most frequent class by more than
+    ``FIRST_VERSION_MARGIN``, by an exact one-sided binomial test at ``alpha``: a sentence
+    starting "better" or "not better"."""
     confusion = np.asarray(evaluation.confusion, dtype=np.int64)
     counts = confusion.sum(axis=1) if confusion.ndim == 2 else np.array([evaluation.num_images])
     n = int(counts.sum())
     majority = float(counts.max() / n) if n else 1.0
+    floor = majority + FIRST_VERSION_MARGIN
     right = int(np.sum(evaluation.correct))
-    p = binomtest(right, n, majority, alternative="greater").pvalue if n and majority < 1 else 1.0
+    p = binomtest(right, n, floor, alternative="greater").pvalue if n and floor < 1 else 1.0
     relation = "better" if p < alpha else "not better"
     return (
         f"{relation} than chance: test accuracy {evaluation.accuracy:.4f} against the most "
-        f"frequent class's rate {majority:.4f} (exact binomial test, one-sided p={p:.3g}, "
-        f"alpha {alpha:g})"
+        f"frequent class's rate {majority:.4f} plus {FIRST_VERSION_MARGIN:g} (exact binomial "
+        f"test, one-sided p={p:.3g}, alpha {alpha:g})"
     )
 
 
@@ -195,15 +211,20 @@ def judge(
     champion: ChampionScore | None,
     synthetic: bool,
 ) -> tuple[Decision, tuple[Gate, ...]]:
-    """The decision for ``version`` of ``model_name`` (``decide``), as its comparison in the
-    ledger of the champion's test split (the next one, or the one a first try recorded), and
-    the release gates' outcomes it used."""
-    gates = rule.gates(evaluation, champion)
-    k = 1
+    """The decision for ``version`` of ``model_name`` (``decide``) under the model's budget
+    (fixed now if this is its first judgement), at its place in the ledger (the next one, or
+    the one a first try recorded), and the release gates' outcomes it used.
+
+    Raises:
+        InvalidParameterError: ``rule.alpha`` is not the model's budget.
+    """
+    client = MlflowClient(tracking_uri)
+    alpha = ledger.budget(client, model_name, version, rule.alpha).alpha
+    gates = rule.gates(evaluation, champion, alpha)
+    place = None
     if champion is not None:
-        client = MlflowClient(tracking_uri)
-        k = ledger.place_of(client, model_name, champion.test_digest, version)
-    return decide(evaluation, rule, champion, synthetic, gates, k), gates
+        place = ledger.place_of(client, model_name, champion.test_digest, version, alpha)
+    return decide(evaluation, rule, champion, synthetic, gates, place, alpha), gates
 
 
 def promote(
@@ -256,18 +277,14 @@ def apply_decision(
             publish moved it): nothing is applied; decide again.
     """
     client = MlflowClient(tracking_uri)
-    if version_at_alias(model_name, CHAMPION, tracking_uri) != decision.champion:
-        raise ChampionMoved(
-            f"@champion of {model_name} moved after version {version} was judged against "
-            f"version {decision.champion}: judged again"
-        )
-    if decision.comparison is not None and decision.k is not None and champion is not None:
-        c = decision.comparison
+    _check_champion_unmoved(model_name, version, decision, tracking_uri)
+    if decision.comparison is not None and decision.place is not None and champion is not None:
+        c, place = decision.comparison, decision.place
         ledger.record(
             client,
             model_name,
             ledger.Entry(
-                k=decision.k,
+                k=place.k,
                 split=champion.test_digest,
                 version=version,
                 champion=champion.version,
@@ -279,6 +296,8 @@ def apply_decision(
                 low=c.low,
                 high=c.high,
                 verdict=c.verdict,
+                split_number=place.split_number,
+                carried=place.carried,
             ),
         )
     for gate in gates:
@@ -301,12 +320,24 @@ def apply_decision(
         champion_per_class=champion.per_class_accuracy if champion else None,
         gates=gates,
         comparison=decision.comparison,
-        budget_left=decision.budget_left,
+        budget_left=decision.place.split_left if decision.place is not None else None,
     )
     client.update_model_version(model_name, version, description=card)
+    _check_champion_unmoved(model_name, version, decision, tracking_uri)  # again, right before
     client.set_registered_model_alias(model_name, alias, version)
     logger.info("%s version %s -> @%s (%s)", model_name, version, alias, decision.reason)
     return Promotion(version, alias, decision.promoted, decision.reason)
+
+
+def _check_champion_unmoved(
+    model_name: str, version: str, decision: Decision, tracking_uri: str
+) -> None:
+    """Raise ``ChampionMoved`` if ``@champion`` is not where ``decision`` was made."""
+    if version_at_alias(model_name, CHAMPION, tracking_uri) != decision.champion:
+        raise ChampionMoved(
+            f"@champion of {model_name} moved after version {version} was judged against "
+            f"version {decision.champion}: judged again"
+        )
 
 
 def aliases_of(model_name: str, tracking_uri: str) -> dict[str, str | None]:

@@ -232,8 +232,8 @@ def test_flow_another_seed_is_not_promoted_and_says_why_in_numbers(
         f"{first_run['test_accuracy']:.4f} on the same 200 images: "
     )
     assert reason.startswith(figures), reason
-    assert "the gain is at least " in reason and "one-sided 96.96% score limits" in reason
-    assert "comparison 1 on this test split, alpha 0.0304 of promote_alpha 0.05" in reason
+    assert "the gain is at least " in reason and "one-sided 98.15% score limits" in reason
+    assert "comparison 1 on test split 1 of this model, alpha 0.01848 (its share " in reason
     assert "champion version 1 stays" in reason and (": not shown" in reason or ": worse" in reason)
     assert client.get_run(second["mlflow_run_id"]).data.params["seed"] == "8"
     card = version.description  # the model card, in the MLflow UI

@@ -12,6 +12,7 @@ import pytest
 from scipy.optimize import minimize_scalar
 
 from mlops.evaluation import ChampionScore, Evaluation
+from mlops.ledger import Entry, next_place
 from mlops.paired_test import compare, smallest_shown
 from mlops.promotion import PromotionRule, decide
 
@@ -117,13 +118,20 @@ def champion_of(correct: np.ndarray) -> ChampionScore:
 
 def test_paired_decision_spends_less_alpha_on_later_comparisons() -> None:
     new, champion = pair(1000, 700, 30, 10)  # lower limit 0.0065 at 0.05
-    first = decide(_evaluation(new), PromotionRule(0.0, 0.05), champion_of(champion), False, k=1)
-    tenth = decide(_evaluation(new), PromotionRule(0.0, 0.05), champion_of(champion), False, k=10)
+    shown_nothing = [
+        Entry(k, "t", str(k), "1", "", 1000, 0, 0, 1e-9, -1.0, 1.0, "not shown", 1)
+        for k in range(1, 10)
+    ]
+    at = {k: next_place(shown_nothing[: k - 1], "t", "v", 0.05) for k in (1, 10)}
+    first, tenth = (
+        decide(_evaluation(new), PromotionRule(), champion_of(champion), False, (), at[k], 0.05)
+        for k in (1, 10)
+    )
     assert first.promoted and not tenth.promoted
     assert first.comparison is not None and tenth.comparison is not None
-    assert 1 - first.comparison.confidence == pytest.approx(0.05 * 6 / math.pi**2)
-    assert 1 - tenth.comparison.confidence == pytest.approx(0.05 * 6 / (math.pi**2 * 100))
-    assert "comparison 10 on this test split" in tenth.reason
+    assert 1 - first.comparison.confidence == pytest.approx(0.05 * (6 / math.pi**2) ** 2)
+    assert 1 - tenth.comparison.confidence == pytest.approx(0.05 * (6 / math.pi**2) ** 2 / 100)
+    assert "comparison 10 on test split 1 of this model" in tenth.reason
     assert "champion version 1 stays" in tenth.reason
 
 

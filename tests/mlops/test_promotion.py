@@ -117,7 +117,7 @@ def test_promotion_first_version_becomes_champion(tracking_uri: str) -> None:
     assert (decision.promoted, decision.alias) == (True, "champion")
     assert decision.reason.startswith(
         "better than chance: test accuracy 0.5000 against the most frequent class's rate "
-        "0.1000 (exact binomial test, one-sided p="
+        "0.1000 plus 0.05 (exact binomial test, one-sided p="
     )
     assert decision.reason.endswith(", alpha 0.05); no champion yet")
     assert aliases_of("first", tracking_uri) == {"champion": version, "challenger": None}
@@ -142,7 +142,10 @@ def test_promotion_needs_the_gains_lower_limit_above_the_margin(tracking_uri: st
         "10 images only this version gets right, 0 only the champion; the gain is at least "
     )
     assert "margin 0.05: not shown" in decision.reason
-    assert "comparison 1 on this test split, alpha 0.0304 of promote_alpha 0.05" in decision.reason
+    assert (
+        "comparison 1 on test split 1 of this model, alpha 0.01848 (its share 0.3696 of the "
+        "model's lifetime 0.05; left on this split for later ones: 0.01192)" in decision.reason
+    )
     assert decision.reason.endswith(
         "champion version 1 stays (test split tttttttttttttttt; champion trained on dataset "
         "dddddddddddddddd)"
@@ -159,14 +162,14 @@ def test_promotion_needs_the_gains_lower_limit_above_the_margin(tracking_uri: st
         champion=_score(champion, _correct(800)),
     )
     assert promoted.promoted and "margin 0.05: better" in promoted.reason
-    assert "comparison 2 on this test split, alpha 0.007599" in promoted.reason
+    assert "comparison 2 on test split 1 of this model, alpha 0.00462 " in promoted.reason
     assert aliases_of("duel", tracking_uri) == {"champion": better, "challenger": newcomer}
     recorded = ledger.entries(MlflowClient(tracking_uri), "duel", "t" * 16)
     assert [(e.k, e.version, e.verdict) for e in recorded] == [
         (1, newcomer, "not shown"),
         (2, better, "better"),
     ]
-    assert recorded[1].alpha == pytest.approx(0.05 * 6 / (math.pi**2 * 4))
+    assert recorded[1].alpha == pytest.approx(0.05 * (6 / math.pi**2) ** 2 / 4)
 
 
 def test_promotion_a_retried_promote_step_reuses_its_ledger_entry(tracking_uri: str) -> None:
@@ -382,7 +385,7 @@ def test_promotion_writes_the_model_card_on_the_version(tracking_uri: str, tmp_p
     # Image i is of class i % 10: images 800-802 (one more right in classes 0-2) decide.
     assert "| airplane | 0.810 | 0.800 |" in card and "| truck | 0.800 | 0.800 |" in card
     assert "| class_drop | passed | no class shown to lose more than 0.02" in card
-    assert "| +0.0030 | " in card and "| 0 | not shown | 0.0304 |" in card
+    assert "| +0.0030 | " in card and "| 0 | not shown | 0.01848 |" in card
 
 
 def test_evidence_of_two_versions_of_one_run_is_kept_apart(tracking_uri: str) -> None:
