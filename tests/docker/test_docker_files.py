@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -223,3 +224,47 @@ def test_compose_uses_only_interpolation_both_engines_expand() -> None:
         found = INTERPOLATION.findall(text)
         assert found or path != COMPOSE  # the check reads what it checks
         assert [e for e in found if not PORTABLE.fullmatch(e)] == [], path.name
+
+
+def test_build_local_takes_its_sources_from_the_host_or_the_user(tmp_path: Path) -> None:
+    """docker/build-local.sh names no package host, mirror or machine folder: the indexes come
+    from the host's pip configuration (a local index mounted into the build) or the user's
+    variables, the Debian mirror from DEBIAN_MIRROR (else the host's apt sources)."""
+    script = (DOCKER / "build-local.sh").read_text()
+    for named in ("/opt/", "deb.debian.org", "pypi.org", "pypi-more"):
+        assert named not in script, f"build-local.sh names {named}"
+    local = tmp_path / "mirror"
+    (tmp_path / "pip.conf").write_text(
+        f"[global]\nextra-index-url = file://{local}/simple https://index.example/simple\n"
+    )
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(tmp_path),
+        "PIP_CONFIG_FILE": str(tmp_path / "pip.conf"),
+    }
+
+    def sources(**more: str) -> str:
+        done = subprocess.run(
+            ["bash", str(DOCKER / "build-local.sh"), "--show-sources"],
+            env={**env, **more},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        return done.stdout
+
+    shown = sources(DEBIAN_MIRROR="http://debian.example/debian")
+    assert "debian mirror: http://debian.example/debian\n" in shown
+    assert f"PIP_EXTRA_INDEX_URL=file://{local}/simple https://index.example/simple" in shown
+    assert f"TORCH_INDEX_URL=file://{local}/simple" in shown  # torch from the host's indexes
+    assert f"-v {local}:{local}:ro" in shown and "index.example:" not in shown
+    chosen = sources(
+        PIP_INDEX_URL="https://chosen.example/simple", TORCH_INDEX_URL="https://torch.example/cpu"
+    )
+    assert "PIP_INDEX_URL=https://chosen.example/simple" in chosen
+    assert "TORCH_INDEX_URL=https://torch.example/cpu" in chosen
+    env["PIP_CONFIG_FILE"] = os.devnull  # a host with no pip configuration: pip's defaults
+    bare = sources()
+    assert "INDEX_URL" not in bare and bare.endswith(
+        "build flags: -v /etc/ssl/certs:/etc/ssl/certs:ro\n"
+    )
