@@ -1,13 +1,13 @@
 """What GPUs a Dask worker's host lets it use, named by physical identity (run on the worker;
 no torch import, no CUDA context).
 
-NVML (``nvidia-ml-py``) first: the GPUs this process may open (a SLURM job's cgroup, a
-container's devices), in PCI bus order, which is how ranks number them
-(``CUDA_DEVICE_ORDER=PCI_BUS_ID``, set by the supervisor); a GPU in MIG mode counts as its MIG
-devices. Without NVML (no driver library, WSL2's partial one), the driver's ``/proc`` list: its
-folders are PCI bus ids and each ``information`` file names the GPU's UUID. Each device is a UUID
-(``GPU-...`` or ``MIG-...``): every way of naming one device (an index, a UUID or its prefix, a
-SLURM-renumbered index, a rotated list) comes back to it (``devices.device_key``).
+NVML (``nvidia-ml-py``) first: the GPUs this process may open (a SLURM job's cgroup, a container's
+devices), in PCI bus order, which is how ranks number them (``CUDA_DEVICE_ORDER=PCI_BUS_ID``, set
+by the supervisor where the worker leaves it unset); a GPU in MIG mode counts as its MIG devices.
+Without NVML (no driver library, WSL2's partial one), the driver's ``/proc`` list: its folders are
+PCI bus ids and each ``information`` file names the GPU's UUID. Each device is a UUID (``GPU-...``
+or ``MIG-...``): every way of naming one device (an index, a UUID or its prefix, a SLURM-renumbered
+index, a rotated list) comes back to it (``devices.device_key``).
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ def launch_environment(
 ) -> dict[str, str]:
     """What a rank sets in its environment when it starts: torchrun's variables, its share of
     the worker's cores for OpenMP and for Inductor's compile workers (unless set already),
-    with GPUs the devices it sees (chosen by the driver: see ``devices``), the scheduler of
+    with GPUs the devices it sees (chosen by the driver: see ``devices``) numbered in PCI bus
+    order unless the worker's environment sets ``CUDA_DEVICE_ORDER`` itself, the scheduler of
     its cluster as Dask's default (a run started inside a rank, as in a Tune trial, runs on
     the same cluster), and the private variables as they are now (an idle process may have
     started with others)."""
@@ -114,7 +115,8 @@ def launch_environment(
             env[variable] = share
     if launch.use_gpu and launch.visible_devices:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(launch.visible_devices)
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # indices as the placement read them (NVML's)
+        if "CUDA_DEVICE_ORDER" not in process_env:  # the user's own order is kept
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"  # indices as the placement read them (NVML's)
         if launch.device_hold is not None:
             env[device_holds.HOLD_VARIABLE] = launch.device_hold
     return env

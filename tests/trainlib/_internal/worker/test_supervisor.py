@@ -96,6 +96,15 @@ def test_supervisor_gives_a_gpu_rank_the_devices_the_driver_chose() -> None:
     assert env["TRAINLIB_GPU_HOLD"] == "GPU-cccc2222"  # held on its host while it lives
 
 
+def test_supervisor_keeps_the_device_order_the_user_chose() -> None:
+    """A worker whose environment sets CUDA_DEVICE_ORDER keeps it in its ranks (they inherit
+    it); only where it is unset do ranks number devices in PCI bus order."""
+    launch = _launch(use_gpu=True, visible_devices=("GPU-aaaa", "GPU-bbbb"))
+    chosen = launch_environment(launch, {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})
+    assert "CUDA_DEVICE_ORDER" not in chosen  # the inherited FASTEST_FIRST stands
+    assert launch_environment(launch, {})["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+
+
 def test_supervisor_shares_the_cores_of_the_cpuset_not_of_the_host() -> None:
     # a worker restricted to one core (a SLURM job's or a container's cpuset) on a host with
     # more: each rank's OpenMP and Inductor compile threads come from that one core
