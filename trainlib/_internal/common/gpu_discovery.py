@@ -21,6 +21,7 @@ from trainlib._internal.common import device_holds
 from trainlib._internal.common.devices import parse_visible
 
 _NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"  # one folder per GPU the driver manages
+_DEVICE_FILE = "/dev/nvidia{minor}"  # a GPU's device file, by its minor number
 
 Probe = tuple[
     tuple[str, ...] | None,
@@ -60,8 +61,13 @@ def nvml_devices() -> tuple[str, ...] | None:
         return None
     try:
         found: list[str] = []
-        for index in range(pynvml.nvmlDeviceGetCount()):
-            gpu = pynvml.nvmlDeviceGetHandleByIndex(index)
+        for index in range(pynvml.nvmlDeviceGetCount()):  # every GPU of the host, in PCI order
+            try:
+                gpu = pynvml.nvmlDeviceGetHandleByIndex(index)
+            except pynvml.NVMLError as error:
+                if getattr(error, "value", None) == pynvml.NVML_ERROR_NO_PERMISSION:
+                    continue  # denied to this process (a cgroup): CUDA does not number it either
+                raise
             found += _mig_devices(pynvml, gpu) or [_text(pynvml.nvmlDeviceGetUUID(gpu))]
         return tuple(found)
     except pynvml.NVMLError:
@@ -89,22 +95,44 @@ def _mig_devices(nvml: Any, gpu: Any) -> list[str]:
 
 
 def driver_devices() -> tuple[int, tuple[str, ...] | None]:
-    """The driver's GPUs in PCI bus order: how many, and their UUIDs where every one's is read."""
+    """The driver's GPUs this process may open, in PCI bus order: how many, and their UUIDs
+    where every one's is read. The driver lists every GPU of the host; one whose device file
+    (``/dev/nvidia<minor>``, its ``Device Minor``) this process may not open (a SLURM job's
+    cgroup, a container given other GPUs) is left out, as CUDA leaves it out of its numbering."""
     try:
         folders = sorted(Path(_NVIDIA_GPUS_DIR).iterdir())
     except OSError:
         return 0, None
-    uuids = []
+    uuids: list[str] | None = []
+    count = 0
     for folder in folders:
         try:
             lines = (folder / "information").read_text().splitlines()
         except OSError:
-            return len(folders), None
-        named = [line.split(":", 1)[1].strip() for line in lines if line.startswith("GPU UUID")]
-        if not named:
-            return len(folders), None
-        uuids.append(named[0])
-    return len(folders), tuple(uuids) or None
+            lines = []
+        fields = dict(
+            (key.strip(), value.strip())
+            for key, _, value in (line.partition(":") for line in lines)
+        )
+        minor = fields.get("Device Minor")
+        if minor is not None and not _may_open(_DEVICE_FILE.format(minor=minor)):
+            continue
+        count += 1
+        uuid = fields.get("GPU UUID")
+        uuids = [*uuids, uuid] if uuids is not None and uuid else None
+    return count, tuple(uuids) if uuids else None
+
+
+def _may_open(device_file: str) -> bool:
+    """Whether this process may open a GPU's device file (the cgroup's verdict: opening it
+    creates no CUDA context)."""
+    try:
+        os.close(os.open(device_file, os.O_RDONLY))
+    except (PermissionError, FileNotFoundError):
+        return False
+    except OSError:  # another error: the file is there and not denied
+        return True
+    return True
 
 
 def _text(value: str | bytes) -> str:
