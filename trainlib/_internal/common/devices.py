@@ -46,6 +46,7 @@ class WorkerDevices:
     job_gpus: tuple[str, ...] | None = None  # its SLURM job's devices, in the host's numbering
     uuids: tuple[str, ...] | None = None  # the devices it may use, in PCI order (MIG devices)
     held: tuple[tuple[str, str], ...] = ()  # devices a rank on the host holds, and by whom
+    parents: tuple[tuple[str, str], ...] = ()  # each MIG device's GPU (its UUID)
 
     @property
     def given(self) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
@@ -131,14 +132,17 @@ def hold_name(key: str) -> str:
 
 
 def _uuid_of(worker: WorkerDevices, entry: str) -> str | None:
-    """The UUID ``entry`` names: itself or the one it is a unique prefix of; by index, the
-    device at that place of the worker's (None where the worker's UUIDs are unknown)."""
+    """The UUID ``entry`` names: itself or the one it is a unique prefix of; by index, the GPU
+    at that place of the worker's (a GPU in MIG mode counts once, as the GPU: CUDA numbers GPUs,
+    not their slices; None where the worker's UUIDs are unknown)."""
     known = worker.uuids or ()
     if entry.startswith(("GPU-", "MIG-")):
         matches = [u for u in known if u.startswith(entry)]
         return matches[0] if len(matches) == 1 else entry
-    if entry.isdigit() and int(entry) < len(known):
-        return known[int(entry)]
+    parents = dict(worker.parents)
+    gpus = tuple(dict.fromkeys(parents.get(uuid, uuid) for uuid in known))
+    if entry.isdigit() and int(entry) < len(gpus):
+        return gpus[int(entry)]
     return None
 
 
@@ -161,7 +165,8 @@ def place(
     """A device for each of up to ``wanted`` workers, tried in the order given.
 
     Each worker gets the first of its ``candidates`` (positions counted among ``workers`` and
-    ``among``: every live worker) whose physical GPU no worker placed before it got and
+    ``among``: every live worker) whose physical GPU no worker placed before it got (for a MIG
+    device: no slice of its GPU either, which NCCL refuses within one group) and
     ``take(device_key)`` accepts (another run's claim refuses) and no rank on its host holds
     (``WorkerDevices.held``: a run of another scheduler). Workers without one are left out.
     """
@@ -172,12 +177,16 @@ def place(
         if len(placed) >= wanted:
             break
         held = {name for name, _ in worker.held}
+        parents = dict(worker.parents)
         for entry in order[worker.address]:
             key = device_key(worker, entry)
-            if key not in used and hold_name(key) not in held and take(key):
-                used.add(key)
-                placed[worker.address] = entry
-                break
+            gpu = parents.get(hold_name(key))
+            sibling = f"{worker.host}/{gpu}" if gpu is not None else None
+            if key in used or sibling in used or hold_name(key) in held or not take(key):
+                continue
+            used.update(filter(None, (key, sibling)))
+            placed[worker.address] = entry
+            break
     return placed
 
 

@@ -29,13 +29,15 @@ Probe = tuple[
     tuple[str, ...] | None,
     tuple[str, ...] | None,
     tuple[tuple[str, str], ...],
+    tuple[tuple[str, str], ...],
 ]
 
 
 def probe_worker_devices() -> Probe:
     """This process's CUDA_VISIBLE_DEVICES, its host's device count, its SLURM job's GPUs, the
-    devices' UUIDs in CUDA's PCI-bus numbering (None where they cannot be read), and which
-    devices a rank on the host holds now, with who (``device_holds``)."""
+    devices' UUIDs in CUDA's PCI-bus numbering (None where they cannot be read), which
+    devices a rank on the host holds now, with who (``device_holds``), and each MIG device's
+    GPU (``mig_parents``)."""
     value = os.environ.get("CUDA_VISIBLE_DEVICES")
     visible = None if value is None else parse_visible(value)
     job_value = os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS")
@@ -44,12 +46,25 @@ def probe_worker_devices() -> Probe:
     count, uuids = (len(uuids), uuids) if uuids is not None else driver_devices()
     names = uuids or job or tuple(str(i) for i in range(count))
     held = tuple(sorted(device_holds.holders(names).items())) if count else ()
-    return visible, count, job, uuids, held
+    return visible, count, job, uuids, held, mig_parents()
+
+
+def nvml_devices() -> tuple[str, ...] | None:
+    """The UUIDs of the devices NVML lets this process see, MIG devices for a GPU in MIG mode;
+    None without NVML."""
+    scan = _nvml_scan()
+    return None if scan is None else tuple(uuid for uuid, _ in scan)
+
+
+def mig_parents() -> tuple[tuple[str, str], ...]:
+    """Each MIG device this process may see, with its GPU's UUID (NCCL refuses two ranks of
+    one group on slices of one GPU)."""
+    return tuple((uuid, gpu) for uuid, gpu in _nvml_scan() or () if gpu is not None)
 
 
 @functools.cache
-def nvml_devices() -> tuple[str, ...] | None:
-    """The UUIDs of the devices NVML lets this process see, MIG devices for a GPU in MIG mode;
+def _nvml_scan() -> tuple[tuple[str, str | None], ...] | None:
+    """The devices NVML lets this process see, as (UUID, its GPU's UUID for a MIG device);
     None without NVML. Read once per process: placement probes a worker at every poll while it
     waits, and a host's devices do not change under a running worker (MIG is reconfigured only
     with no process on the GPU)."""
@@ -60,7 +75,7 @@ def nvml_devices() -> tuple[str, ...] | None:
     except Exception:  # no library or no driver: NVML is not there
         return None
     try:
-        found: list[str] = []
+        found: list[tuple[str, str | None]] = []
         for index in range(pynvml.nvmlDeviceGetCount()):  # every GPU of the host, in PCI order
             try:
                 gpu = pynvml.nvmlDeviceGetHandleByIndex(index)
@@ -68,7 +83,8 @@ def nvml_devices() -> tuple[str, ...] | None:
                 if getattr(error, "value", None) == pynvml.NVML_ERROR_NO_PERMISSION:
                     continue  # denied to this process (a cgroup): CUDA does not number it either
                 raise
-            found += _mig_devices(pynvml, gpu) or [_text(pynvml.nvmlDeviceGetUUID(gpu))]
+            uuid = _text(pynvml.nvmlDeviceGetUUID(gpu))
+            found += [(mig, uuid) for mig in _mig_devices(pynvml, gpu)] or [(uuid, None)]
         return tuple(found)
     except pynvml.NVMLError:
         return None

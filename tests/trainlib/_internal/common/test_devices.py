@@ -149,7 +149,7 @@ def test_devices_probe_reads_the_list_and_slurms_own_numbering(
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("SLURM_JOB_GPUS", "2,3")
     monkeypatch.delenv("SLURM_STEP_GPUS", raising=False)
-    visible, _, job, _, _ = probe_worker_devices()
+    visible, _, job, _, _, _ = probe_worker_devices()
     assert (visible, job) == (("0", "1"), ("2", "3"))
     monkeypatch.setenv("SLURM_STEP_GPUS", "3")  # a job step's own devices come first
     assert probe_worker_devices()[2] == ("3",)
@@ -309,6 +309,26 @@ def test_devices_mig_devices_are_the_pool_each_taken_and_seen_alone() -> None:
     assert device_key(worker, "MIG-2222") == "n/MIG-2222"
     assert visible_together(["MIG-1111", "MIG-2222"]) == ()  # a process sees one MIG device
     assert visible_together(["GPU-aaaa0000", "GPU-bbbb1111"]) == ("GPU-aaaa0000", "GPU-bbbb1111")
+
+
+def test_devices_two_ranks_of_a_run_never_get_slices_of_one_gpu() -> None:
+    """NCCL refuses two ranks of one group on MIG devices of one GPU ("Duplicate GPU
+    detected"): a worker is given a slice of another GPU, or none."""
+    slices = ("MIG-a1", "MIG-a2", "MIG-b1")
+    parents = (("MIG-a1", "GPU-a"), ("MIG-a2", "GPU-a"), ("MIG-b1", "GPU-b"))
+    workers = [
+        WorkerDevices(f"tcp://n:{port}", "n", None, 3, None, slices, (), parents)
+        for port in (1, 2, 3)
+    ]
+    placed = place(workers, 3)
+    assert sorted(placed.values()) == ["MIG-a1", "MIG-b1"]  # the third would share GPU a
+    one_gpu = [
+        WorkerDevices(w.address, "n", None, 2, None, slices[:2], (), parents) for w in workers
+    ]
+    assert len(place(one_gpu, 2)) == 1
+    by_index = WorkerDevices("tcp://n:9", "n", ("1",), 3, None, slices, (), parents)
+    assert device_key(by_index, "1") == "n/GPU-b"  # GPU 1, not the second slice of GPU 0
+    assert device_key(by_index, "0") == "n/GPU-a"
 
 
 def test_devices_the_driver_folder_gives_uuids_in_pci_order(

@@ -64,11 +64,11 @@ def fake_nvml(gpus: list[dict[str, Any]]) -> ModuleType:
 
 def _discovered(monkeypatch: pytest.MonkeyPatch, gpus: list[dict[str, Any]]) -> Any:
     monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(gpus))
-    gpu_discovery.nvml_devices.cache_clear()
+    gpu_discovery._nvml_scan.cache_clear()
     try:
         return gpu_discovery.nvml_devices()
     finally:
-        gpu_discovery.nvml_devices.cache_clear()
+        gpu_discovery._nvml_scan.cache_clear()
 
 
 def test_a_jobs_cgroup_leaves_out_the_gpus_it_denies(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -91,6 +91,12 @@ def test_mig_devices_stand_for_their_gpu_and_denied_gpus_count_for_nothing(
         {"uuid": "GPU-2", "mig": []},  # MIG-capable, not in MIG mode
     ]
     assert _discovered(monkeypatch, gpus) == ("MIG-b", "MIG-c", "GPU-2")
+    monkeypatch.setitem(sys.modules, "pynvml", fake_nvml(gpus))
+    gpu_discovery._nvml_scan.cache_clear()
+    try:
+        assert gpu_discovery.mig_parents() == (("MIG-b", "GPU-1"), ("MIG-c", "GPU-1"))
+    finally:
+        gpu_discovery._nvml_scan.cache_clear()
 
 
 def test_another_nvml_error_is_not_taken_for_a_denied_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -102,11 +108,11 @@ def test_another_nvml_error_is_not_taken_for_a_denied_gpu(monkeypatch: pytest.Mo
 
     nvml.nvmlDeviceGetHandleByIndex = lost  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    gpu_discovery.nvml_devices.cache_clear()
+    gpu_discovery._nvml_scan.cache_clear()
     try:
         assert gpu_discovery.nvml_devices() is None
     finally:
-        gpu_discovery.nvml_devices.cache_clear()
+        gpu_discovery._nvml_scan.cache_clear()
 
 
 def test_the_driver_folder_leaves_out_gpus_whose_device_file_is_denied(
