@@ -30,6 +30,7 @@ from trainlib.errors import (
     WorkerGroupError,
 )
 from trainlib.preemption import PreemptionInfo
+from trainlib.ray_hints import SyncConfig
 from trainlib.reporting import (
     CheckpointUploadMode,
     ReportedCheckpoint,
@@ -72,6 +73,7 @@ __all__ = [
     "RunConfig",
     "RunInfo",
     "ScalingConfig",
+    "SyncConfig",
     "TorchConfig",
     "TrackingCallback",
     "TrainContext",

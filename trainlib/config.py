@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from numbers import Integral
 from typing import TYPE_CHECKING, Any, Literal
 
+from trainlib import ray_hints
 from trainlib.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ class ScalingConfig:
             workers declaring the resource ``accelerator_type:A100`` (``dask worker
             --resources accelerator_type:A100=1``) take the ranks. Added to
             ``resources_per_worker`` (0.001 a rank, as Ray asks for it).
+        trainer_resources, placement_strategy: Ray's, accepted for ported scripts; they have
+            no effect here (``trainlib.ray_hints`` says what happens instead, once).
 
     In a Tuner's ``param_space={"scaling_config": ScalingConfig(...)}``, ``num_workers`` and
     the amounts of ``resources_per_worker`` may be searched (``tune.grid_search([1, 2])``):
@@ -68,6 +71,8 @@ class ScalingConfig:
     worker_setup: Callable[[], None] | None = None
     elastic_resize_monitor_interval_s: float = 60.0
     accelerator_type: str | None = None
+    trainer_resources: Mapping[str, float] | None = None
+    placement_strategy: str = "PACK"
 
     @property
     def worker_range(self) -> tuple[int, int]:
@@ -125,6 +130,8 @@ class ScalingConfig:
                 "ScalingConfig(elastic_resize_monitor_interval_s="
                 f"{self.elastic_resize_monitor_interval_s}) must be a number of seconds > 0."
             )
+        ray_hints.accept("ScalingConfig", "trainer_resources", self.trainer_resources, None)
+        ray_hints.accept("ScalingConfig", "placement_strategy", self.placement_strategy, "PACK")
         if self.worker_setup is not None and not callable(self.worker_setup):
             raise ConfigError(
                 f"ScalingConfig(worker_setup={self.worker_setup!r}) must be a function of no "
@@ -245,6 +252,9 @@ class RunConfig:
             to reach (``{"training_iteration": 10, "mean_accuracy": 0.98}``), a function
             ``(trial_id, result) -> bool`` or a ``tune.Stopper``. A single run ends when its
             training function returns.
+        sync_config, verbose, progress_reporter, log_to_file: Ray's, accepted for ported
+            scripts; they have no effect here (``trainlib.ray_hints`` says what happens
+            instead, once).
     """
 
     name: str | None = None
@@ -254,8 +264,19 @@ class RunConfig:
     failure_config: FailureConfig = field(default_factory=FailureConfig)
     callbacks: Sequence[Callback] = ()
     stop: Any = None  # trainlib.tune.stopper.Stop, checked by the Tuner (this module is below it)
+    sync_config: ray_hints.SyncConfig | None = None
+    verbose: Any = None
+    progress_reporter: Any = None
+    log_to_file: bool | str | tuple[str, str] = False
 
     def __post_init__(self) -> None:
+        for name, ray_default in (
+            ("sync_config", None),
+            ("verbose", None),
+            ("progress_reporter", None),
+            ("log_to_file", False),
+        ):
+            ray_hints.accept("RunConfig", name, getattr(self, name), ray_default)
         if self.name is not None and ("/" in self.name or self.name in ("", ".", "..")):
             raise ConfigError(
                 f"RunConfig(name={self.name!r}) must be non-empty without '/', and not '.' or "

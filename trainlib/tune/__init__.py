@@ -6,6 +6,7 @@ trainlib runs sharing one Dask cluster; see ``Tuner``.
 
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import CheckpointConfig, FailureConfig, RunConfig
+from trainlib.ray_hints import CLIReporter, JupyterNotebookReporter, SyncConfig
 from trainlib.reporting import get_checkpoint, report
 from trainlib.tune.callback import Callback, Trial
 from trainlib.tune.class_api import Trainable
@@ -46,18 +47,21 @@ __all__ = [
     "ASHAScheduler",
     "AsyncHyperBandScheduler",
     "BasicVariantGenerator",
+    "CLIReporter",
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
     "FIFOScheduler",
     "FailureConfig",
     "HyperBandScheduler",
+    "JupyterNotebookReporter",
     "MedianStoppingRule",
     "OptunaSearch",
     "ResultGrid",
     "RunConfig",
     "Searcher",
     "Stopper",
+    "SyncConfig",
     "Trainable",
     "Trial",
     "TrialScheduler",

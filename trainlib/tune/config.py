@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
+from trainlib import ray_hints
 from trainlib.errors import ConfigError
 from trainlib.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 from trainlib.tune.search import (
@@ -40,6 +41,7 @@ class TuneConfig:
         time_budget_s: Seconds (or a ``timedelta``) the search may run, from its first
             result: then every running trial ends (as complete, with its last result) and no
             new one starts, as ``tune.stopper.TimeoutStopper`` does.
+        reuse_actors: Ray's, accepted for ported scripts; no effect here.
     """
 
     metric: str | None = None
@@ -51,8 +53,10 @@ class TuneConfig:
     study_storage: str | None = None
     seed: int | None = None
     time_budget_s: float | timedelta | None = None
+    reuse_actors: bool | None = None  # Ray's; no effect (``trainlib.ray_hints``)
 
     def __post_init__(self) -> None:
+        ray_hints.accept("TuneConfig", "reuse_actors", self.reuse_actors, False)
         self._take_metric_from_parts()
         budget = self.time_budget_s
         seconds = budget.total_seconds() if isinstance(budget, timedelta) else budget

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from trainlib.config import DEFAULT_STORAGE_PATH, FailureConfig, RunConfig
 from trainlib.dask_config import DaskConfig
+from trainlib.ray_hints import SyncConfig
 from trainlib.torch.trainer import TorchTrainer
 from trainlib.tune.config import TuneConfig
 from trainlib.tune.result_grid import ResultGrid
@@ -37,13 +38,19 @@ def run(
     storage_path: str = DEFAULT_STORAGE_PATH,
     dask_config: DaskConfig | None = None,
     client: Client | None = None,
+    verbose: Any = None,
+    progress_reporter: Any = None,
+    reuse_actors: bool | None = None,
+    sync_config: SyncConfig | None = None,
+    log_to_file: bool | str | tuple[str, str] = False,
 ) -> ResultGrid:
     """``Tuner(run_or_experiment, param_space=config, ...).fit()`` in one call.
 
     ``stop`` is ``RunConfig(stop=...)``: a dict of results to reach, a function
     ``(trial_id, result) -> bool`` or a ``tune.Stopper``. Returns the ``ResultGrid`` (Ray
     returns an ``ExperimentAnalysis``; use ``get_best_result().config`` for its
-    ``best_config``).
+    ``best_config``). ``verbose``, ``progress_reporter``, ``reuse_actors``, ``sync_config`` and
+    ``log_to_file`` are Ray's, accepted for ported scripts (``trainlib.ray_hints``).
 
     Example:
         >>> grid = tune.run(train_fn, config={"lr": tune.loguniform(1e-4, 1e-1)},
@@ -57,12 +64,17 @@ def run(
         search_alg=search_alg,
         scheduler=scheduler or _default_scheduler(metric),
         time_budget_s=time_budget_s,
+        reuse_actors=reuse_actors,
     )
     run_config = RunConfig(
         name=name,
         storage_path=storage_path,
         stop=stop,
         failure_config=FailureConfig(fail_fast=fail_fast),
+        verbose=verbose,
+        progress_reporter=progress_reporter,
+        sync_config=sync_config,
+        log_to_file=log_to_file,
     )
     tuner = Tuner(
         run_or_experiment,
