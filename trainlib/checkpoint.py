@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import fsspec
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
 from trainlib._retries import call_storage
+
+METADATA_FILE = ".metadata.json"  # Ray's name for a checkpoint's metadata
 
 
 class Checkpoint:
@@ -73,6 +77,39 @@ class Checkpoint:
             ),
         )
         return target
+
+    def get_metadata(self) -> dict[str, Any]:
+        """The checkpoint's metadata (``{}`` if none was set), as Ray keeps it: the JSON file
+        ``.metadata.json`` among its files."""
+        path = f"{self.path.rstrip('/')}/{METADATA_FILE}"
+
+        def read() -> dict[str, Any]:
+            if not self.filesystem.exists(path):
+                return {}
+            with self.filesystem.open(path, "r") as f:
+                found: dict[str, Any] = json.load(f)
+            return found
+
+        return call_storage("read the checkpoint's metadata", self._url(), read)
+
+    def set_metadata(self, metadata: dict[str, Any]) -> None:
+        """Replace the checkpoint's metadata (JSON-serializable values).
+
+        Raises:
+            TypeError: A value JSON cannot hold.
+        """
+        text = json.dumps(metadata)  # before anything is written
+        path = f"{self.path.rstrip('/')}/{METADATA_FILE}"
+
+        def write() -> None:
+            with self.filesystem.open(path, "w") as f:
+                f.write(text)
+
+        call_storage("write the checkpoint's metadata", self._url(), write)
+
+    def update_metadata(self, metadata: dict[str, Any]) -> None:
+        """Merge ``metadata`` into the checkpoint's metadata."""
+        self.set_metadata({**self.get_metadata(), **metadata})
 
     def _url(self) -> str:
         return str(self.filesystem.unstrip_protocol(self.path))

@@ -41,3 +41,26 @@ def test_checkpoint_url_infers_filesystem() -> None:
 def test_checkpoint_used_as_path_names_the_right_call(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="as_directory"):
         open(Checkpoint.from_directory(tmp_path))  # noqa: SIM115
+
+
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_checkpoint_metadata_as_ray_keeps_it(tmp_path: Path, where: str) -> None:
+    """get/set/update_metadata: JSON in the checkpoint's .metadata.json, travelling with its
+    files; a value JSON cannot hold is refused before anything is written."""
+    if where == "local":
+        _write_tree(tmp_path / "src")
+        checkpoint = Checkpoint.from_directory(tmp_path / "src")
+    else:
+        fs = fsspec.filesystem("memory")
+        fs.pipe(f"/meta-{os.getpid()}/model.pt", b"weights")
+        checkpoint = Checkpoint(f"memory:///meta-{os.getpid()}")
+    assert checkpoint.get_metadata() == {}
+    checkpoint.set_metadata({"epoch": 3, "note": "warm"})
+    checkpoint.update_metadata({"epoch": 4, "loss": 0.25})
+    assert checkpoint.get_metadata() == {"epoch": 4, "note": "warm", "loss": 0.25}
+    with pytest.raises(TypeError):
+        checkpoint.set_metadata({"bad": object()})
+    assert checkpoint.get_metadata() == {"epoch": 4, "note": "warm", "loss": 0.25}
+    copied = Checkpoint.from_directory(checkpoint.to_directory(tmp_path / "copy"))
+    assert copied.get_metadata()["loss"] == 0.25
+    assert ".metadata.json" in checkpoint.files()

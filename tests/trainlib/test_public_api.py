@@ -34,6 +34,7 @@ DOCUMENTED_TRAINLIB = {
     "RunConfig",
     "RunInfo",
     "ScalingConfig",
+    "SyncConfig",
     "TorchConfig",
     "TrackingCallback",
     "TrainContext",
@@ -90,13 +91,19 @@ DOCUMENTED_TORCH = {
     "ScalingConfig",
     "TorchConfig",
     "TorchTrainer",
+    "backward",
+    "enable_reproducibility",
     "get_device",
     "get_devices",
     "prepare_data_loader",
     "prepare_model",
+    "prepare_optimizer",
 }
 DOCUMENTED_TUNE = {
     "ASHAScheduler",
+    "CLIReporter",
+    "JupyterNotebookReporter",
+    "SyncConfig",
     "AsyncHyperBandScheduler",
     "BasicVariantGenerator",
     "Callback",
@@ -193,10 +200,13 @@ RAY_TRAIN_V2_PATHS = {
     },
     "trainlib.v2.torch.torch_trainer": {"TorchTrainer"},
     "trainlib.v2.torch.train_loop_utils": {
+        "backward",
+        "enable_reproducibility",
         "get_device",
         "get_devices",
         "prepare_data_loader",
         "prepare_model",
+        "prepare_optimizer",
     },
 }
 

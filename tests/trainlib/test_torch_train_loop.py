@@ -239,3 +239,36 @@ def test_prepare_with_gpu_moves_model_and_batches_to_the_ranks_device(
     assert next(model.parameters()).device.type == "cuda"
     loader = prepare_data_loader(DataLoader(torch.arange(6.0).reshape(3, 2), batch_size=2))
     assert [batch.device.type for batch in loader] == ["cuda", "cuda"]
+
+
+REPRODUCIBLE = """
+import torch
+from trainlib.torch import backward, enable_reproducibility, prepare_optimizer
+
+def once():
+    enable_reproducibility(seed=7)
+    model = torch.nn.Linear(4, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert prepare_optimizer(optimizer) is optimizer
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    backward(loss)
+    optimizer.step()
+    return model.weight.detach().clone()
+
+first, second = once(), once()
+assert torch.equal(first, second)
+assert torch.are_deterministic_algorithms_enabled()
+assert not torch.backends.cudnn.benchmark
+print("same")
+"""
+
+
+def test_torch_ray_helpers_make_runs_repeatable() -> None:
+    """Ray's enable_reproducibility, prepare_optimizer and backward (in a process of its own:
+    they set torch's global determinism)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", REPRODUCIBLE], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "same"

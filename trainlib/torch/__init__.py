@@ -2,10 +2,13 @@
 
 from trainlib.config import ScalingConfig, TorchConfig
 from trainlib.torch.train_loop import (
+    backward,
+    enable_reproducibility,
     get_device,
     get_devices,
     prepare_data_loader,
     prepare_model,
+    prepare_optimizer,
 )
 from trainlib.torch.trainer import TorchTrainer
 
@@ -13,8 +16,11 @@ __all__ = [
     "ScalingConfig",
     "TorchConfig",
     "TorchTrainer",
+    "backward",
+    "enable_reproducibility",
     "get_device",
     "get_devices",
     "prepare_data_loader",
     "prepare_model",
+    "prepare_optimizer",
 ]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import random
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -178,3 +181,26 @@ class _DeviceDataLoader(DataLoader[Any]):
 
     def __len__(self) -> int:
         return len(self._base)
+
+
+def prepare_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """Ray's ``prepare_optimizer``: the optimizer as it is (Ray wraps it only for its
+    ``accelerate(amp=True)``; use ``torch.autocast`` and ``torch.amp.GradScaler`` directly)."""
+    return optimizer
+
+
+def backward(tensor: torch.Tensor) -> None:
+    """Ray's ``backward``: ``tensor.backward()`` (Ray scales it only under its AMP)."""
+    tensor.backward()
+
+
+def enable_reproducibility(seed: int = 0) -> None:
+    """Ray's ``enable_reproducibility``: seed Python's, NumPy's and torch's generators and make
+    torch choose deterministic algorithms (slower; cuBLAS told so through
+    ``CUBLAS_WORKSPACE_CONFIG``). Call it first in the training function, in every rank."""
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed)
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = ":4096:8"
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
