@@ -56,12 +56,13 @@ class Profile:
     def better_by(self, gain: float) -> np.ndarray:
         """A model right more often on the ambiguous images (each a share ``t`` of the way
         from its chance to certainty), ``gain`` more accurate overall."""
-        room = float(np.sum(self.share[2:] * (1 - self.chance[2:])))
+        room = self.room()
         assert gain < room, "no room left on the ambiguous images for that gain"
         t = gain / room
         return np.concatenate([self.chance[:2], self.chance[2:] + t * (1 - self.chance[2:])])
 
     def room(self) -> float:
+        """The most accuracy a model can gain on the ambiguous images."""
         return float(np.sum(self.share[2:] * (1 - self.chance[2:])))
 
 
