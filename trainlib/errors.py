@@ -82,7 +82,7 @@ class NotEnoughWorkersError(ClusterError):
             return (
                 f"ScalingConfig(num_workers={self.num_workers}, use_gpu=True) needs "
                 f"{self.requested} free GPU(s) but {self.address} has {self.available} "
-                f"({self.gpus_in_use}); wait for those runs to end, lower num_workers, or "
+                f"({self.gpus_in_use}); wait for them to end, lower num_workers, or "
                 "add GPU workers to the cluster."
             )
         if self.gpu_shortage:

@@ -6,6 +6,8 @@ placement itself with the device discovery faked."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -138,6 +140,45 @@ def test_gpu_a_run_started_while_another_holds_the_only_gpu_is_told_which(tmp_pa
             release.touch()
             holder.join()
     assert first["result"].metrics["device"].startswith("cuda")
+
+
+@pytest.mark.skipif(GPUS < 1, reason="needs a CUDA device")
+def test_gpu_a_process_trainlib_did_not_start_keeps_its_gpu_and_is_named(tmp_path: Path) -> None:
+    """A colleague's process with a CUDA context on every GPU of the host (NVML lists it; it
+    holds no trainlib lock): a run is refused, naming the process."""
+    code = (
+        "import sys, torch\n"
+        f"[torch.ones(1, device=f'cuda:{{i}}') for i in range({GPUS})]\n"
+        "print('on', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    other = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert other.stdout is not None and other.stdout.readline() == b"on\n"
+        if not _nvml_lists_processes():
+            pytest.skip("NVML lists no processes here (a container without the host's pids)")
+        with local_cluster(1, processes=True) as client:
+            trainer = _gpu_trainer(_cuda_in_rank, {}, tmp_path, _address(client), name="late")
+            with pytest.raises(NotEnoughWorkersError, match=r"is used by process \d+"):
+                trainer.fit()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def _nvml_lists_processes() -> bool:
+    """Whether NVML lists the compute processes of GPU 0 here (a container with a pid namespace
+    of its own sees none on many drivers: docs/scaling.md)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        device = pynvml.nvmlDeviceGetHandleByIndex(0)
+        return bool(pynvml.nvmlDeviceGetComputeRunningProcesses(device))
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def _cuda_in_rank(config: dict[str, Any]) -> None:

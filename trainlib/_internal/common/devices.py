@@ -47,6 +47,7 @@ class WorkerDevices:
     uuids: tuple[str, ...] | None = None  # the devices it may use, in PCI order (MIG devices)
     held: tuple[tuple[str, str], ...] = ()  # devices a rank on the host holds, and by whom
     parents: tuple[tuple[str, str], ...] = ()  # each MIG device's GPU (its UUID)
+    others: tuple[tuple[str, str], ...] = ()  # devices other processes use, and why (gpu_users)
 
     @property
     def given(self) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
@@ -168,7 +169,8 @@ def place(
     ``among``: every live worker) whose physical GPU no worker placed before it got (for a MIG
     device: no slice of its GPU either, which NCCL refuses within one group) and
     ``take(device_key)`` accepts (another run's claim refuses) and no rank on its host holds
-    (``WorkerDevices.held``: a run of another scheduler). Workers without one are left out.
+    (``WorkerDevices.held``: a run of another scheduler) and no other process uses
+    (``WorkerDevices.others``). Workers without one are left out.
     """
     order = candidates({w.address: w for w in [*among, *workers]}.values())
     placed: dict[str, str] = {}
@@ -176,7 +178,7 @@ def place(
     for worker in workers:
         if len(placed) >= wanted:
             break
-        held = {name for name, _ in worker.held}
+        held = {name for name, _ in (*worker.held, *worker.others)}
         parents = dict(worker.parents)
         for entry in order[worker.address]:
             key = device_key(worker, entry)

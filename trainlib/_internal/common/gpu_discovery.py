@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trainlib._internal.common import device_holds
+from trainlib._internal.common import device_holds, gpu_users
 from trainlib._internal.common.devices import parse_visible
 
 _NVIDIA_GPUS_DIR = "/proc/driver/nvidia/gpus"  # one folder per GPU the driver manages
@@ -30,23 +30,26 @@ Probe = tuple[
     tuple[str, ...] | None,
     tuple[tuple[str, str], ...],
     tuple[tuple[str, str], ...],
+    tuple[tuple[str, str], ...],
 ]
 
 
 def probe_worker_devices() -> Probe:
     """This process's CUDA_VISIBLE_DEVICES, its host's device count, its SLURM job's GPUs, the
     devices' UUIDs in CUDA's PCI-bus numbering (None where they cannot be read), which
-    devices a rank on the host holds now, with who (``device_holds``), and each MIG device's
-    GPU (``mig_parents``)."""
+    devices a rank on the host holds now, with who (``device_holds``), each MIG device's GPU
+    (``mig_parents``), and the devices other processes use now, with why (``gpu_users``)."""
     value = os.environ.get("CUDA_VISIBLE_DEVICES")
     visible = None if value is None else parse_visible(value)
     job_value = os.environ.get("SLURM_STEP_GPUS") or os.environ.get("SLURM_JOB_GPUS")
     job = None if job_value is None else parse_visible(job_value)
-    uuids = nvml_devices()
-    count, uuids = (len(uuids), uuids) if uuids is not None else driver_devices()
+    nvml = nvml_devices()
+    count, uuids = (len(nvml), nvml) if nvml is not None else driver_devices()
     names = uuids or job or tuple(str(i) for i in range(count))
-    held = tuple(sorted(device_holds.holders(names).items())) if count else ()
-    return visible, count, job, uuids, held, mig_parents()
+    holders = device_holds.holders(names) if count else {}
+    held = tuple(sorted(holders.items()))
+    others = {k: v for k, v in gpu_users.other_users(nvml or ()).items() if k not in holders}
+    return visible, count, job, uuids, held, mig_parents(), tuple(sorted(others.items()))
 
 
 def nvml_devices() -> tuple[str, ...] | None:

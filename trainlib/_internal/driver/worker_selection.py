@@ -12,7 +12,7 @@ from typing import Any
 
 from distributed import Client
 
-from trainlib._internal.common import device_holds, devices, gpu_discovery
+from trainlib._internal.common import device_holds, devices, gpu_discovery, gpu_users
 from trainlib._internal.driver.batch_jobs import waiting_jobs
 from trainlib._internal.driver.gpu_claims import GpuClaims
 from trainlib._internal.driver.process_globals import DRIVER
@@ -172,6 +172,8 @@ class _WorkerGpus:
                 for name, who in view.held:
                     where = f"{view.host}/{name}"
                     claims.refused[where] = f"{who} on {view.host} (its rank holds it)"
+                for name, why in view.others:  # used by a process trainlib did not start
+                    claims.refused[f"{view.host}/{name}"] = f"{why} (on {view.host})"
             placed = devices.place(views, wanted, claims.take, among=every)
             kept = placed if len(placed) >= least else {}
             claims.keep({devices.device_key(self.views[a], e) for a, e in kept.items()})
@@ -184,7 +186,8 @@ def _worker_gpus(client: Client, live: dict[str, Any]) -> _WorkerGpus:
     hosts = {address: info["host"] for address, info in live.items()}
     probed = client.run(gpu_discovery.probe_worker_devices, workers=list(hosts), on_error="return")
     for view in probed.values():
-        if isinstance(view, device_holds.LockFolderError):  # a host's setting: say it, at once
+        # a host's setting that is wrong: said at once, not a worker silently passed over
+        if isinstance(view, (device_holds.LockFolderError, gpu_users.OthersSettingError)):
             raise view
     return _WorkerGpus(
         {

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from tenacity import retry, retry_if_exception_type, stop_after_delay, wait_fixed
 
-from trainlib._internal.common import device_holds
+from trainlib._internal.common import device_holds, gpu_users
 from trainlib._internal.common.devices import duplicate_devices, missing_kernels
 
 if TYPE_CHECKING:
@@ -52,7 +52,10 @@ def init_process_group(
             raise RuntimeError(
                 f"Rank {os.environ['RANK']} on host {host or socket.gethostname()}: {unsupported}."
             )
-        torch.cuda.set_device(device)
+        try:
+            torch.cuda.set_device(device)  # makes the CUDA context
+        except RuntimeError as error:
+            raise _unavailable(error, host) from error
     if os.environ.get("RANK", "0") != "0":
         _wait_for_store(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), timeout_s)
     timeout = timedelta(seconds=timeout_s)
@@ -85,6 +88,21 @@ def _hold_device(host: str) -> None:
             "(a run of another Dask scheduler on this host, or a process that kept it); wait "
             "for it to end, or give this run's workers other GPUs."
         ) from None
+
+
+def _unavailable(error: RuntimeError, host: str) -> RuntimeError:
+    """CUDA's "busy or unavailable" (the GPU's compute mode lets one process at a time use it,
+    and another has it) as what it is and who has the GPU; any other error as it is."""
+    if "busy or unavailable" not in str(error):
+        return error
+    name = os.environ.get(device_holds.HOLD_VARIABLE, "")
+    who = gpu_users.other_users([name]).get(name) if name.startswith(("GPU-", "MIG-")) else None
+    return RuntimeError(
+        f"Rank {os.environ.get('RANK', '0')} on host {host or socket.gethostname()} cannot open "
+        f"its GPU {name}: CUDA says it is busy or unavailable, which means its compute mode "
+        "(EXCLUSIVE_PROCESS or PROHIBITED, see `nvidia-smi -q -d COMPUTE`) keeps this rank out "
+        + (f"({who})." if who else "while another process uses it (`nvidia-smi` names it).")
+    )
 
 
 def _wait_for_store(host: str, port: int, timeout_s: float) -> None:

@@ -149,7 +149,7 @@ def test_devices_probe_reads_the_list_and_slurms_own_numbering(
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     monkeypatch.setenv("SLURM_JOB_GPUS", "2,3")
     monkeypatch.delenv("SLURM_STEP_GPUS", raising=False)
-    visible, _, job, _, _, _ = probe_worker_devices()
+    visible, _, job, *_ = probe_worker_devices()
     assert (visible, job) == (("0", "1"), ("2", "3"))
     monkeypatch.setenv("SLURM_STEP_GPUS", "3")  # a job step's own devices come first
     assert probe_worker_devices()[2] == ("3",)

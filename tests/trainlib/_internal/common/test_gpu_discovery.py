@@ -9,57 +9,12 @@ import os
 import stat
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.trainlib._internal.common.fake_nvml import UNKNOWN, NVMLError, fake_nvml
 from trainlib._internal.common import gpu_discovery
-
-NO_PERMISSION, NOT_FOUND, NOT_SUPPORTED, UNKNOWN = 4, 6, 3, 999
-
-
-class NVMLError(Exception):
-    """As nvidia-ml-py's: the NVML return code in ``value``."""
-
-    def __init__(self, value: int) -> None:
-        super().__init__(value)
-        self.value = value
-
-
-def fake_nvml(gpus: list[dict[str, Any]]) -> ModuleType:
-    """An NVML whose host has ``gpus`` in PCI order, each {"uuid", "denied", "mig": [uuids]}:
-    nvmlDeviceGetCount counts them all; a denied one's handle raises NO_PERMISSION
-    (nvmlDeviceGetHandleByIndex's documented error for a device the caller may not use)."""
-    nvml = ModuleType("pynvml")
-    nvml.NVMLError = NVMLError  # type: ignore[attr-defined]
-    nvml.NVML_ERROR_NO_PERMISSION = NO_PERMISSION  # type: ignore[attr-defined]
-    nvml.NVML_DEVICE_MIG_ENABLE = 1  # type: ignore[attr-defined]
-    nvml.nvmlInit = lambda: None  # type: ignore[attr-defined]
-    nvml.nvmlShutdown = lambda: None  # type: ignore[attr-defined]
-    nvml.nvmlDeviceGetCount = lambda: len(gpus)  # type: ignore[attr-defined]
-
-    def handle(index: int) -> dict[str, Any]:
-        if gpus[index].get("denied"):
-            raise NVMLError(NO_PERMISSION)
-        return gpus[index]
-
-    def mig_mode(gpu: dict[str, Any]) -> tuple[int, int]:
-        if "mig" not in gpu:
-            raise NVMLError(NOT_SUPPORTED)  # a GPU without MIG
-        return (1, 1) if gpu["mig"] else (0, 0)
-
-    def mig_handle(gpu: dict[str, Any], index: int) -> dict[str, Any]:
-        if index >= len(gpu["mig"]):
-            raise NVMLError(NOT_FOUND)  # an empty slot
-        return {"uuid": gpu["mig"][index]}
-
-    nvml.nvmlDeviceGetHandleByIndex = handle  # type: ignore[attr-defined]
-    nvml.nvmlDeviceGetUUID = lambda gpu: gpu["uuid"].encode()  # type: ignore[attr-defined]
-    nvml.nvmlDeviceGetMigMode = mig_mode  # type: ignore[attr-defined]
-    nvml.nvmlDeviceGetMaxMigDeviceCount = lambda gpu: 7  # type: ignore[attr-defined]
-    nvml.nvmlDeviceGetMigDeviceHandleByIndex = mig_handle  # type: ignore[attr-defined]
-    return nvml
 
 
 def _discovered(monkeypatch: pytest.MonkeyPatch, gpus: list[dict[str, Any]]) -> Any:

@@ -19,14 +19,16 @@ import pytest
 from distributed import Client, Worker
 
 from tests.helpers import free_port, local_cluster
+from tests.trainlib._internal.common.fake_nvml import ProcessInfo, fake_nvml, install
 from trainlib import NotEnoughWorkersError, ScalingConfig
-from trainlib._internal.common import device_holds, gpu_discovery
+from trainlib._internal.common import device_holds, gpu_discovery, gpu_users
 from trainlib._internal.driver import worker_selection
 from trainlib._internal.driver.gpu_claims import GpuClaims
 from trainlib._internal.driver.ranks import WorkerSlot
 from trainlib._internal.driver.worker_selection import select_workers
 
 GPU = ScalingConfig(num_workers=2, use_gpu=True)
+_real_nvml_devices = gpu_discovery.nvml_devices
 
 
 @dataclass
@@ -91,7 +93,7 @@ def test_two_runs_of_two_clients_take_different_gpus_and_a_third_is_told_who_hol
             with pytest.raises(
                 NotEnoughWorkersError,
                 match=r"needs 1 free GPU\(s\) but \S+ has 0 \(GPU \S+/0 is used by run run-a; "
-                r".*GPU \S+/3 is used by run run-b\); wait for those runs to end",
+                r".*GPU \S+/3 is used by run run-b\); wait for them to end",
             ):
                 select_workers(rig.client, one, timeout_s=60, claims=third)
             assert third.held == set()
@@ -201,6 +203,47 @@ def test_a_gpu_a_rank_of_another_scheduler_holds_is_never_given_and_its_holder_i
         assert _gpus(select_workers(rig.client, four, timeout_s=5, claims=claims)) == {
             "0", "1", "2", "3",
         }  # fmt: skip
+
+
+def test_a_gpu_another_process_uses_is_never_given_and_the_process_is_named(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A colleague's notebook on GPU 1 (NVML lists it; it holds no trainlib lock): no run gets
+    GPU 1, and a run that needs it is told which process has it; once the process ends, the
+    GPU is given again."""
+    gpus = [{"uuid": f"GPU-{i}"} for i in range(4)]
+    processes = {"GPU-1": [ProcessInfo(31337, 2**31)]}
+    install(monkeypatch, fake_nvml(gpus, processes, {31337: "jupyter"}))
+    monkeypatch.setattr(gpu_discovery, "nvml_devices", _real_nvml_devices)
+    gpu_discovery._nvml_scan.cache_clear()
+    try:
+        three = ScalingConfig(num_workers=3, use_gpu=True)
+        with GpuClaims(rig.client, "run-a") as claims:
+            slots = select_workers(rig.client, three, timeout_s=5, claims=claims)
+            assert _gpus(slots) == {"0", "2", "3"}
+        four = ScalingConfig(num_workers=4, use_gpu=True)
+        with (
+            GpuClaims(rig.client, "run-b") as claims,
+            pytest.raises(
+                NotEnoughWorkersError,
+                match=r"GPU \S+/GPU-1 is used by process 31337 \(jupyter, 2.0 GiB\), not a rank "
+                r"of trainlib: stop it or give this run other GPUs",
+            ),
+        ):
+            select_workers(rig.client, four, timeout_s=60, claims=claims)
+        processes["GPU-1"].clear()  # the notebook ended
+        with GpuClaims(rig.client, "run-c") as claims:
+            assert _gpus(select_workers(rig.client, four, timeout_s=5, claims=claims)) == {
+                "0", "1", "2", "3",
+            }  # fmt: skip
+        monkeypatch.setenv("TRAINLIB_GPU_OTHER_PROCESSES", "sometimes")
+        with (
+            GpuClaims(rig.client, "run-d") as claims,
+            pytest.raises(gpu_users.OthersSettingError, match="TRAINLIB_GPU_OTHER_PROCESSES"),
+        ):
+            select_workers(rig.client, four, timeout_s=5, claims=claims)
+    finally:
+        gpu_discovery._nvml_scan.cache_clear()
 
 
 def test_a_lock_folder_where_locks_cannot_be_taken_fails_placement_naming_it(

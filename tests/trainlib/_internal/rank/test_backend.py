@@ -12,6 +12,13 @@ import torch
 import torch.distributed as dist
 
 from tests.helpers import set_single_rank_environment
+from tests.trainlib._internal.common.fake_nvml import (
+    EXCLUSIVE_PROCESS,
+    ProcessInfo,
+    fake_nvml,
+    install,
+)
+from trainlib._internal.common import device_holds
 from trainlib._internal.rank import backend
 from trainlib._internal.rank.backend import (
     check_devices,
@@ -115,3 +122,28 @@ def test_backend_check_devices_fails_every_rank_naming_the_shared_gpu_and_the_fi
     assert outcomes[0] is not None
     assert outcomes[0].startswith("ranks 1, 2 on host h2 were all given GPU GPU-a;")
     assert "CUDA_VISIBLE_DEVICES" in outcomes[0]
+
+
+def test_cudas_busy_or_unavailable_is_told_as_the_compute_mode_and_the_process_that_has_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CUDA's words when another process has a GPU in EXCLUSIVE_PROCESS mode (cudaSetDevice makes
+    the context), as torch raises them; NVML (faked as documented) names the process."""
+    gpus = [{"uuid": "GPU-a", "mode": EXCLUSIVE_PROCESS}]
+    nvml = fake_nvml(gpus, {"GPU-a": [ProcessInfo(808, 2**30)]}, {808: "/usr/bin/python3"})
+    install(monkeypatch, nvml)
+    monkeypatch.setenv(device_holds.HOLD_VARIABLE, "GPU-a")
+    monkeypatch.setenv("RANK", "2")
+    cuda = RuntimeError(
+        "CUDA error: CUDA-capable device(s) is/are busy or unavailable\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call"
+    )
+    message = str(backend._unavailable(cuda, "n1"))
+    assert message.startswith(
+        "Rank 2 on host n1 cannot open its GPU GPU-a: CUDA says it is busy or unavailable"
+    )
+    assert "process 808 (python3, 1.0 GiB) in EXCLUSIVE_PROCESS compute mode" in message
+    other = RuntimeError("CUDA error: out of memory")
+    assert backend._unavailable(other, "n1") is other  # any other error as it is
+    install(monkeypatch, None)  # without NVML: still what it means
+    assert "`nvidia-smi` names it" in str(backend._unavailable(cuda, "n1"))
