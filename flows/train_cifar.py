@@ -98,8 +98,8 @@ def train_cifar(
         promote_alpha: The registered model's lifetime false-promotion budget, taken at its
             first version only (default 0.05; later runs spend from it: ``mlops.ledger``).
         min_test_accuracy: Release gate: the least test accuracy.
-        max_class_drop: Release gate: the most any class's accuracy may fall below the
-            champion's.
+        max_class_drop: Release gate: each class's accuracy must be shown to be at most this
+            below the champion's (1 turns the gate off).
         check_fresh_load: Release gate: the registered model, loaded in a new process,
             scores like the evaluation.
         predict_input: Images to predict with the new champion (any fsspec URL).

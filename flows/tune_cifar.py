@@ -86,7 +86,7 @@ def tune_cifar(
         promote_alpha: The registered model's lifetime false-promotion budget, taken at its
             first version only (default 0.05: ``mlops.ledger``).
         min_test_accuracy: Release gate: the least test accuracy.
-        max_class_drop: Release gate: the most any class may fall below the champion.
+        max_class_drop: Release gate: each class shown at most this below the champion.
         check_fresh_load: Release gate: the registered model loaded anew scores the same.
         rows_per_file: Images per dataset file.
         run_name: Names the search; the same name and storage path resume it.

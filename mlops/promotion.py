@@ -104,7 +104,8 @@ class PromotionRule:
             )
         if not 0.0 <= self.max_class_drop <= 1.0:
             raise InvalidParameterError(
-                f"max_class_drop={self.max_class_drop:g} must be between 0 and 1 (e.g. 0.02)"
+                f"max_class_drop={self.max_class_drop:g} must be between 0 and 1 (e.g. 0.04; "
+                "1 turns the gate off)"
             )
 
     def gates(
