@@ -17,7 +17,7 @@ from tasks.download import Archive
 from tasks.evaluate import champion_score_task, evaluate_task
 from tasks.monitoring import summarize_task
 from tasks.promotion import promote_task
-from tasks.registry import register_task, sweep_task
+from tasks.registry import publish_queue_task, register_task, sweep_task
 from tasks.train import TrainedRun
 
 
@@ -66,7 +66,9 @@ def publish(
 
     The three steps are one Prefect transaction: if one fails, the version is withdrawn (tagged
     ``withdrawn``) and the aliases stay where they were. Before them, the versions of earlier
-    publishes that never finished (killed mid-way) are withdrawn.
+    publishes that never finished (killed mid-way) are withdrawn. Publications of one model
+    are judged one at a time, in version order (``mlops.publish_queue``): the champion is read
+    and the ledger's place taken only once every earlier version has finished.
 
     Returns the run's summary (with ``extra`` merged in), also shown in Prefect and MLflow.
 
@@ -84,6 +86,7 @@ def publish(
             evaluation = evaluate_task(
                 model_name, version, dataset, tracking_uri, rule.check_fresh_load
             )
+            publish_queue_task(model_name, version, tracking_uri)  # earlier versions first
             champion = champion_score_task(model_name, dataset, tracking_uri)
             promotion = promote_task(
                 model_name,

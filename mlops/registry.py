@@ -247,6 +247,9 @@ def withdraw_unfinished(
         request = tags.get(REQUEST_TAG)
         if request is not None and in_progress(request):
             continue
+        again = client.get_model_version(model_name, found.version)  # it may have just ended
+        if settled(dict(again.tags or {}), list(again.aliases or [])):
+            continue
         withdraw_version(
             model_name,
             str(found.version),

@@ -10,6 +10,7 @@ from prefect.runtime import flow_run
 from prefect.transactions import Transaction, get_transaction
 
 from cifar.dataset import Dataset
+from mlops.publish_queue import wait_for_turn
 from mlops.registry import register_checkpoint, withdraw_unfinished, withdraw_version
 from tasks.flow_runs import ended
 from tasks.retrying import TRANSIENT_RETRIES
@@ -40,3 +41,10 @@ def _withdraw_registered(txn: Transaction) -> None:
 def sweep_task(model_name: str, tracking_uri: str) -> list[str]:
     """Withdraw the versions of publishes that never finished (``withdraw_unfinished``)."""
     return withdraw_unfinished(model_name, tracking_uri, lambda run: not ended(run))
+
+
+@task(name="wait-for-earlier-publishes", cache_policy=NO_CACHE)
+def publish_queue_task(model_name: str, version: str, tracking_uri: str) -> None:
+    """Wait until every earlier version of the model has finished publishing (one publication
+    at a time per model, in version order: ``mlops.publish_queue``); Prefect unreachable, wait."""
+    wait_for_turn(model_name, version, tracking_uri, flow_run.get_id(), lambda run: not ended(run))
