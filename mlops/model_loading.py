@@ -1,5 +1,5 @@
 """Loading registered models back: by alias or version in this process, or scored by a new
-Python process (what a service that loads the model sees).
+Python process in the version's own environment (what a service that loads the model sees).
 
 In this process a version is never unpickled and never runs code from the registry: its
 classifier file (weights and what rebuilds them) is downloaded, checked against the SHA-256 its
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
+from pathlib import Path
 
 import numpy as np
 from mlflow.tracking import MlflowClient
@@ -20,6 +20,7 @@ from torch import nn
 
 from cifar.classifier_file import CLASSIFIER_FILE, read_classifier
 from cifar.errors import PipelineError
+from mlops.model_env import ModelEnvironmentError, environment_variables, python_for
 from mlops.registry import file_digest, using_store, version_at_alias
 from mlops.version_tags import CHAMPION, WEIGHTS_TAG
 
@@ -65,11 +66,14 @@ def scores_in_fresh_process(
 ) -> np.ndarray:
     """The class scores a new Python process gets for ``images`` from ``version`` loaded from
     the registry (``mlflow.pyfunc.load_model("models:/NAME/VERSION")``): what a service that
-    loads the model sees, with nothing of this process's state, none of the project's packages
-    importable but the code the model carries (``code_paths``), and no GPU.
+    loads the model sees. The process runs in the version's declared environment
+    (``mlops.model_env``: by default a virtual environment of its requirements alone), with
+    nothing of this process's state, none of the project's packages importable but the code
+    the model carries (``code_paths``), and no GPU.
 
     Raises:
-        RuntimeError: The process could not load or run the model (its error's last lines).
+        RuntimeError: The process could not load or run the model (its error's last lines), or
+            the version's environment cannot be had (why).
     """
     with tempfile.TemporaryDirectory() as directory:
         inputs, outputs = os.path.join(directory, "in.npy"), os.path.join(directory, "out.npy")
@@ -77,11 +81,16 @@ def scores_in_fresh_process(
         os.mkdir(carried)
         np.save(inputs, images)
         uri = f"models:/{model_name}/{version}"
+        try:
+            python = python_for(_environment_files(uri, tracking_uri, directory))
+        except ModelEnvironmentError as error:
+            raise RuntimeError(f"its declared environment cannot be had: {error}") from error
         script = _SCORE_IN_FRESH_PROCESS.format(project=set(PROJECT_PACKAGES))
+        variables = {**environment_variables(), "MLFLOW_TRACKING_URI": tracking_uri}
         done = subprocess.run(
-            [sys.executable, "-c", script, uri, inputs, outputs, carried],
+            [python, "-c", script, uri, inputs, outputs, carried],
             cwd=directory,
-            env={**os.environ, "MLFLOW_TRACKING_URI": tracking_uri, "CUDA_VISIBLE_DEVICES": ""},
+            env={**variables, "CUDA_VISIBLE_DEVICES": ""},
             capture_output=True,
             text=True,
             timeout=FRESH_PROCESS_TIMEOUT_S,
@@ -91,6 +100,21 @@ def scores_in_fresh_process(
             last = " | ".join(done.stderr.strip().splitlines()[-3:])
             raise RuntimeError(f"a new process could not load and run it: {last}")
         return np.load(outputs, allow_pickle=False)
+
+
+def _environment_files(uri: str, tracking_uri: str, directory: str) -> Path:
+    """A folder holding the version's ``python_env.yaml`` and ``requirements.txt``."""
+    import mlflow.artifacts
+
+    folder = Path(directory) / "declared"
+    folder.mkdir()
+    with using_store(tracking_uri):
+        for name in ("python_env.yaml", "requirements.txt"):
+            try:
+                mlflow.artifacts.download_artifacts(f"{uri}/{name}", dst_path=str(folder))
+            except Exception as error:  # absent, or the registry does not answer
+                raise RuntimeError(f"its {name} cannot be read ({error})") from error
+    return folder
 
 
 def check_readable(model_name: str, version: str, tracking_uri: str) -> None:

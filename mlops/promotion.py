@@ -275,7 +275,8 @@ def apply_decision(
 
     Raises:
         ChampionMoved: ``@champion`` is no longer where the decision assumed (a concurrent
-            publish moved it): nothing is applied; decide again.
+            publish moved it): nothing is applied; or the alias, read back right after it was
+            moved, names another version; decide again.
     """
     client = MlflowClient(tracking_uri)
     _check_champion_unmoved(model_name, version, decision, tracking_uri)
@@ -326,6 +327,12 @@ def apply_decision(
     client.update_model_version(model_name, version, description=card)
     _check_champion_unmoved(model_name, version, decision, tracking_uri)  # again, right before
     client.set_registered_model_alias(model_name, alias, version)
+    now = version_at_alias(model_name, alias, tracking_uri)  # read back: nobody moved it since
+    if now != version:
+        raise ChampionMoved(
+            f"@{alias} of {model_name} reads version {now} right after it was moved to version "
+            f"{version}: something outside the publish queue moves aliases; judged again"
+        )
     logger.info("%s version %s -> @%s (%s)", model_name, version, alias, decision.reason)
     return Promotion(version, alias, decision.promoted, decision.reason)
 

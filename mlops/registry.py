@@ -35,12 +35,14 @@ logger = logging.getLogger(__name__)
 DEFAULT_MODEL_NAME = "cifar10-classifier"
 SYNTHETIC_SUFFIX = "-synthetic"
 MODEL_ARTIFACT = "model"
-# What the model needs, pinned to what trained it (a local build's "+cpu" suffix dropped).
-_REQUIREMENTS = [
+# What the model needs, pinned to what trained it (a local build's "+cu130" suffix dropped):
+# its declared environment (mlops.model_env builds it for the fresh_load gate).
+REQUIREMENTS = (
+    f"mlflow=={importlib.metadata.version('mlflow')}",
     f"torch=={torch.__version__.split('+')[0]}",
     f"torchvision=={importlib.metadata.version('torchvision').split('+')[0]}",
     f"numpy=={np.__version__}",
-]
+)
 _STORE_LOCK = threading.Lock()
 # The model's code, carried with it: the classes its weights are loaded into, which a service
 # loading the model (mlflow models serve, the fresh_load gate) need not have installed; and the
@@ -115,7 +117,7 @@ def register_model(
             model_id=made_model.model_id,
             signature=infer_signature(example, scores),
             input_example=example,
-            pip_requirements=_REQUIREMENTS,
+            pip_requirements=list(REQUIREMENTS),
             code_paths=[MODEL_CODE],  # the classes the weights are loaded into
             step=step,  # its metrics: the checkpoint's epoch, not the run's first
         )
@@ -188,7 +190,7 @@ def check_requirements() -> None:
     per process. A caller with idle time does it ahead; it warns as the save would."""
     from mlflow.utils.requirements_utils import warn_dependency_requirement_mismatches
 
-    warn_dependency_requirement_mismatches(_REQUIREMENTS)
+    warn_dependency_requirement_mismatches(list(REQUIREMENTS))
 
 
 def logged_model_id(model_name: str, version: str, tracking_uri: str) -> str | None:

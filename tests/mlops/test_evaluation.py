@@ -4,6 +4,7 @@ process-wide MLflow setting says."""
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -114,25 +115,63 @@ def test_evaluate_links_its_metrics_to_the_logged_model_and_the_test_split(
     assert linked["test_accuracy"].dataset_name == test_input.dataset.name
 
 
+def _published(tmp_path: Path, name: str) -> tuple[str, str, Path]:
+    """A version published as the pipeline publishes it: the store's URI, the version and the
+    folder its model's files are kept in (what an account that may edit artifacts reaches)."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    run_id = start_run(uri, "evaluate-test", "local", {}, {})
+    model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    version = register_model(model, run_id, name, uri)
+    model_id = logged_model_id(name, version, uri)
+    assert model_id is not None
+    location = MlflowClient(uri).get_logged_model(model_id).artifact_location
+    return uri, version, Path(location.removeprefix("file://"))
+
+
 def test_evaluate_a_model_a_new_process_cannot_load_fails_the_fresh_load_gate(
     tmp_path: Path,
 ) -> None:
     """A version whose weights load here but whose served code fails (its pyfunc model file
     imports a module no service has): the gate scores it in a new process and fails."""
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    run_id = start_run(uri, "evaluate-test", "local", {}, {})
-    model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
-    version = register_model(model, run_id, "unservable", uri)
-    model_id = logged_model_id("unservable", version, uri)
-    assert model_id is not None
-    location = MlflowClient(uri).get_logged_model(model_id).artifact_location
-    served = Path(location.removeprefix("file://")) / "pyfunc_model.py"
+    uri, version, files = _published(tmp_path, "unservable")
+    served = files / "pyfunc_model.py"
     served.write_text("import a_module_no_service_has\n" + served.read_text())
     evaluation = evaluate_version("unservable", version, _test_split(tmp_path / "data"), uri)
     gate = evaluation.fresh_load
     assert gate is not None and not gate.passed
     assert "a new process could not load and run it" in gate.detail
     assert "No module named 'a_module_no_service_has'" in gate.detail, gate.detail
+
+
+def test_evaluate_a_model_needing_what_it_never_declared_fails_the_fresh_load_gate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gate loads the version in an environment of its declared requirements alone: served
+    code importing dask (installed in this process, never declared) fails there; loaded by
+    this installation (``CIFAR_FRESH_LOAD_ENV=installed``) it would have passed."""
+    uri, version, files = _published(tmp_path, "undeclared")
+    served = files / "pyfunc_model.py"
+    served.write_text("import dask\n" + served.read_text())
+    dataset = _test_split(tmp_path / "data")
+    gate = evaluate_version("undeclared", version, dataset, uri).fresh_load
+    assert gate is not None and not gate.passed
+    assert "No module named 'dask'" in gate.detail, gate.detail
+    monkeypatch.setenv("CIFAR_FRESH_LOAD_ENV", "installed")
+    installed = evaluate_version("undeclared", version, dataset, uri).fresh_load
+    assert installed is not None and installed.passed, installed
+
+
+def test_evaluate_a_version_whose_declared_releases_are_not_installed_fails_in_installed_mode(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri, version, files = _published(tmp_path, "elsewhere-built")
+    declared = files / "requirements.txt"
+    declared.write_text(re.sub(r"numpy==\S+", "numpy==0.1", declared.read_text()))
+    monkeypatch.setenv("CIFAR_FRESH_LOAD_ENV", "installed")
+    gate = evaluate_version("elsewhere-built", version, _test_split(tmp_path / "data"), uri)
+    assert gate.fresh_load is not None and not gate.fresh_load.passed
+    assert "its declared environment cannot be had" in gate.fresh_load.detail
+    assert "this installation is not its environment" in gate.fresh_load.detail
 
 
 def test_evaluate_import_leaves_matplotlib_alone() -> None:
@@ -162,4 +201,4 @@ def test_evaluate_a_fresh_load_gate_the_registry_cannot_answer_fails_instead_of_
     with pytest.raises(GateCannotRunError, match="fresh_load could not run") as raised:
         fresh_load_gate("any", "1", gone, probe, np.zeros((2, 10), dtype=np.float32))
     assert gone in str(raised.value) and "Check that the MLflow server is up" in str(raised.value)
-    assert "a new process could not load and run it" in str(raised.value.__cause__)
+    assert "its python_env.yaml cannot be read" in str(raised.value.__cause__)

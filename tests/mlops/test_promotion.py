@@ -423,6 +423,26 @@ def test_register_gives_the_logged_model_the_metrics_of_its_checkpoints_epoch(
     assert metrics["val_accuracy"] == (pytest.approx(0.7), 2)
 
 
+def test_promotion_an_alias_moved_right_after_it_is_set_is_read_back_and_judged_again(
+    tracking_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Someone outside the publish queue moves ``@champion`` between the promote step's move
+    and its read-back: the step does not report a promotion that did not hold."""
+    first, second = _register(tracking_uri, "overtaken"), _register(tracking_uri, "overtaken")
+    decision, _ = judge(
+        "overtaken", second, _evaluation(_correct(600)), _rule(), tracking_uri, None, False
+    )
+    moved = MlflowClient.set_registered_model_alias
+
+    def and_another_writer(self: MlflowClient, name: str, alias: str, version: str) -> None:
+        moved(self, name, alias, version)
+        moved(self, name, alias, first)  # the other writer, right after
+
+    monkeypatch.setattr(MlflowClient, "set_registered_model_alias", and_another_writer)
+    with pytest.raises(ChampionMoved, match=f"reads version {first} right after"):
+        apply_decision("overtaken", second, _evaluation(_correct(600)), decision, tracking_uri)
+
+
 def test_promotion_is_not_applied_once_the_champion_moved(tracking_uri: str) -> None:
     """Judged against no champion, but another publish made one meanwhile: nothing applied."""
     first, second = _register(tracking_uri, "raced"), _register(tracking_uri, "raced")

@@ -26,6 +26,7 @@ from mlops.model_loading import (
 )
 from mlops.promotion import PromotionRule, promote
 from mlops.registry import (
+    REQUIREMENTS,
     file_digest,
     logged_model_id,
     model_name_for,
@@ -131,7 +132,7 @@ def test_registry_model_carries_its_code_so_a_process_without_the_project_loads_
             name="model",
             run_id=run_id,
             serialization_format="pickle",
-            pip_requirements=["torch"],
+            pip_requirements=list(REQUIREMENTS),
         )
         bare = str(mlflow.register_model(logged.model_uri, "codeless").version)
     with pytest.raises(RuntimeError, match="No module named 'cifar'"):
