@@ -28,7 +28,13 @@ from cifar.classifier_file import ARTIFACT_KEY, CLASSIFIER_FILE, save_classifier
 from cifar.dataset import Dataset
 from cifar.models import Classifier
 from mlops.lineage import DIGEST_TAG, SYNTHETIC_TAG
-from mlops.version_tags import PROMOTION_TAG, REQUEST_TAG, WEIGHTS_TAG, WITHDRAWN_TAG
+from mlops.version_tags import (
+    PROMOTION_TAG,
+    REQUEST_TAG,
+    WEIGHTS_TAG,
+    WITHDRAWN_TAG,
+    logged_model_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -194,14 +200,8 @@ def check_requirements() -> None:
 
 
 def logged_model_id(model_name: str, version: str, tracking_uri: str) -> str | None:
-    """The id of the LoggedModel ``version`` was registered from (None: a version registered
-    from a run's artifacts, before this project used MLflow 3's model API). MLflow's SQL
-    registry does not keep the version's ``model_id``; its ``source`` says it: models:/<id>."""
-    found = MlflowClient(tracking_uri).get_model_version(model_name, version)
-    if found.model_id:
-        return str(found.model_id)
-    source = str(found.source or "")
-    return source.removeprefix("models:/") if source.startswith("models:/m-") else None
+    """The id of the LoggedModel ``version`` was registered from (``logged_model_of``)."""
+    return logged_model_of(MlflowClient(tracking_uri).get_model_version(model_name, version))
 
 
 def version_at_alias(model_name: str, alias: str, tracking_uri: str) -> str | None:
