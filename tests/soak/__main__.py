@@ -1,4 +1,4 @@
-"""``make soak``: python -m tests.soak [--nights 30] [--seed N] [--fault NAME ...] [--root DIR]
+"""``make soak``: python -m tests.soak [--nights N] [--seed N] [--fault NAME ...] [--root DIR]
 
 Prints each night as it ends, then the table (docs/reliability.md holds the last full one);
 exits 1 if any check failed.
@@ -19,7 +19,9 @@ from tests.helpers import SESSION_VARIABLE
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--nights", type=int, default=30)
+    parser.add_argument(
+        "--nights", type=int, default=None, help="default: one per fault and phase (34 as root)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fault", action="append", help="the faults, in order (default: drawn)")
     parser.add_argument("--root", type=Path, default=None, help="where the rig keeps its data")

@@ -81,31 +81,45 @@ def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
-def plan(nights: int, seed: int, faults: list[str] | None, disk: bool) -> list[tuple[str, str]]:
-    """(fault, phase) for each night: ``faults`` in order if given, else drawn; a different
-    fault each night while there are faults left to draw."""
-    rng = random.Random(seed)
+def pairs(disk: bool) -> list[tuple[str, str]]:
+    """Every (fault, phase) the soak can inject (the disk fault only where it can fill one)."""
     names = [n for n, f in FAULTS.items() if disk or not f.needs_root]
-    chosen = list(faults) if faults else []
-    while len(chosen) < nights:
-        pool = [n for n in names if n not in chosen[-len(names) + 1 :]] or names
-        chosen.append(rng.choice(pool))
-    return [(name, rng.choice(FAULTS[name].phases)) for name in chosen[:nights]]
+    return [(name, phase) for name in names for phase in FAULTS[name].phases]
+
+
+def plan(nights: int, seed: int, faults: list[str] | None, disk: bool) -> list[tuple[str, str]]:
+    """(fault, phase) for each night: ``faults`` in order if given (each at a drawn phase);
+    else every pair of ``pairs(disk)`` once, in a seeded random order, then again in another,
+    so ``len(pairs(disk))`` nights hit each fault at each of its phases."""
+    rng = random.Random(seed)
+    if faults:
+        chosen = [faults[i % len(faults)] for i in range(nights)]
+        return [(name, rng.choice(FAULTS[name].phases)) for name in chosen]
+    schedule: list[tuple[str, str]] = []
+    while len(schedule) < nights:
+        every = pairs(disk)
+        rng.shuffle(every)
+        schedule += every
+    return schedule[:nights]
 
 
 def run_soak(
     root: Path,
-    nights: int,
+    nights: int | None,
     seed: int,
     faults: list[str] | None = None,
     bounds: Bounds | None = None,
     log: Any = print,
 ) -> Soak:
-    """The soak: ``nights`` faulty nights and a last clean one, on a fresh rig in ``root``."""
+    """The soak: ``nights`` faulty nights (None: one per fault and phase, ``pairs``) and a
+    last clean one, on a fresh rig in ``root``."""
     bounds = bounds or Bounds()
     disk = can_fill_disk(root)
+    nights = len(pairs(disk)) if nights is None else nights
     schedule = plan(nights, seed, faults, disk)
     log(f"Soak: {nights} nights, seed {seed}; shortened for the soak: {bounds.shortened()}")
+    if missed := sorted(set(pairs(disk)) - set(schedule)):
+        log(f"Not injected in these {nights} nights: {', '.join(f'{f} at {p}' for f, p in missed)}")
     with (
         soak_rig(root, bounds, small_disk=disk) as rig,
         temporary_settings({PREFECT_API_URL: rig.env["PREFECT_API_URL"]}),
