@@ -38,9 +38,7 @@ from mlops.version_tags import PROMOTION_TAG, WITHDRAWN_TAG, logged_model_of
 
 logger = logging.getLogger("deployments.mlflow_retention")
 EXPERIMENTS = ("train-cifar", "tune-cifar")
-
-
-KEEP_VERSIONS = 10
+KEEP_VERSIONS = 10  # the newest publications of each model kept whatever their age
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ import fcntl
 import hashlib
 import importlib.metadata
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -65,8 +66,7 @@ class Declared:
     def digest(self) -> str:
         """The environment's key: this Python's release (it builds the environment) and the
         requirements, in a canonical order."""
-        release = ".".join(map(str, sys.version_info[:3]))
-        text = "\n".join([release, *sorted(self.requirements)])
+        text = "\n".join([platform.python_version(), *sorted(self.requirements)])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -234,8 +234,9 @@ def prepare(requirements: tuple[str, ...]) -> Path:
     """The environment for ``requirements`` (pins) on this Python, built now if none is kept:
     ``python -m mlops.model_env`` prepares the one the pipeline's own versions declare, so the
     first evaluation does not wait for it."""
-    release = ".".join(map(str, sys.version_info[:3]))
-    return _environment(Declared(release, tuple(_pinned(pin) for pin in requirements)))
+    return _environment(
+        Declared(platform.python_version(), tuple(_pinned(pin) for pin in requirements))
+    )
 
 
 if __name__ == "__main__":
