@@ -46,6 +46,7 @@ READ_BY: dict[str, tuple[str, ...]] = {
     "mlflow_trainer_password": ("prefect-worker",),
     "prefect_auth_string": ("prefect-server", "prefect-worker", "sentinel"),
     "alerts_url": ("sentinel",),
+    "sentinel_heartbeat_url": ("sentinel",),
     "s3_admin_access_key": ("s3",),
     "s3_admin_secret_key": ("s3",),
     "s3_data_access_key": ("s3", "dask-worker-1", "dask-worker-2", "prefect-worker"),

@@ -27,7 +27,8 @@ ENV_FILE = DOCKER / ".env"
 SECRETS = Path(os.environ.get("CIFAR_SECRETS_DIR") or DOCKER / "secrets")  # as compose reads it
 VALUE = re.compile(r"[A-Za-z0-9._-]+")
 URL = re.compile(r"https?://[^\s\"'\\]+")  # the alert webhook (its token is a credential)
-URLS = ("CIFAR_ALERTS_URL",)
+URLS = ("CIFAR_ALERTS_URL", "CIFAR_SENTINEL_HEARTBEAT_URL")
+OPTIONAL = ("CIFAR_SENTINEL_HEARTBEAT_URL",)  # empty: none
 MLFLOW_PASSWORDS = ("MLFLOW_ADMIN_PASSWORD", "MLFLOW_TRAINER_PASSWORD")
 MLFLOW_MIN_LENGTH = 12
 
@@ -87,6 +88,8 @@ def problems(values: dict[str, str], names: list[str]) -> list[str]:
     found = []
     for name in names:
         value = values.get(name, "")
+        if not value and name in OPTIONAL:
+            continue
         if not value:
             found.append(f"{name} is not set")
         elif name in URLS:
@@ -110,6 +113,7 @@ def secret_files(v: dict[str, str]) -> dict[str, str]:
         "mlflow_trainer_password": v["MLFLOW_TRAINER_PASSWORD"],
         "mlflow_flask_secret_key": v["MLFLOW_FLASK_SECRET_KEY"],
         "alerts_url": v["CIFAR_ALERTS_URL"],
+        "sentinel_heartbeat_url": v.get("CIFAR_SENTINEL_HEARTBEAT_URL", ""),
         **{
             f"s3_{who}_{part}_key": v[f"S3_{who.upper()}_{part.upper()}_KEY"]
             for who in ("admin", "data", "mlflow", "prefect")

@@ -122,7 +122,8 @@ def test_the_dask_scheduler_refuses_a_client_without_the_dask_certificate(stack:
         return done.stdout.strip().splitlines()[-1]
 
     assert client("prefect-worker", "tls://dask-scheduler:8786") == "connected 2"
-    # the sentinel is on the Dask network (it watches the dashboard) and holds no certificate
+    # the sentinel is on the Dask network (it watches the dashboard) and holds no key (only the
+    # certificates, whose expiry it watches)
     assert client("sentinel", "tls://dask-scheduler:8786").startswith("refused")
     assert client("sentinel", "tcp://dask-scheduler:8786").startswith("refused")
 

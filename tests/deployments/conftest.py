@@ -31,17 +31,29 @@ def deployed(prefect_env: dict[str, str]) -> Iterator[dict[str, str]]:
 
 @dataclass
 class Webhook:
-    """A local HTTP server receiving notifications: every POSTed JSON body, in order."""
+    """A local HTTP server receiving notifications: every POSTed JSON body, in order; and a
+    dead-man's switch: the path of every GET (a ping) at ``ping_url``."""
 
     url: str
     received: queue.Queue[dict[str, Any]]
+    pings: queue.Queue[str]
+
+    @property
+    def ping_url(self) -> str:
+        return self.url.replace("/hook", "/ping/a-secret-token")
 
 
 @pytest.fixture(scope="module")
 def webhook() -> Iterator[Webhook]:
     received: queue.Queue[dict[str, Any]] = queue.Queue()
+    pings: queue.Queue[str] = queue.Queue()
 
     class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            pings.put(self.path)
+            self.send_response(200)
+            self.end_headers()
+
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", 0))
             received.put(json.loads(self.rfile.read(length) or b"{}"))
@@ -52,4 +64,4 @@ def webhook() -> Iterator[Webhook]:
             pass
 
     with http_server(Handler) as url:
-        yield Webhook(f"{url}/hook", received)
+        yield Webhook(f"{url}/hook", received, pings)

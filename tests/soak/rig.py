@@ -316,6 +316,7 @@ def _start_sentinel(rig: Rig) -> subprocess.Popen[bytes]:
                 *(sys.executable, "-m", "deployments.sentinel", "--url", rig.webhook.url),
                 *("--interval-s", "2", "--zombie-s", str(b.zombie_s)),
                 *("--pending-s", str(b.pending_s), "--down-s", str(b.down_s)),
+                *("--state", str(rig.root / "sentinel-state.json")),
                 *("--check", f"mlflow={rig.mlflow.url}/health"),
                 *("--check", f"s3={rig.s3.endpoint}/healthz"),
             ],
