@@ -1,6 +1,6 @@
-"""The Prefect flows: train-cifar, tune-cifar, predict-cifar and the publish subflow they share;
-the head train-cifar and tune-cifar share (``prepare.py``) and what only a flow run decides:
-which Dask clusters it may start (``clusters.py``) and how long it may take
+"""The Prefect flows: train-cifar, tune-cifar, predict-cifar, sweep-storage and the publish
+subflow they share; the head train-cifar and tune-cifar share (``prepare.py``) and what only a
+flow run decides: which Dask clusters it may start (``clusters.py``) and how long it may take
 (``time_limit.py``).
 
 Errors (each a ``cifar.errors.PipelineError``)::

@@ -131,6 +131,13 @@ def _newest(fs: fsspec.AbstractFileSystem, path: str) -> float:
     return max(stamps, default=0.0)
 
 
+@task(name="sweep-storage", cache_policy=NO_CACHE, **TRANSIENT_RETRIES)
+def sweep_storage_task(runs_uri: str) -> Sweep:
+    """The runs under ``runs_uri`` swept (``sweep_runs``) with the retention of
+    ``retention_days``: the sweep-storage flow's, on its own schedule."""
+    return sweep_runs(runs_uri, ended, retention_days() * 86400)
+
+
 @task(name="tidy-storage", cache_policy=NO_CACHE, **TRANSIENT_RETRIES)
 def tidy_storage_task(runs_uri: str, run_uri: str, registered_uri: str) -> Sweep:
     """After a publish: the published run keeps its registered checkpoint only, and the runs

@@ -39,6 +39,7 @@ ALL_DEPLOYMENTS = (
     "train-cifar/nightly",
     "tune-cifar/weekly",
     "predict-cifar/champion",
+    "sweep-storage/daily",
 )
 
 

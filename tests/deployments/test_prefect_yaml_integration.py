@@ -116,6 +116,7 @@ def test_deployment_logs_rank_zero_lines_in_the_run(manual_run: Any) -> None:
 SCHEDULES = {  # deployments/prefect.yaml: deployment -> (cron, time zone)
     "train-cifar/nightly": ("0 3 * * *", "UTC"),
     "tune-cifar/weekly": ("0 4 * * 0", "UTC"),
+    "sweep-storage/daily": ("30 5 * * *", "UTC"),
 }
 
 
