@@ -38,7 +38,7 @@ model-env: $(STAMP)
 test-fast: $(STAMP)
 	$(VENV)/bin/python -m pytest -m "not integration"
 
-# The chaos soak: a compressed month of nightlies (by default one per fault and phase, 34 as
+# The chaos soak: a compressed month of nightlies (by default one per fault and phase, 39 as
 # root, in a seeded random order; NIGHTS=, SEED=) on real services, one fault injected a
 # night, every check after every night, and a table at the end (docs/reliability.md). About
 # 45 minutes on 2 cores; `make test` runs a 6-night one.

@@ -20,7 +20,7 @@ from tests.helpers import SESSION_VARIABLE
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--nights", type=int, default=None, help="default: one per fault and phase (34 as root)"
+        "--nights", type=int, default=None, help="default: one per fault and phase (39 as root)"
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fault", action="append", help="the faults, in order (default: drawn)")

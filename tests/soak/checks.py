@@ -26,9 +26,12 @@ from tests.soak.rig import MODEL, STORAGE, Rig
 
 
 def alert_problems(runs: list[FlowRun], alerts: list[dict[str, Any]]) -> list[str]:
-    """Every Failed or Crashed run gave exactly one alert; no Completed run gave one."""
+    """Every Failed or Crashed run gave exactly one alert; no Completed run gave one; no run
+    ended Cancelled (nothing in the soak cancels one: a revoked concurrency lease would)."""
     problems = []
     for run in runs:
+        if run.state is not None and run.state.type == StateType.CANCELLED:
+            problems.append(f"{run.name} ended Cancelled")
         about = [a for a in alerts if f"run {run.name} " in a["subject"]]
         failed = run.state is not None and run.state.type in (StateType.FAILED, StateType.CRASHED)
         if failed and len(about) != 1:
@@ -36,6 +39,14 @@ def alert_problems(runs: list[FlowRun], alerts: list[dict[str, Any]]) -> list[st
         if not failed and about:
             problems.append(f"{run.name} ended {run.state.name if run.state else None} alerted")
     return problems
+
+
+def incident_problems(alerts: list[dict[str, Any]]) -> list[str]:
+    """The sentinel's alerts of one night (those about no run): one per incident, so no
+    subject twice."""
+    subjects = [a["subject"] for a in alerts if "run " not in a["subject"]]
+    return [f"sentinel alert {s!r} sent {subjects.count(s)} times" for s in sorted(set(subjects))
+            if subjects.count(s) > 1]  # fmt: skip
 
 
 def zombie_problems(rig: Rig) -> list[str]:
@@ -102,6 +113,8 @@ def registry_problems(rig: Rig, swept: bool) -> list[str]:
                 problems.append(f"version {version.version}: no alias, decision or withdrawal")
     problems += [f"flow run {r} has usable versions {v}" for r, v in usable.items() if len(v) > 1]
     if champion is not None:
+        if WITHDRAWN_TAG in champion.tags:
+            problems.append(f"@champion (v{champion.version}) is withdrawn")
         gates = {k: v for k, v in champion.tags.items() if k.startswith("gate/")}
         if not gates or any(not v.startswith("passed") for v in gates.values()):
             problems.append(f"@champion (v{champion.version}) gates: {gates}")

@@ -20,9 +20,14 @@ import psutil
 from tests.helpers import rank_processes
 from tests.soak.rig import Rig
 
-PHASES = ("download", "preprocess", "train", "register", "promote")
+PHASES = ("download", "preprocess", "train", "register", "evaluate", "promote")
 ALL = PHASES
 DURING_DATA = ("preprocess", "train")
+
+
+class NotInjected(Exception):
+    """The fault found nothing to strike (no rank running, a disk it could not fill): the night
+    proves nothing about it and is run again."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +53,7 @@ def _rank_killed(rig: Rig, rng: random.Random) -> str:
     while not (ranks := rank_processes()) and time.monotonic() < deadline:
         time.sleep(0.2)
     if not ranks:
-        return "no rank process was running: nothing killed"
+        raise NotInjected("no rank process was running: nothing killed")
     victim = rng.choice(sorted(ranks, key=lambda p: p.pid))
     victim.kill()
     return f"SIGKILLed rank process {victim.pid}"
@@ -100,9 +105,15 @@ def _disk_full(rig: Rig, rng: random.Random) -> str:
     free = os.statvfs(data)
     ballast = data / "ballast"
     seconds = rng.uniform(20, 60)
-    subprocess.run(
-        ["fallocate", "-l", str(free.f_bavail * free.f_frsize), str(ballast)], check=False
+    filled = subprocess.run(
+        ["fallocate", "-l", str(free.f_bavail * free.f_frsize), str(ballast)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
+    if filled.returncode != 0:
+        ballast.unlink(missing_ok=True)
+        raise NotInjected(f"fallocate could not fill S3's disk: {filled.stderr.strip()}")
     try:
         time.sleep(seconds)
     finally:
@@ -116,6 +127,8 @@ def _network_cut(rig: Rig, rng: random.Random) -> str:
     index = rng.randrange(len(rig.dask.nannies))
     seconds = rng.uniform(20, 60)
     tree = rig.dask.host_tree(index)
+    if not tree:
+        raise NotInjected(f"Dask host w{index + 1} had no process to stop")
     for process in tree:
         _signal(process, signal.SIGSTOP)
     time.sleep(seconds)

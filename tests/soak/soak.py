@@ -27,7 +27,7 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from tests.helpers import rank_processes
 from tests.soak import checks
-from tests.soak.faults import FAULTS, Fault, can_fill_disk
+from tests.soak.faults import FAULTS, Fault, NotInjected, can_fill_disk
 from tests.soak.rig import MODEL, Bounds, Rig, soak_rig
 
 
@@ -41,6 +41,7 @@ class Night:
     detail: str = ""
     outcomes: dict[str, str] = field(default_factory=dict)  # deployment -> final state
     injected_at: float | None = None
+    injected: bool | None = None  # None: no fault that night; False: it found nothing to strike
     detected_s: float | None = None
     recovered_s: float | None = None
     seconds: float = 0.0
@@ -142,9 +143,19 @@ def _nights(
     """Each night of the schedule, then a last one without a fault, into ``records``."""
     champion_checked: str | None = None
     ended: list[FlowRun] = []  # every run so far, as it ended
-    for number, (fault, phase) in enumerate([*schedule, ("none", "-")], start=1):
+    # (place in the schedule, fault, phase): every fifth place also starts a manual run
+    queue = list(enumerate([*schedule, ("none", "-")], start=1))
+    number = 0
+    while queue:
+        place, (fault, phase) = queue.pop(0)
+        number += 1
         rng = random.Random(f"{seed}-{number}")
-        night = _night(rig, number, FAULTS.get(fault), phase, rng, number % 5 == 0, ended)
+        night = _night(rig, number, FAULTS.get(fault), phase, rng, place % 5 == 0, ended)
+        if night.injected is False:  # it proved nothing: once more, else it is a problem
+            if records and records[-1].injected is False and records[-1].fault == fault:
+                night.problems.append(f"{fault} at {phase} found nothing to strike twice")
+            else:
+                queue.insert(0, (place, (fault, phase)))
         champion_checked = _check_champion(rig, night, champion_checked)
         records.append(night)
         _recovery(records)
@@ -233,8 +244,14 @@ def _inject(rig: Rig, night: Night, fault: Fault, run: FlowRun, rng: random.Rand
         time.sleep(0.3)
     time.sleep(rng.uniform(0, 3))
     night.injected_at = time.time()
+    if _ended(run):
+        night.injected, night.detail = False, "not injected: the run had ended"
+        return
     try:
         night.detail = fault.inject(rig, rng)
+        night.injected = True
+    except NotInjected as nothing:
+        night.injected, night.detail = False, f"not injected: {nothing}"
     except Exception as error:
         night.problems.append(f"the fault could not be injected: {error!r}")
 
@@ -305,6 +322,7 @@ def _after_night(rig: Rig, night: Night, runs: list[FlowRun], earlier: list[Flow
         night.detected_s = min([*stamps, *crashed]) - night.injected_at
     completed = any(r.state and r.state.is_completed() for r in runs)
     problems = checks.alert_problems(runs, [a for a in alerts if "run " in a["subject"]])
+    problems += checks.incident_problems(alerts)
     problems += _late_alerts(earlier, alerts)
     problems += checks.zombie_problems(rig)
     problems += checks.registry_problems(rig, swept=completed)
