@@ -121,7 +121,10 @@ class Sentinel:
             self._ping()
             self.state.incidents = {k: i.saved() for k, i in self.incidents.items()}
             self.state.last_round = self._clock()
-            sentinel_state.save(self.config.state_path, self.state)
+            try:
+                sentinel_state.save(self.config.state_path, self.state)
+            except OSError as error:  # a full disk: alerted (--disk); the healthcheck fails
+                logger.warning("The state could not be saved: %s", error)
 
     def _ping(self) -> None:
         url, moment = self.config.heartbeat_url, time.monotonic()

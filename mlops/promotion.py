@@ -353,11 +353,20 @@ def aliases_of(model_name: str, tracking_uri: str) -> dict[str, str | None]:
     return {alias: version_at_alias(model_name, alias, tracking_uri) for alias in ALIASES}
 
 
-def restore_aliases(model_name: str, aliases: dict[str, str | None], tracking_uri: str) -> None:
-    """Put the aliases back where ``aliases_of`` found them."""
+def restore_aliases(
+    model_name: str, aliases: dict[str, str | None], tracking_uri: str, ours: str
+) -> list[str]:
+    """Put back where ``aliases_of`` found them the aliases that still hold ``ours`` (the
+    version this publish moved them to); an alias someone moved since is theirs and stays.
+    Returns the aliases put back."""
     client = MlflowClient(tracking_uri)
+    restored = []
     for alias, version in aliases.items():
+        if version_at_alias(model_name, alias, tracking_uri) != ours or version == ours:
+            continue
         if version is not None:
             client.set_registered_model_alias(model_name, alias, version)
-        elif version_at_alias(model_name, alias, tracking_uri) is not None:
+        else:
             client.delete_registered_model_alias(model_name, alias)
+        restored.append(alias)
+    return restored

@@ -1,6 +1,7 @@
 """The promote step: the decision (``mlops.promotion``), made once, said in a Prefect artifact,
 then applied if ``@champion`` is still where it assumed (else judged again against the new
-champion); in the publishing transaction, a rollback puts the aliases back where they were."""
+champion); in the publishing transaction, a rollback puts back the aliases this publish moved
+(one someone moved since is left where they put it)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,9 @@ def promote_task(
     """Promote or not, and say why in a Prefect artifact; in a transaction, a rollback puts
     the aliases back where they were."""
     if (txn := get_transaction()) is not None:
-        txn.set("aliases", (model_name, aliases_of(model_name, tracking_uri), tracking_uri))
+        txn.set(
+            "aliases", (model_name, aliases_of(model_name, tracking_uri), tracking_uri, version)
+        )
     synthetic = dataset.manifest.synthetic
     for judgement in range(JUDGEMENTS):
         decision, gates = judge(
@@ -75,5 +78,5 @@ def promote_task(
 
 @promote_task.on_rollback
 def _restore_aliases(txn: Transaction) -> None:
-    model_name, aliases, tracking_uri = txn.get("aliases")
-    restore_aliases(model_name, aliases, tracking_uri)
+    model_name, aliases, tracking_uri, version = txn.get("aliases")
+    restore_aliases(model_name, aliases, tracking_uri, ours=version)

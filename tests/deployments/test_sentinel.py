@@ -18,11 +18,13 @@ from cryptography.x509.oid import NameOID
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prefect.client.schemas.schedules import CronSchedule, IntervalSchedule
+from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from deployments import host_checks, sentinel_state
 from deployments.schedule_fires import last_fire
-from deployments.sentinel import parse
+from deployments.sentinel import Sentinel, SentinelConfig, parse
 from deployments.watch_rules import Incident, due, kept, overdue, silence
+from tests.helpers import free_port
 
 INTERVAL, ZOMBIE, BEAT = 15.0, 90.0, 30.0  # the stack's: a round, the bound, a heartbeat
 GAP = 3 * INTERVAL
@@ -239,3 +241,21 @@ def test_sentinel_needs_a_webhook_and_reads_its_bounds(
     with pytest.raises(SystemExit):
         parse(["--url", "http://hook", "--disk", "/no-name"])
     assert "--disk takes NAME=/a/path, not /no-name" in capsys.readouterr().err
+
+
+def test_sentinel_a_round_whose_state_cannot_be_saved_goes_on_and_sends_its_alerts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk under the state file: the round logs it and still sends (the healthcheck
+    then fails, and the disk check alerts)."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    sent: list[str] = []
+    config = SentinelConfig(
+        webhook_url="http://unused", down_s=0, state_path=blocked / "state.json"
+    )
+    watcher = Sentinel(config, send=lambda subject, body: sent.append(subject) or True)
+    with temporary_settings({PREFECT_API_URL: f"http://127.0.0.1:{free_port()}/api"}):
+        watcher.round()
+    assert sent == ["Prefect server not ready for 0 s"]
+    assert "The state could not be saved" in caplog.text

@@ -233,8 +233,26 @@ def test_promotion_restore_aliases_puts_them_back(tracking_uri: str) -> None:
         champion=_score(first, _correct(500)),
     )
     assert aliases_of("undo", tracking_uri) == {"champion": second, "challenger": None}
-    restore_aliases("undo", before, tracking_uri)
+    assert restore_aliases("undo", before, tracking_uri, ours=second) == ["champion"]
     assert aliases_of("undo", tracking_uri) == {"champion": first, "challenger": None}
+
+
+def test_promotion_a_rollback_restores_only_what_its_publish_changed(tracking_uri: str) -> None:
+    """Aliases moved by hand (or another publish) after this one moved them stay where they
+    were put; those still on this publish's version go back."""
+    first, second, third = (_register(tracking_uri, "mine") for _ in range(3))
+    promote("mine", first, _evaluation(_correct(500)), _rule(0.0), tracking_uri)
+    client = MlflowClient(tracking_uri)
+    client.set_registered_model_alias("mine", "challenger", first)
+    before = aliases_of("mine", tracking_uri)  # champion and challenger on the first
+    client.set_registered_model_alias("mine", "champion", second)  # this publish's move
+    client.set_registered_model_alias("mine", "challenger", second)
+    client.set_registered_model_alias("mine", "challenger", third)  # someone else's, since
+    assert restore_aliases("mine", before, tracking_uri, ours=second) == ["champion"]
+    assert aliases_of("mine", tracking_uri) == {"champion": first, "challenger": third}
+    client.set_registered_model_alias("mine", "champion", third)  # moved by hand
+    assert restore_aliases("mine", before, tracking_uri, ours=second) == []
+    assert aliases_of("mine", tracking_uri)["champion"] == third
 
 
 def test_champion_score_evaluates_once_per_test_split(tracking_uri: str, tmp_path: Path) -> None:
