@@ -6,7 +6,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,9 +44,8 @@ def alert_problems(runs: list[FlowRun], alerts: list[dict[str, Any]]) -> list[st
 def incident_problems(alerts: list[dict[str, Any]]) -> list[str]:
     """The sentinel's alerts of one night (those about no run): one per incident, so no
     subject twice."""
-    subjects = [a["subject"] for a in alerts if "run " not in a["subject"]]
-    return [f"sentinel alert {s!r} sent {subjects.count(s)} times" for s in sorted(set(subjects))
-            if subjects.count(s) > 1]  # fmt: skip
+    sent = Counter(a["subject"] for a in alerts if "run " not in a["subject"])
+    return [f"sentinel alert {s!r} sent {n} times" for s, n in sorted(sent.items()) if n > 1]
 
 
 def zombie_problems(rig: Rig) -> list[str]:
