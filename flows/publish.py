@@ -10,8 +10,9 @@ from prefect.transactions import transaction
 
 from cifar.dataset import Dataset
 from cifar.errors import PipelineError
+from mlops.alias_moves import Promotion
 from mlops.evaluation import Evaluation
-from mlops.promotion import Promotion, PromotionRule
+from mlops.promotion import PromotionRule
 from mlops.tracking import run_recipe
 from tasks.download import Archive
 from tasks.evaluate import champion_score_task, evaluate_task

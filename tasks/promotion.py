@@ -1,7 +1,7 @@
-"""The promote step: the decision (``mlops.promotion``), made once, said in a Prefect artifact,
-then applied if ``@champion`` is still where it assumed (else judged again against the new
-champion); in the publishing transaction, a rollback puts back the aliases this publish moved
-(one someone moved since is left where they put it)."""
+"""The promote step: the decision (``mlops.promotion``), said in a Prefect artifact each time it
+is made, applied if ``@champion`` is still where it assumed, else judged again against the new
+champion (``mlops.alias_moves.promote``); in the publishing transaction, a rollback puts back
+the aliases this publish moved (one someone moved since is left where they put it)."""
 
 from __future__ import annotations
 
@@ -11,20 +11,11 @@ from prefect.cache_policies import NO_CACHE
 from prefect.transactions import Transaction, get_transaction
 
 from cifar.dataset import Dataset
+from mlops.alias_moves import Promotion, aliases_of, promote, restore_aliases
 from mlops.evaluation import ChampionScore, Evaluation, champion_score
 from mlops.model_card import data_facts
-from mlops.promotion import (
-    ChampionMoved,
-    Promotion,
-    PromotionRule,
-    aliases_of,
-    apply_decision,
-    judge,
-    restore_aliases,
-)
+from mlops.promotion import Decision, PromotionRule
 from tasks.retrying import TRANSIENT_RETRIES
-
-JUDGEMENTS = 3  # a champion that moves this often while one version is judged: the task fails
 
 
 @task(name="promote", cache_policy=NO_CACHE, **TRANSIENT_RETRIES)
@@ -44,12 +35,9 @@ def promote_task(
         txn.set(
             "aliases", (model_name, aliases_of(model_name, tracking_uri), tracking_uri, version)
         )
-    synthetic = dataset.manifest.synthetic
-    for judgement in range(JUDGEMENTS):
-        decision, gates = judge(
-            model_name, version, evaluation, rule, tracking_uri, champion, synthetic
-        )
-        create_markdown_artifact(  # first: the alias is the transaction's last change
+
+    def said(decision: Decision) -> None:  # first: the alias is the transaction's last change
+        create_markdown_artifact(
             key="promotion",
             markdown=(
                 f"# {model_name} version {version}: @{decision.alias}\n\n"
@@ -57,23 +45,20 @@ def promote_task(
             ),
             description="Promotion decision",
         )
-        try:
-            return apply_decision(
-                model_name,
-                version,
-                evaluation,
-                decision,
-                tracking_uri,
-                gates=gates,
-                champion=champion,
-                data=data_facts(dataset),
-                recipe=recipe,
-            )
-        except ChampionMoved:
-            if judgement == JUDGEMENTS - 1:
-                raise
-            champion = champion_score(model_name, dataset, tracking_uri)  # the new one
-    raise AssertionError("unreachable: the last judgement returns or raises")
+
+    return promote(
+        model_name,
+        version,
+        evaluation,
+        rule,
+        tracking_uri,
+        champion=champion,
+        rescore=lambda: champion_score(model_name, dataset, tracking_uri),
+        synthetic=dataset.manifest.synthetic,
+        data=data_facts(dataset),
+        recipe=recipe,
+        on_decision=said,
+    )
 
 
 @promote_task.on_rollback

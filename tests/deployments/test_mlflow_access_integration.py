@@ -19,8 +19,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from cifar.models import build_model
+from mlops.alias_moves import promote
 from mlops.evaluation import Evaluation
-from mlops.promotion import PromotionRule, promote
+from mlops.promotion import PromotionRule
 from mlops.registry import register_model, withdraw_version
 from mlops.tracking import start_run
 from mlops.version_tags import WITHDRAWN_TAG

@@ -15,6 +15,15 @@ from cifar.dataset import Dataset, Manifest, content_digest, write_file, write_m
 from cifar.format import CLASS_NAMES
 from cifar.models import ModelSpec, build_model
 from mlops import ledger
+from mlops.alias_moves import (
+    JUDGEMENTS,
+    ChampionMoved,
+    Promotion,
+    aliases_of,
+    apply_decision,
+    promote,
+    restore_aliases,
+)
 from mlops.evaluation import (
     ChampionScore,
     Evaluation,
@@ -25,15 +34,7 @@ from mlops.evaluation import (
     read_evidence,
 )
 from mlops.model_card import data_facts
-from mlops.promotion import (
-    ChampionMoved,
-    PromotionRule,
-    aliases_of,
-    apply_decision,
-    judge,
-    promote,
-    restore_aliases,
-)
+from mlops.promotion import Decision, PromotionRule, judge
 from mlops.registry import register_checkpoint, register_model
 from mlops.tracking import start_run
 
@@ -474,3 +475,48 @@ def test_promotion_is_not_applied_once_the_champion_moved(tracking_uri: str) -> 
     assert aliases_of("raced", tracking_uri) == {"champion": second, "challenger": None}
     tags = MlflowClient(tracking_uri).get_model_version("raced", first).tags
     assert "promotion" not in tags
+
+
+@pytest.mark.parametrize("moves", range(JUDGEMENTS + 1))
+def test_promotion_is_judged_again_while_the_champion_moves(tracking_uri: str, moves: int) -> None:
+    """Another publish moves ``@champion`` after each of the first ``moves`` judgements: each
+    move has the new champion scored and the version judged against it; on every judgement,
+    the step fails with ``ChampionMoved`` and its version is left untouched."""
+    name = f"moving-{moves}"
+    others = [_register(tracking_uri, name) for _ in range(JUDGEMENTS)]
+    newcomer = _register(tracking_uri, name)
+    client = MlflowClient(tracking_uri)
+    judged_against: list[str | None] = []
+    scored: list[str] = []
+
+    def another_publish(decision: Decision) -> None:
+        judged_against.append(decision.champion)
+        if len(judged_against) <= moves:
+            client.set_registered_model_alias(name, "champion", others[len(judged_against) - 1])
+
+    def rescore() -> ChampionScore:
+        now = str(client.get_model_version_by_alias(name, "champion").version)
+        scored.append(now)
+        return _score(now, _correct(500))
+
+    def run() -> Promotion:
+        return promote(
+            name,
+            newcomer,
+            _evaluation(_correct(900)),
+            _rule(),
+            tracking_uri,
+            rescore=rescore,
+            on_decision=another_publish,
+        )
+
+    if moves == JUDGEMENTS:
+        with pytest.raises(ChampionMoved):
+            run()
+        assert "promotion" not in client.get_model_version(name, newcomer).tags
+        assert aliases_of(name, tracking_uri)["champion"] == others[-1]
+    else:
+        promotion = run()
+        assert promotion.promoted and aliases_of(name, tracking_uri)["champion"] == newcomer
+    assert judged_against == [None, *others[: min(moves, JUDGEMENTS - 1)]]
+    assert scored == others[: min(moves, JUDGEMENTS - 1)]

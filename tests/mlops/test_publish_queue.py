@@ -15,7 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from mlops import ledger
-from mlops.promotion import promote
+from mlops.alias_moves import promote
 from mlops.publish_queue import QueueTimeout, wait_for_turn
 from mlops.version_tags import PROMOTION_TAG, REQUEST_TAG, WITHDRAWN_TAG
 from tests.mlops.test_promotion import _correct, _evaluation, _register, _rule, _score

@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 
 from cifar.classifier_file import CLASSIFIER_FILE, save_classifier
 from cifar.models import build_model
+from mlops.alias_moves import promote
 from mlops.evaluation import Evaluation
 from mlops.model_loading import (
     ModelIntegrityError,
@@ -24,7 +25,7 @@ from mlops.model_loading import (
     load_version,
     scores_in_fresh_process,
 )
-from mlops.promotion import PromotionRule, promote
+from mlops.promotion import PromotionRule
 from mlops.registry import (
     REQUIREMENTS,
     file_digest,
