@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 from collections.abc import Callable, Mapping
@@ -94,6 +95,34 @@ class TorchTrainer:
         self._resume_from = resume_from_checkpoint
         self._data_config = dataset_config or DataConfig()
         self._datasets = _sources(datasets, self._data_config)
+
+    @property
+    def run_config(self) -> RunConfig:
+        """The run's name, storage, checkpoints, failure handling and callbacks."""
+        return self._run_config
+
+    @property
+    def scaling_config(self) -> ScalingConfig:
+        """How many ranks the run has, and what each uses."""
+        return self._scaling
+
+    @property
+    def dask_config(self) -> DaskConfig:
+        """Where the run's Dask cluster comes from (a LocalCluster by default)."""
+        return self._dask_config
+
+    @property
+    def client(self) -> Client | None:
+        """The Dask client the run uses, if one was given (else ``dask_config`` makes one)."""
+        return self._client
+
+    def on_cluster(self, dask_config: DaskConfig | None, client: Client | None) -> TorchTrainer:
+        """A copy of this trainer that runs on ``dask_config`` or ``client`` (None: this
+        trainer's own); a Tuner given a cluster runs its trials there."""
+        trainer = copy.copy(self)
+        trainer._dask_config = dask_config or self._dask_config
+        trainer._client = client or self._client
+        return trainer
 
     def fit(self) -> Result:
         """Run training to the end and return its Result.

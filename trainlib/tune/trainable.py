@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -73,7 +72,7 @@ def as_trainer(
 ) -> TorchTrainer:
     if isinstance(trainable, TorchTrainer):
         if dask_config is not None or client is not None:
-            trainable = with_cluster(trainable, dask_config, client)
+            trainable = trainable.on_cluster(dask_config, client)
         return trainable
     if isinstance(trainable, type) and issubclass(trainable, Trainable):
         checkpoints = (run_config or RunConfig()).checkpoint_config
@@ -125,12 +124,3 @@ class ReturnedResult:
 
             report(dict(returned))
         return returned
-
-
-def with_cluster(
-    trainer: TorchTrainer, dask_config: DaskConfig | None, client: Client | None
-) -> TorchTrainer:
-    trainer = copy.copy(trainer)
-    trainer._dask_config = dask_config or trainer._dask_config
-    trainer._client = client or trainer._client
-    return trainer

@@ -108,7 +108,7 @@ class Tuner:
             )
         self._space = flatten(searched)
         self._tune_config = tune_config or TuneConfig()
-        self._run_config = run_config or self._trainer._run_config
+        self._run_config = run_config or self._trainer.run_config
         as_stopper(self._run_config.stop)  # a wrong stop= fails here, not in every trial
         self._results: ResultGrid | None = None
         self._failed: Failed = "keep"  # Tuner.restore(resume_errored=, restart_errored=)
@@ -197,7 +197,7 @@ class Tuner:
         trainer = self._trainer
         with (
             InterruptWatch(),
-            cluster.connect(trainer._dask_config, self._cluster_size(), trainer._client) as client,
+            cluster.connect(trainer.dask_config, self._cluster_size(), trainer.client) as client,
         ):
             client.register_plugin(rank_pool.RankPoolPlugin())  # fork servers start now
             preemption_retirement.register(client)
@@ -275,7 +275,7 @@ class Tuner:
         """Workers of the largest trial."""
         if self._sizes is not None:
             return max(trial_sizes(self._sizes))
-        return self._trainer._scaling.worker_range[1]
+        return self._trainer.scaling_config.worker_range[1]
 
     def _trial_config(self, params: dict[str, Any], run_name: str) -> dict[str, Any]:
         """A trial's config; with ``param_space["scaling_config"]``, its ScalingConfig."""
@@ -301,7 +301,7 @@ class Tuner:
     def _setup(self, experiment: RunStorage) -> TrialSetup:
         from trainlib.tune._trials import TrialSetup
 
-        scaling = self._trainer._scaling
+        scaling = self._trainer.scaling_config
         return TrialSetup(
             make_plan=self._make_plan,
             config_of=self._trial_config,
@@ -314,7 +314,7 @@ class Tuner:
             metric=self._tune_config.metric,
             max_t=self._tune_config.scheduler.max_t,
             max_concurrent=self._tune_config.concurrency,
-            worker_timeout_s=self._trainer._dask_config.worker_timeout_s,
+            worker_timeout_s=self._trainer.dask_config.worker_timeout_s,
             callbacks=[c for c in self._run_config.callbacks if isinstance(c, Callback)],
             stopper=self._stopper(),
             fail_fast=self._run_config.failure_config.fail_fast,

@@ -242,11 +242,6 @@ def _gpu_error(
     )
 
 
-def live_workers(client: Client) -> set[str]:
-    """Addresses of the workers the scheduler knows now."""
-    return set(_workers(client))
-
-
 def worker_statuses(client: Client) -> dict[str, str]:
     """The scheduler's workers now and their status (``running``, ``closing_gracefully``: a
     worker that is retiring, ...)."""

@@ -16,7 +16,7 @@ from tests.helpers import local_cluster, mixed_cluster
 from trainlib import ConfigError, DaskConfig, NotEnoughWorkersError, ScalingConfig
 from trainlib._internal.common import gpu_discovery
 from trainlib._internal.driver.cluster import connect
-from trainlib._internal.driver.worker_selection import live_workers, select_workers
+from trainlib._internal.driver.worker_selection import select_workers, worker_statuses
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_cluster_connect_to_address_leaves_the_cluster_running(client: Client) -
     with connect(DaskConfig(address=_address(client)), num_workers=5) as remote:
         assert remote is not client
         assert _address(remote) == _address(client)
-        assert sorted(live_workers(remote)) == _workers(client)
+        assert sorted(worker_statuses(remote)) == _workers(client)
     assert remote.status == "closed"
     assert len(_workers(client)) == 2
 

@@ -106,7 +106,7 @@ def test_a_worker_restarted_between_two_runs_does_not_give_the_second_a_gpu_in_u
     rig: Rig,
 ) -> None:
     first_worker, second_worker, third_worker, fourth_worker = sorted(
-        worker_selection.live_workers(rig.client)
+        worker_selection.worker_statuses(rig.client)
     )
     with GpuClaims(rig.client, "run-a") as first:
         held = {third_worker, fourth_worker}
@@ -126,7 +126,7 @@ def test_a_worker_restarted_between_two_runs_does_not_give_the_second_a_gpu_in_u
 def test_a_worker_leaving_between_the_scheduler_read_and_the_device_probe_is_passed_over(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    gone = sorted(worker_selection.live_workers(rig.client))[0]
+    gone = sorted(worker_selection.worker_statuses(rig.client))[0]
     read = worker_selection._workers
     lost: list[str] = []
 
@@ -159,7 +159,7 @@ async def _start_worker(scheduler_address: str, port: int) -> Worker:
 
 
 def test_a_trial_waits_for_gpus_in_use_then_names_who_holds_them(rig: Rig) -> None:
-    every = set(worker_selection.live_workers(rig.client))
+    every = set(worker_selection.worker_statuses(rig.client))
     with Client(rig.scheduler) as other_client, GpuClaims(other_client, "run-a") as other:
         select_workers(other_client, ScalingConfig(num_workers=4, use_gpu=True), 5, claims=other)
         started = time.monotonic()
