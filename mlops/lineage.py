@@ -49,6 +49,14 @@ def split_dataset(dataset: Dataset, split: str, source_url: str) -> MetaDataset:
     return MetaDataset(_source(source_url), name=name, digest=digest)  # type: ignore[abstract]
 
 
+def _entity(dataset: MetaDataset) -> MlflowDataset:
+    """The run input's record of ``dataset``, from its public ``to_dict``."""
+    found = dataset.to_dict()
+    return MlflowDataset(
+        found["name"], found["digest"], found["source_type"], found["source"], found.get("schema")
+    )
+
+
 def log_dataset_inputs(
     tracking_uri: str, run_id: str, dataset: Dataset, source_url: str | None
 ) -> None:
@@ -66,7 +74,7 @@ def log_dataset_inputs(
             continue
         inputs.append(
             DatasetInput(
-                mlflow_dataset._to_mlflow_entity(),
+                _entity(mlflow_dataset),
                 tags=[InputTag(_CONTEXT_TAG, _CONTEXT[split])],
             )
         )
@@ -92,7 +100,7 @@ def log_test_input(
     logged = run.inputs.dataset_inputs if run.inputs else []
     training = client.get_run(source_run_id) if source_run_id else None
     trained_on = training.inputs.dataset_inputs if training and training.inputs else []
-    test = split_dataset(dataset, "test", dataset.uri)._to_mlflow_entity()
+    test = _entity(split_dataset(dataset, "test", dataset.uri))
     if trained_on:  # the same archive: its source as the training splits recorded it
         first = trained_on[0].dataset
         test = MlflowDataset(test.name, test.digest, first.source_type, first.source)

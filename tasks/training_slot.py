@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 from distributed import Client, Semaphore
 
 from trainlib import DaskConfig
+from trainlib._internal.common.scheduler_rpc import lease, scheduler_address
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ def training_slot(dask_config: DaskConfig, run_name: str) -> Iterator[None]:
     """Hold one of the cluster's training slots while the block runs; wait for one first
     (saying so every minute). ``dask_config`` names the running cluster (``attached_to``)."""
     with dask_config.connect() as client, contextlib.ExitStack() as held:
-        if on_loopback(str(client.scheduler.address if client.scheduler else "")):
+        if on_loopback(scheduler_address(client)):
             held.enter_context(_host_slot(run_name))
         held.enter_context(_cluster_slot(client, run_name))
         logger.info("Training %s holds the training slot", run_name)
@@ -85,12 +86,7 @@ def on_loopback(address: str) -> bool:
 
 @contextmanager
 def _cluster_slot(client: Client, run_name: str) -> Iterator[None]:
-    semaphore = Semaphore(
-        max_leases=training_slots(),
-        name=SEMAPHORE,
-        scheduler_rpc=client.scheduler,
-        loop=client.loop,
-    )
+    semaphore = lease(client, Semaphore, SEMAPHORE, training_slots())
     started = time.monotonic()
     while not semaphore.acquire(timeout=WAIT_LOG_S):
         _waiting(run_name, "the cluster's training slot", started)

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import fsspec
 from fsspec import AbstractFileSystem
 from fsspec.implementations.local import LocalFileSystem
 
+from trainlib._locations import locate
 from trainlib._retries import call_storage
 
 METADATA_FILE = ".metadata.json"  # Ray's name for a checkpoint's metadata
@@ -34,7 +34,7 @@ class Checkpoint:
 
     def __init__(self, path: str | os.PathLike[str], filesystem: AbstractFileSystem | None = None):
         if filesystem is None:
-            filesystem, path = fsspec.core.url_to_fs(os.path.expanduser(os.fspath(path)))
+            filesystem, path = locate(path)
         self.path: str = str(path)
         self.filesystem: AbstractFileSystem = filesystem
 

@@ -70,12 +70,15 @@ class DaskConfig:
     def attached_to(self, client: Client) -> DaskConfig:
         """This config pointing at the running cluster of ``client`` (by scheduler address):
         what to hand to code that should use the cluster without starting one."""
-        scheduler = client.scheduler
-        if scheduler is None:
-            raise ConfigError("DaskConfig.attached_to() needs a connected client.")
+        from trainlib._internal.common.scheduler_rpc import scheduler_address
+
+        try:
+            address = scheduler_address(client)
+        except RuntimeError:
+            raise ConfigError("DaskConfig.attached_to() needs a connected client.") from None
         return replace(
             self,
-            address=scheduler.address,
+            address=address,
             cluster_class=None,
             cluster_kwargs={},
             adapt_kwargs=None,

@@ -6,9 +6,9 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import fsspec
 from fsspec import AbstractFileSystem
 
+from trainlib._locations import locate
 from trainlib.checkpoint import Checkpoint
 from trainlib.errors import CheckpointError, RankFailure
 
@@ -75,11 +75,8 @@ class Result:
         """
         from trainlib._internal.common.storage import RunStorage
 
-        if storage_filesystem is None:
-            storage_filesystem, root = fsspec.core.url_to_fs(os.path.expanduser(os.fspath(path)))
-        else:
-            root = storage_filesystem._strip_protocol(os.fspath(path))
-        storage = RunStorage(storage_filesystem, str(root))
+        storage_filesystem, root = locate(path, storage_filesystem)
+        storage = RunStorage(storage_filesystem, root)
         if not storage_filesystem.isdir(storage.run_dir):
             raise CheckpointError(
                 f"Result.from_path({os.fspath(path)!r}): no run directory there; pass the "

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import TrialState
 
+from trainlib._internal.common.scheduler_rpc import scheduler_address
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver import worker_selection
 from trainlib._internal.driver.controller import RunCancelled, run_training
@@ -361,13 +362,12 @@ class TrialRunner:
             )
             if shortage is not None:
                 return shortage
-        scheduler = self._client.scheduler
         resources = needs.resources_per_worker
         return NotEnoughWorkersError(
             requested=size,
             num_workers=str(size),
             available=len(live),
-            address=str(scheduler.address) if scheduler is not None else "",
+            address=scheduler_address(self._client),
             timeout_s=self._setup.worker_timeout_s,
             resources=str(dict(resources)) if resources else "",
         )

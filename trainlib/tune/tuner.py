@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -11,13 +10,13 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
-import fsspec
 
 from trainlib._internal.common.devices import usable_cores
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import RunPlan
+from trainlib._locations import locate
 from trainlib.config import RunConfig, ScalingConfig
 from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError
@@ -165,7 +164,7 @@ class Tuner:
     @classmethod
     def can_restore(cls, path: str) -> bool:
         """Whether ``path`` holds a search ``restore`` can resume."""
-        filesystem, directory = fsspec.core.url_to_fs(os.path.expanduser(path))
+        filesystem, directory = locate(path)
         return bool(filesystem.exists(posixpath.join(directory, TUNER_FILE)))
 
     def fit(self) -> ResultGrid:
@@ -399,7 +398,7 @@ class Tuner:
 
 
 def _read_saved(path: str) -> dict[str, Any]:
-    filesystem, directory = fsspec.core.url_to_fs(os.path.expanduser(path))
+    filesystem, directory = locate(path)
     saved_file = posixpath.join(directory, TUNER_FILE)
     if not filesystem.exists(saved_file):
         raise ConfigError(

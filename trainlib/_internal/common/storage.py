@@ -27,7 +27,6 @@ import tempfile
 from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
-import fsspec
 from fsspec import AbstractFileSystem
 
 from trainlib._internal.common.commit_marker import (
@@ -37,6 +36,7 @@ from trainlib._internal.common.commit_marker import (
     Marker,
     describe_file,
 )
+from trainlib._locations import locate
 from trainlib._retries import call_storage
 from trainlib.checkpoint import Checkpoint
 from trainlib.errors import CheckpointError
@@ -61,10 +61,7 @@ class RunStorage:
         cls, storage_path: str, name: str, filesystem: AbstractFileSystem | None = None
     ) -> RunStorage:
         """Resolve ``storage_path`` (path or URL) and make the run directory."""
-        if filesystem is None:
-            filesystem, root = fsspec.core.url_to_fs(os.path.expanduser(storage_path))
-        else:
-            root = filesystem._strip_protocol(storage_path)
+        filesystem, root = locate(storage_path, filesystem)
         storage = cls(filesystem, f"{str(root).rstrip('/')}/{name}")
         storage._call(
             "create the run directory",

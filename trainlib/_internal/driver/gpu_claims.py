@@ -25,9 +25,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
 
-import dask
-from dask.utils import parse_timedelta
 from distributed import Client, Lock
+
+from trainlib._internal.common.scheduler_rpc import lease, register_lease, stop_refresh
 
 _HOLDERS = "trainlib-gpu-holders"  # scheduler metadata: device key -> run name
 _PLACING = "placing"  # the lock runs place under (device keys are "host/device")
@@ -120,13 +120,9 @@ def _lock(client: Client, key: str, fresh: bool = False) -> Lock:
     with _LOCKS_GUARD:
         locks = _LOCKS.setdefault(client, {})
         if fresh and key in locks:
-            refresh = getattr(locks.pop(key), "refresh_callback", None)  # none: leases never expire
-            if refresh is not None:
-                refresh.stop()
+            stop_refresh(locks.pop(key))
         if key not in locks:
-            locks[key] = Lock(
-                f"trainlib-gpu/{key}", scheduler_rpc=client.scheduler, loop=client.loop
-            )
+            locks[key] = lease(client, Lock, f"trainlib-gpu/{key}")
         return locks[key]
 
 
@@ -134,11 +130,5 @@ def _release(client: Client, lock: Lock) -> None:
     """Release ``lock``, registered on the scheduler first (a no-op where it is known): after a
     restart, the scheduler has counted the lock's refreshed lease under an unknown name, and
     only a release of a registered lock removes it."""
-    timeout = dask.config.get("distributed.scheduler.locks.lease-timeout")
-    client.sync(
-        lock.scheduler.semaphore_register,
-        name=lock.name,
-        max_leases=1,
-        lease_timeout=None if timeout == "inf" else parse_timedelta(timeout, "s"),
-    )
+    register_lease(client, lock)
     lock.release()

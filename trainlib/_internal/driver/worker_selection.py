@@ -12,7 +12,8 @@ from typing import Any
 
 from distributed import Client
 
-from trainlib._internal.common import device_holds, devices, gpu_discovery, gpu_users
+from trainlib._internal.common import device_holds, devices, gpu_discovery, gpu_users, scheduler_rpc
+from trainlib._internal.common.scheduler_rpc import scheduler_address
 from trainlib._internal.driver.batch_jobs import waiting_jobs
 from trainlib._internal.driver.gpu_claims import GpuClaims
 from trainlib._internal.driver.process_globals import DRIVER
@@ -49,7 +50,7 @@ def select_workers(
             ``use_gpu`` and no ``allowed``, at once when enough workers are there but too few
             have a GPU, or too few of their GPUs are free (naming the runs holding them).
     """
-    started = DRIVER.started_cluster(_scheduler(client).address)
+    started = DRIVER.started_cluster(scheduler_address(client))
     deadline = time.monotonic() + timeout_s
     next_rescale = time.monotonic()
     low, high = scaling.worker_range
@@ -92,7 +93,7 @@ def select_workers(
                 requested=low,
                 num_workers=str(scaling.num_workers),
                 available=available,
-                address=_scheduler(client).address,
+                address=scheduler_address(client),
                 timeout_s=timeout_s,
                 resources=str(dict(scaling.resources_per_worker))
                 if scaling.resources_per_worker
@@ -236,7 +237,7 @@ def _gpu_error(
         requested=scaling.worker_range[0],
         num_workers=str(scaling.num_workers),
         available=available,
-        address=_scheduler(client).address,
+        address=scheduler_address(client),
         timeout_s=timeout_s,
         **reason,
     )
@@ -275,19 +276,5 @@ def _eligible_workers(
 
 
 def _workers(client: Client) -> dict[str, Any]:
-    """The scheduler's workers now, asked directly.
-
-    Not ``client.scheduler_info()``: it returns the client's cached identity, which Dask's
-    periodic refresh replaces with a worker-less one (``n_workers=0``) every 2 s; read right
-    after such a refresh, every rank's worker seemed to have left the cluster.
-    """
-    identity: dict[str, Any] = client.sync(_scheduler(client).identity, n_workers=-1)
-    workers: dict[str, Any] = identity["workers"]
-    return workers
-
-
-def _scheduler(client: Client) -> Any:
-    """The connected client's scheduler RPC handle."""
-    scheduler = client.scheduler
-    assert scheduler is not None, "a connected client has a scheduler"
-    return scheduler
+    """The scheduler's workers now, asked directly (``scheduler_rpc.workers``)."""
+    return scheduler_rpc.workers(client)

@@ -28,6 +28,7 @@ from trainlib._internal.common.preemption_signal import (
     in_slurm_job,
     preempting,
 )
+from trainlib._internal.common.scheduler_rpc import retire_from_nanny
 
 logger = logging.getLogger(__name__)
 PLUGIN_NAME = "trainlib-preemption-retirement"
@@ -67,12 +68,7 @@ class PreemptionRetirement(NannyPlugin):
             os.environ[JOB_VARIABLE],
             address,
         )
-        retiring = nanny.scheduler.retire_workers(
-            workers=[address],
-            close_workers=False,
-            remove=True,
-            stimulus_id=f"slurm-preemption-{time.time()}",
-        )
+        retiring = retire_from_nanny(nanny, address, f"slurm-preemption-{time.time()}")
         try:  # within SLURM's KillWait (30 s by default), so the nanny still stops its worker
             await asyncio.wait_for(retiring, _RETIRE_TIMEOUT_S)
         except asyncio.TimeoutError:

@@ -32,6 +32,7 @@ from trainlib._internal.common.messages import (
     RankStartup,
     is_private,
 )
+from trainlib._internal.common.scheduler_rpc import worker_scheduler_address
 from trainlib._internal.worker import command_relay, rank_pool
 from trainlib._internal.worker.feeder import Feeder
 from trainlib._internal.worker.fork_client import LOST, ForkedProcess
@@ -73,7 +74,7 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
                 launch.host,
                 launch.sys_path,
                 os.getcwd(),
-                launch_environment(launch, environment, get_worker().scheduler.address),
+                launch_environment(launch, environment, worker_scheduler_address()),
                 launch.spec_payload,
             )
         )
