@@ -9,7 +9,7 @@ import pytest
 
 import trainlib
 from trainlib import PreemptionInfo, RunConfig, ScalingConfig
-from trainlib._internal.common.messages import PREEMPTION, Command
+from trainlib._internal.common.messages import PreemptionNotice
 from trainlib._internal.rank.process_globals import RANK
 from trainlib.torch import TorchTrainer
 
@@ -26,7 +26,7 @@ def test_preemption_info_lists_workers_and_ranks_sorted() -> None:
 def _notice_before_and_after(config: dict[str, Any]) -> None:
     before = trainlib.get_preemption_info()
     assert RANK.session is not None
-    RANK.session.deliver(Command(PREEMPTION, NOTICE))  # as the supervisor relays it
+    RANK.session.deliver(PreemptionNotice(NOTICE))  # as the supervisor relays it
     after = trainlib.get_preemption_info()
     trainlib.report({"before": before, "after": after})
 

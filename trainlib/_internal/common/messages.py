@@ -16,6 +16,8 @@ from trainlib._internal.common.commit_marker import FileEntry
 from trainlib._internal.common.storage import RunStorage
 from trainlib.checkpoint import Checkpoint
 from trainlib.errors import RankFailure
+from trainlib.preemption import PreemptionInfo
+from trainlib.validation import ReportedCheckpointStatus
 
 if TYPE_CHECKING:  # a rank process never imports Dask
     from trainlib._internal.common.datasets import DatasetSource
@@ -118,8 +120,20 @@ class CheckpointsQuery:
     validated: bool = True
 
 
-REPORTED_CHECKPOINTS = "reported_checkpoints"  # the driver's answer: a Command of this kind
-PREEMPTION = "preemption"  # the driver's notice to the ranks: a Command of this kind
+@dataclass(frozen=True)
+class CheckpointsAnswer:
+    """The driver's answer to a ``CheckpointsQuery``: the run's committed checkpoints, each
+    with its metrics and its status (``get_all_reported_checkpoints``)."""
+
+    checkpoints: list[tuple[Checkpoint, dict[str, Any], ReportedCheckpointStatus]]
+
+
+@dataclass(frozen=True)
+class PreemptionNotice:
+    """The driver's notice to the ranks that some ranks' workers are being retired
+    (``trainlib.get_preemption_info``)."""
+
+    info: PreemptionInfo
 
 
 # Variables a batch system sets in a job's processes (a Dask worker started by dask-jobqueue,
@@ -234,7 +248,8 @@ class RankExited:
 
 @dataclass(frozen=True)
 class Command:
-    """A call on a live group, sent to every rank: ``kind`` names it, ``payload`` is plain data.
+    """A call on a live group (``trainlib.sgd``), sent to every rank: ``kind`` names it (the
+    group's runner knows its kinds), ``payload`` is plain data.
 
     Every rank answers a command, except ``SHUTDOWN``, with exactly one ``report()``; on
     ``SHUTDOWN`` its loop returns and the rank ends as a finished training function does.
@@ -248,7 +263,7 @@ class Command:
 # and what a rank is sent.
 DriverMessage: TypeAlias = RankStarted | ReportMessage | CheckpointsQuery | RankLog
 RankMessage: TypeAlias = DriverMessage | RankFailure | RankDone | DataRequest
-ToRank: TypeAlias = DataBlock | Command
+ToRank: TypeAlias = DataBlock | CheckpointsAnswer | PreemptionNotice | Command
 
 
 def is_private(variable: str) -> bool:

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 import cloudpickle
 
 from trainlib._internal.common.messages import (
-    Command,
     DataBlock,
     DataRequest,
     DriverMessage,
     RankMessage,
     RankSpec,
+    ToRank,
 )
 from trainlib._internal.driver.controller_callbacks.user_callbacks import UserCallbacks
 from trainlib._internal.driver.controller_state import Running
@@ -137,5 +137,5 @@ def _handle(run: RunRecord, feed: LocalFeed | None, message: RankMessage) -> Non
             raise _DriverError(exc) from exc
 
 
-def _deliver(session: Session, command: Command) -> None:
-    session.deliver(command)
+def _deliver(session: Session, message: ToRank) -> None:
+    session.deliver(message)

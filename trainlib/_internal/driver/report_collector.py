@@ -9,9 +9,8 @@ from typing import Any
 
 from trainlib._internal.common.commit_marker import FileEntry
 from trainlib._internal.common.messages import (
-    REPORTED_CHECKPOINTS,
+    CheckpointsAnswer,
     CheckpointsQuery,
-    Command,
     DriverMessage,
     RankLog,
     RankStarted,
@@ -27,7 +26,8 @@ from trainlib.validation import ValidationConfig
 
 logger = logging.getLogger(__name__)
 
-Reply = Callable[[int, Command], None]  # (world rank, command): the attempt's WorkerGroup.send_to
+# (world rank, answer): the attempt's WorkerGroup.send_to
+Reply = Callable[[int, CheckpointsAnswer], None]
 
 
 class ReportCollector:
@@ -140,7 +140,7 @@ class ReportCollector:
             (c.checkpoint, c.metrics, self._manager.status(c)) for c in self._manager.committed
         ]
         for query in ready:
-            self._reply(query.world_rank, Command(REPORTED_CHECKPOINTS, answer))
+            self._reply(query.world_rank, CheckpointsAnswer(answer))
 
     def _validated(self, index: int, metrics: dict[str, Any] | None) -> None:
         """A validation ended: its checkpoint and report take its metrics."""

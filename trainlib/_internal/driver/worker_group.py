@@ -11,7 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from distributed import Client, Event, Future, Queue
 
-from trainlib._internal.common.messages import PREEMPTION, Command, DriverMessage, RankLaunch
+from trainlib._internal.common.messages import (
+    DriverMessage,
+    PreemptionNotice,
+    RankLaunch,
+    ToRank,
+)
 from trainlib._internal.common.waiting import Completions, Mailbox, result_within
 from trainlib._internal.driver.ranks import WorkerSlot
 from trainlib._internal.driver.run_plan import find_free_port
@@ -148,23 +153,23 @@ class WorkerGroup:
         self._drain(handle)
         return self._failures()
 
-    def send(self, command: Command) -> None:
-        """Deliver ``command`` to every rank (through its supervisor), in rank order.
+    def send(self, message: ToRank) -> None:
+        """Deliver ``message`` to every rank (through its supervisor), in rank order.
 
         A rank that cannot take it (its supervisor ended, its worker left) is found by the
         next ``run``.
         """
-        self._deliver(command, [slot.address for slot in self._slots])
+        self._deliver(message, [slot.address for slot in self._slots])
 
-    def send_to(self, world_rank: int, command: Command) -> None:
-        """Deliver ``command`` to one rank (an answer to its question); a rank gone is found
+    def send_to(self, world_rank: int, message: ToRank) -> None:
+        """Deliver ``message`` to one rank (an answer to its question); a rank gone is found
         by the next ``run``."""
         slot = next(s for s in self._slots if s.world_rank == world_rank)
-        self._deliver(command, [slot.address])
+        self._deliver(message, [slot.address])
 
-    def _deliver(self, command: Command, addresses: list[str]) -> None:
+    def _deliver(self, message: ToRank, addresses: list[str]) -> None:
         self._client.run(
-            command_relay.deliver, self._queue.name, command, workers=addresses, on_error="return"
+            command_relay.deliver, self._queue.name, message, workers=addresses, on_error="return"
         )
 
     def _failures(self) -> dict[int, RankFailure]:
@@ -251,7 +256,7 @@ class WorkerGroup:
             self._grace.notice({rank for group in ranks.values() for rank in group})
         present = worker_statuses(self._client)  # one gone already would hold the send 30 s
         self._deliver(
-            Command(PREEMPTION, PreemptionInfo(deadline_ms=None, preempted_node_to_ranks=ranks)),
+            PreemptionNotice(PreemptionInfo(deadline_ms=None, preempted_node_to_ranks=ranks)),
             [slot.address for slot in self._slots if slot.address in present],
         )
 

@@ -13,7 +13,7 @@ import queue
 from collections.abc import Mapping
 from typing import Any
 
-from trainlib._internal.common.messages import REPORTED_CHECKPOINTS, CheckpointsQuery, ReportMessage
+from trainlib._internal.common.messages import CheckpointsQuery, ReportMessage
 from trainlib._internal.rank import uploads
 from trainlib._internal.rank.session import Session
 from trainlib.checkpoint import Checkpoint
@@ -87,7 +87,7 @@ def reported_checkpoints(session: Session, validated: bool, timeout_s: float | N
     session.uploads.send(CheckpointsQuery(session.spec.world_rank, session.next_index, validated))
     session.uploads.wait()
     try:
-        answer: Answer = session.inbox(REPORTED_CHECKPOINTS).get(timeout=timeout_s)
+        answer = session.answers.get(timeout=timeout_s).checkpoints
     except queue.Empty:
         raise TimeoutError(
             f"get_all_reported_checkpoints(timeout_s={timeout_s}) had no answer in time: the "

@@ -9,11 +9,11 @@ from collections.abc import Callable
 from typing import Any
 
 from trainlib._internal.common.messages import (
-    PREEMPTION,
-    REPORTED_CHECKPOINTS,
+    CheckpointsAnswer,
     Command,
     DataBlock,
     DataRequest,
+    PreemptionNotice,
     RankMessage,
     RankSpec,
     ToRank,
@@ -29,7 +29,8 @@ class Session:
         self.spec = spec
         self._send = send
         self._lock = threading.Lock()
-        self._inboxes: defaultdict[str, queue.Queue[Any]] = defaultdict(queue.Queue)
+        self._blocks: defaultdict[str, queue.Queue[Any]] = defaultdict(queue.Queue)
+        self.answers: queue.Queue[CheckpointsAnswer] = queue.Queue()  # to CheckpointsQuery
         self.commands: queue.Queue[Command] = queue.Queue()  # a live group's, in order
         self.next_index = spec.start_index
         self.uploads = Uploads(self.send)
@@ -49,14 +50,14 @@ class Session:
         """File a message from the supervisor (a block of a dataset, a command) for whoever
         waits on it."""
         if isinstance(message, DataBlock):
-            self._inboxes[message.dataset].put((message.pass_id, message.block))
-        elif message.kind == REPORTED_CHECKPOINTS:
-            self._inboxes[REPORTED_CHECKPOINTS].put(message.payload)
-        elif message.kind == PREEMPTION:
-            self.preemption = message.payload
+            self._blocks[message.dataset].put((message.pass_id, message.block))
+        elif isinstance(message, CheckpointsAnswer):
+            self.answers.put(message)
+        elif isinstance(message, PreemptionNotice):
+            self.preemption = message.info
         else:
             self.commands.put(message)
 
-    def inbox(self, name: str) -> queue.Queue[Any]:
-        """The messages filed for dataset ``name`` (or the driver's ``REPORTED_CHECKPOINTS``)."""
-        return self._inboxes[name]
+    def inbox(self, dataset: str) -> queue.Queue[Any]:
+        """The blocks filed for ``dataset``, as ``(pass_id, block)``."""
+        return self._blocks[dataset]

@@ -1,9 +1,10 @@
-"""Commands from the driver to the ranks of a live group, relayed by their supervisors.
+"""Messages from the driver to its ranks (a live group's commands, the answer to a rank's
+question, a preemption notice), relayed by their supervisors.
 
 A supervisor registers its rank's connection under its group's token; the driver calls
 ``deliver`` on the group's workers (``Client.run``, which reaches a worker directly, without
-scheduling a task), and each worker writes the command on its rank's socket. The rank files it
-in its session (``Session.commands``).
+scheduling a task), and each worker writes the message on its rank's socket. The rank files it
+in its session by its type (``Session.deliver``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from trainlib._internal.common.messages import Command
+from trainlib._internal.common.messages import ToRank
 from trainlib._internal.worker.process_globals import WORKER
 
 
@@ -27,8 +28,8 @@ def unregister(token: str, worker: str) -> None:
         WORKER.command_routes.pop((token, worker), None)
 
 
-def deliver(token: str, command: Command, dask_worker: Any = None) -> bool:
-    """Runs on a Dask worker: send ``command`` to the rank of group ``token`` there.
+def deliver(token: str, message: ToRank, dask_worker: Any = None) -> bool:
+    """Runs on a Dask worker: send ``message`` to the rank of group ``token`` there.
 
     Returns:
         False when that rank is gone (its supervisor has ended).
@@ -38,7 +39,7 @@ def deliver(token: str, command: Command, dask_worker: Any = None) -> bool:
     if send is None:
         return False
     try:
-        send(command)
+        send(message)
     except OSError:
         return False
     return True

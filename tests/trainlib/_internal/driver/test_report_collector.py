@@ -10,9 +10,8 @@ import pytest
 from trainlib import Callback, Checkpoint, CheckpointConfig, TrainingFailedError
 from trainlib._internal.common.commit_marker import FileEntry
 from trainlib._internal.common.messages import (
-    REPORTED_CHECKPOINTS,
+    CheckpointsAnswer,
     CheckpointsQuery,
-    Command,
     RankLog,
     RankStarted,
     ReportMessage,
@@ -215,15 +214,15 @@ def test_reports_answer_a_checkpoints_query_once_its_reports_are_processed(
     tmp_path: Path,
 ) -> None:
     collector, storage, _, _, _ = _collector(tmp_path)
-    answers: list[tuple[int, Command]] = []
-    collector.reply_with(lambda rank, command: answers.append((rank, command)))
+    answers: list[tuple[int, CheckpointsAnswer]] = []
+    collector.reply_with(lambda rank, answer: answers.append((rank, answer)))
     _report(collector, 0, 0, {"loss": 1.0}, _upload(storage, tmp_path, 0, "a"))
     collector.handle(CheckpointsQuery(world_rank=0, index=1))
     assert answers == []  # rank 1 has not made report 0 yet
     _report(collector, 1, 0, None, _upload(storage, tmp_path, 0, "b"))
-    [(rank, command)] = answers
-    assert rank == 0 and command.kind == REPORTED_CHECKPOINTS
-    [(checkpoint, metrics, status)] = command.payload
+    [(rank, answer)] = answers
+    assert rank == 0
+    [(checkpoint, metrics, status)] = answer.checkpoints
     assert checkpoint.path == storage.checkpoint_dir(0) and metrics == {"loss": 1.0}
     assert status is ReportedCheckpointStatus.COMMITTED
 

@@ -15,7 +15,12 @@ from typing import Any
 import pytest
 
 from trainlib import RankFailure
-from trainlib._internal.common.messages import PREEMPTION, Command, DriverMessage, ReportMessage
+from trainlib._internal.common.messages import (
+    Command,
+    DriverMessage,
+    PreemptionNotice,
+    ReportMessage,
+)
 from trainlib._internal.driver import worker_group
 from trainlib._internal.driver.ranks import assign_ranks
 from trainlib._internal.driver.worker_group import WorkerGroup
@@ -223,9 +228,10 @@ def test_worker_group_tells_every_rank_when_a_worker_starts_retiring(ranks: Setu
     ranks.tasks[0].end(RankOutcome(0, failure(0, kind="stopped")))
     ranks.tasks[1].end(RankOutcome(1, failure(1, kind="exit")))  # killed as its worker closed
     failures = ranks.group.run(ranks.handle)
-    [(_, (_, notice), workers)] = [r for r in ranks.client.runs if r[1][1].kind == PREEMPTION]
+    notices = [r for r in ranks.client.runs if isinstance(r[1][1], PreemptionNotice)]
+    [(_, (_, notice), workers)] = notices
     assert workers == ["tcp://w0", "tcp://w1"]
-    assert notice.payload.preempted_node_to_ranks == {"tcp://w1": [1]}
+    assert notice.info.preempted_node_to_ranks == {"tcp://w1": [1]}
     assert failures[1].kind == "preempted"
 
 
