@@ -7,6 +7,6 @@ space as JSON). The rules the tasks apply live in ``mlops/``, the CIFAR domain i
 
 Errors (each a ``cifar.errors.PipelineError``)::
 
-    download.DownloadError      the archive could not be fetched (network, HTTP, access)
-    download.ChecksumError      the archive's md5 is not the expected one (ValueError)
+    download_failures.DownloadError  the archive could not be fetched (network, HTTP, access)
+    download.ChecksumError           the archive's md5 is not the expected one (ValueError)
 """

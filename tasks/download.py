@@ -27,6 +27,12 @@ from prefect import task
 from cifar.errors import PipelineError
 from cifar.format import OFFICIAL_MD5, OFFICIAL_URL
 from tasks.caching import cached, policy
+from tasks.download_failures import (
+    DownloadError,
+    RedirectRefused,
+    advice,
+    describe_failure,
+)
 from tasks.layout import StorageLayout
 
 logger = logging.getLogger(__name__)
@@ -35,32 +41,6 @@ _CHUNK = 1 << 20
 MD5_SUFFIX = ".md5"  # beside the archive: its md5 when downloaded
 _CONNECT_TIMEOUT_S = 30
 _READ_TIMEOUT_S = 60
-
-
-class DownloadError(PipelineError):
-    """The archive could not be downloaded.
-
-    Attributes:
-        url: What was downloaded.
-        cause: The cause in plain words ("name resolution failed", "HTTP 404 Not Found").
-        transient: The network may recover (it was retried); otherwise retrying cannot help.
-        tries: How often the download was tried.
-    """
-
-    def __init__(self, url: str, cause: str, transient: bool, tries: int, advice: str) -> None:
-        super().__init__(url, cause, transient, tries, advice)  # all of them: it pickles
-        self.url, self.cause, self.transient, self.tries = url, cause, transient, tries
-        self.advice = advice
-
-    def __str__(self) -> str:
-        from urllib.parse import urlparse
-
-        host = urlparse(self.url).hostname or self.url
-        if self.transient:
-            what = f"Cannot reach {host} ({self.cause}) after {self.tries} tries."
-        else:
-            what = f"Cannot download {self.url}: {self.cause}."
-        return f"{what} {self.advice}".strip()
 
 
 class ChecksumError(PipelineError, ValueError):
@@ -137,7 +117,7 @@ def _copy_with_retries(
             cause, transient = describe_failure(exc)
             if not transient or attempt == retry.tries:
                 raise DownloadError(
-                    url, cause, transient, attempt, _advice(cause, transient)
+                    url, cause, transient, attempt, advice(cause, transient)
                 ) from exc
             wait_s = retry.backoff_s * 2 ** (attempt - 1)
             logger.warning(
@@ -189,10 +169,6 @@ def _read_options(url: str) -> dict[str, Any]:
     return {"block_size": 0, "allow_redirects": False, "client_kwargs": {"timeout": timeout}}
 
 
-class RedirectRefused(Exception):
-    """The server redirected a download that was to follow none."""
-
-
 def _refuse_a_redirect(url: str, source: Any) -> None:
     reply = getattr(source, "r", None)  # fsspec's HTTP stream: its aiohttp response
     status = getattr(reply, "status", 200)
@@ -202,78 +178,6 @@ def _refuse_a_redirect(url: str, source: Any) -> None:
             f"the server redirected to {location!r} (HTTP {status}), and downloads follow no "
             "redirect the run policy has not checked"
         )
-
-
-def describe_failure(exc: BaseException) -> tuple[str, bool]:
-    """The cause of a failed download in plain words, and whether trying again may help.
-
-    fsspec wraps network errors (in a FileNotFoundError for HTTP); the cause is the most
-    specific one found along the exception's chain.
-    """
-    chain = _chain(exc)
-    for error in chain:
-        if (status := _http_status(error)) is not None:
-            reason = getattr(error, "message", "") or ""
-            return f"HTTP {status} {reason}".strip(), status >= 500 or status == 429
-    names = {type(error).__name__ for error in chain}
-    for cause, matches in _NETWORK_CAUSES:
-        classes = tuple(m for m in matches if isinstance(m, type))
-        if any(isinstance(error, classes) for error in chain) or names & set(_names(matches)):
-            return cause, True
-    if isinstance(exc, RedirectRefused):
-        return str(exc), False
-    if isinstance(exc, PermissionError):
-        return f"access denied ({exc})", False
-    if isinstance(exc, FileNotFoundError):
-        return "no such file", False
-    return f"{type(exc).__name__}: {exc}", False
-
-
-# Most specific first: aiohttp's connector errors wrap the OS error that says what happened.
-_NETWORK_CAUSES: tuple[tuple[str, tuple[type[BaseException] | str, ...]], ...] = (
-    ("name resolution failed", ("gaierror", "ClientConnectorDNSError")),
-    ("connection refused", (ConnectionRefusedError,)),
-    (
-        "connection reset",
-        (ConnectionResetError, BrokenPipeError, "ServerDisconnectedError", "ClientPayloadError"),
-    ),
-    ("timed out", (TimeoutError, "ServerTimeoutError", "ConnectTimeoutError", "ReadTimeoutError")),
-    ("cannot connect to the endpoint", ("EndpointConnectionError", "ConnectionClosedError")),
-    ("cannot connect", ("ClientConnectorError", "ClientOSError")),
-)
-
-
-def _names(matches: tuple[type[BaseException] | str, ...]) -> list[str]:
-    return [m for m in matches if isinstance(m, str)]
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    found: list[BaseException] = []
-    error: BaseException | None = exc
-    while error is not None and error not in found:
-        found.append(error)
-        error = error.__cause__ or error.__context__
-    return found
-
-
-def _http_status(error: BaseException) -> int | None:
-    status = getattr(error, "status", None)
-    if type(error).__name__ == "ClientResponseError" and isinstance(status, int):
-        return status
-    return None
-
-
-def _advice(cause: str, transient: bool) -> str:
-    if transient:
-        return (
-            "Check the network, or train offline: `make run-offline`, or "
-            "`--data-url file:///path/to/cifar-10-python.tar.gz`."
-        )
-    if cause.startswith(("HTTP 404", "no such file")):
-        return "Check data_url: it must point at cifar-10-python.tar.gz."
-    if cause.startswith(("HTTP 401", "HTTP 403", "access denied")):
-        return "Check that the credentials in the environment may read data_url."
-    return "Check data_url."
 
 
 def archive_is_intact(url: str, layout: StorageLayout, md5: str | None) -> bool:

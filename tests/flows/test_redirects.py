@@ -17,7 +17,8 @@ from cifar.format import write_synthetic_archive
 from flows.places import PolicyError
 from flows.redirects import MAX_REDIRECTS, final_url
 from flows.run_policy import RunPolicy
-from tasks.download import DownloadError, Retry, download_archive
+from tasks.download import Retry, download_archive
+from tasks.download_failures import DownloadError
 from tasks.layout import StorageLayout
 from tests.helpers import http_server
 

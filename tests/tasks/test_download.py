@@ -9,14 +9,8 @@ from pathlib import Path
 import pytest
 
 from cifar.format import OFFICIAL_MD5, OFFICIAL_URL, write_synthetic_archive
-from tasks.download import (
-    ChecksumError,
-    DownloadError,
-    Retry,
-    describe_failure,
-    download_archive,
-    expected_md5,
-)
+from tasks.download import ChecksumError, Retry, download_archive, expected_md5
+from tasks.download_failures import DownloadError, describe_failure
 from tasks.layout import StorageLayout
 from tests.conftest import HttpDir, ScriptedHttp
 

@@ -179,7 +179,7 @@ class Tuner:
         """
         # Imported on use (Dask, Optuna): a rank importing trainlib.tune stays light.
         from trainlib._internal.driver import cluster
-        from trainlib._internal.worker import preemption_retirement, rank_pool
+        from trainlib._internal.worker import plugins
         from trainlib.tune._trials import TrialRunner
 
         name = self._run_config.name or datetime.now(timezone.utc).strftime(
@@ -198,8 +198,7 @@ class Tuner:
             InterruptWatch(),
             cluster.connect(trainer.dask_config, self._cluster_size(), trainer.client) as client,
         ):
-            client.register_plugin(rank_pool.RankPoolPlugin())  # fork servers start now
-            preemption_retirement.register(client)
+            plugins.install(client)  # fork servers start now
             runner = TrialRunner(client, study, self._setup(experiment))
             outcomes = runner.run(max(0, self._num_trials() - study.counted_trials()))
         self._results = self._grid(study, outcomes, experiment)

@@ -20,8 +20,7 @@ from distributed.utils import import_term
 
 from trainlib._internal.driver.process_globals import DRIVER, StartedCluster
 from trainlib._internal.driver.worker_selection import select_workers
-from trainlib._internal.worker import preemption_retirement
-from trainlib._internal.worker.rank_pool import RankPoolPlugin
+from trainlib._internal.worker import plugins
 from trainlib.config import ScalingConfig
 from trainlib.errors import ConfigError
 
@@ -51,8 +50,7 @@ def connect(
     """
     with _client(config, num_workers, client) as connected:
         if warm_ranks:
-            connected.register_plugin(RankPoolPlugin())
-            preemption_retirement.register(connected)
+            plugins.install(connected)
         if wait:
             select_workers(
                 connected, ScalingConfig(num_workers=num_workers), config.worker_timeout_s

@@ -1,6 +1,4 @@
-"""What every Dask worker of a run needs before a rank is placed: its pool of rank processes
-(``rank_pool``) and the plugins that retire a preempted SLURM job's worker gracefully
-(``preemption_retirement``). Registering them again is a no-op."""
+"""The run's worker plugins installed when the controller starts (``worker.plugins``)."""
 
 from __future__ import annotations
 
@@ -11,8 +9,6 @@ from trainlib._internal.driver.controller_callbacks import ControllerCallback
 
 class WorkerPlugins(ControllerCallback):
     def after_controller_start(self, client: Client) -> None:
-        from trainlib._internal.worker import preemption_retirement
-        from trainlib._internal.worker.rank_pool import RankPoolPlugin
+        from trainlib._internal.worker import plugins
 
-        client.register_plugin(RankPoolPlugin())
-        preemption_retirement.register(client)
+        plugins.install(client)
