@@ -6,7 +6,6 @@ iterator (no Prefect, no MLflow; torchvision only for the models built from it).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import tempfile
@@ -23,6 +22,13 @@ from cifar.augment import augment, augmentation_generator
 from cifar.checkpoint import restore_training_state, save_training_state
 from cifar.dataset import per_rank_batch_size
 from cifar.errors import InvalidParameterError, TrainingDivergedError
+from cifar.gpu_settings import (
+    autocast,
+    autocast_dtype,
+    compiled_graphs,
+    model_inputs,
+    took_effect,
+)
 from cifar.model_names import check_model_name
 from cifar.models import ModelSpec
 from trainlib import Checkpoint
@@ -88,9 +94,9 @@ def cifar_train_func(loop: dict[str, Any]) -> None:
         optimizer, max_lr=max(config.lr, 1e-12), total_steps=config.epochs * steps
     )
     # fp16's loss scale, kept across epochs (a new scaler would skip steps to find it again)
-    scaler = torch.amp.GradScaler("cuda", enabled=_autocast_dtype(config) is torch.float16)
+    scaler = torch.amp.GradScaler("cuda", enabled=autocast_dtype(config.use_gpu) is torch.float16)
     start_epoch = _resume(classifier, optimizer, scheduler, scaler)
-    took_effect = _took_effect(classifier, config)
+    settings = took_effect(classifier, config.use_gpu)
     train, val = trainlib.get_dataset_shard("train"), trainlib.get_dataset_shard("val")
     for epoch in range(start_epoch, config.epochs):
         began = time.perf_counter()
@@ -113,8 +119,8 @@ def cifar_train_func(loop: dict[str, Any]) -> None:
             "val_loss": val_loss,
             "val_accuracy": val_accuracy,
             "epoch_time_s": time.perf_counter() - began,
-            **took_effect,
-            "compiled_graphs": _compiled_graphs() if config.compile else 0.0,
+            **settings,
+            "compiled_graphs": compiled_graphs() if config.compile else 0.0,
         }
         _log_epoch(metrics, config.epochs)
         with tempfile.TemporaryDirectory() as directory:
@@ -149,12 +155,15 @@ def _train_epoch(
     steps (to look for a non-finite loss) and at the end, never at each step.
     """
     model.train()
-    dtype = _autocast_dtype(config)
+    dtype = autocast_dtype(config.use_gpu)
     totals = torch.zeros(3, dtype=torch.float64, device=_device(model))  # loss, correct, seen
     checked = step = 0  # steps known to be finite, steps taken
     for step, batch in enumerate(batches, start=1):
-        images, labels = _inputs(augment(batch["image"], generator), config), batch["label"]
-        with _autocast(dtype):
+        images, labels = (
+            model_inputs(augment(batch["image"], generator), config.use_gpu),
+            batch["label"],
+        )
+        with autocast(dtype):
             logits = model(images)
         loss = nn.functional.cross_entropy(logits.float(), labels)
         optimizer.zero_grad(set_to_none=True)
@@ -190,12 +199,12 @@ def _evaluate(
 ) -> tuple[float, float]:
     """Loss and accuracy over every rank's share of the validation set."""
     model.eval()
-    dtype = _autocast_dtype(config)
+    dtype = autocast_dtype(config.use_gpu)
     totals = torch.zeros(3, dtype=torch.float64, device=_device(model))
     with torch.no_grad():
         for batch in batches:
-            images, labels = _inputs(batch["image"], config), batch["label"]
-            with _autocast(dtype):
+            images, labels = model_inputs(batch["image"], config.use_gpu), batch["label"]
+            with autocast(dtype):
                 logits = model(images)
             batch_loss = nn.functional.cross_entropy(logits.float(), labels, reduction="sum")
             totals += _batch_totals(batch_loss, logits, labels)
@@ -234,50 +243,6 @@ def _check_finite(
 def _sum_across_ranks(totals: torch.Tensor) -> list[float]:
     torch.distributed.all_reduce(totals)
     return [float(v) for v in totals.tolist()]
-
-
-def _inputs(images: torch.Tensor, config: TrainConfig) -> torch.Tensor:
-    """Images in the model's memory format (channels_last on GPU)."""
-    if config.use_gpu:
-        return images.contiguous(memory_format=torch.channels_last)
-    return images
-
-
-def _took_effect(classifier: nn.Module, config: TrainConfig) -> dict[str, float]:
-    """What the GPU settings did, measured on the model (reported with each epoch, so a test
-    or a reader of the run sees the mechanism, not only the accuracy): its weights in
-    channels_last, and the dtype its forward pass gives under the loop's autocast."""
-    first = next(p for p in classifier.parameters() if p.dim() == 4)  # the first convolution
-    probe = _inputs(torch.zeros(2, 3, 32, 32, device=first.device), config)
-    with torch.no_grad(), _autocast(_autocast_dtype(config)):
-        dtype = classifier.eval()(probe).dtype
-    classifier.train()
-    return {
-        "channels_last": float(first.is_contiguous(memory_format=torch.channels_last)),
-        "autocast_bf16": float(dtype is torch.bfloat16),
-        "autocast_fp16": float(dtype is torch.float16),
-    }
-
-
-def _compiled_graphs() -> float:
-    """How many graphs torch.compile made in this process so far (0: nothing was compiled)."""
-    from torch._dynamo.utils import counters
-
-    return float(counters["stats"]["unique_graphs"])
-
-
-def _autocast_dtype(config: TrainConfig) -> torch.dtype | None:
-    """bfloat16 on GPUs that have it, float16 (with loss scaling) on older ones, else None."""
-    if not config.use_gpu:
-        return None
-    native_bf16 = torch.cuda.is_bf16_supported(including_emulation=False)
-    return torch.bfloat16 if native_bf16 else torch.float16
-
-
-def _autocast(dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast("cuda", dtype=dtype)
 
 
 def _resume(

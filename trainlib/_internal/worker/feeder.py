@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import pickle
 import queue
 import threading
 import time
@@ -29,6 +28,7 @@ from trainlib._internal.common import shared_blocks
 from trainlib._internal.common.datasets import Block, DatasetSource, num_rows, take_rows
 from trainlib._internal.common.messages import DataBlock, FeedPlan
 from trainlib._internal.common.waiting import Completions, result_within
+from trainlib._internal.worker.block_pickle import Protocol5
 from trainlib._internal.worker.rows_per_rank import EqualSplit, Segment, pass_order, windows
 from trainlib.errors import DatasetError
 
@@ -131,7 +131,7 @@ class _DatasetFeed:
                 return self._slots.put(block)
             except OSError:  # no memory for the file: this block goes pickled
                 pass
-        return _Protocol5(block)
+        return Protocol5(block)
 
     def _blocks(self, pass_id: int) -> Generator[Block, None, None]:
         """The blocks of this rank's share of one pass, in order."""
@@ -280,22 +280,6 @@ def _this_worker() -> Worker | None:
         return get_worker()
     except ValueError:
         return None
-
-
-class _Protocol5:
-    """A block that pickles with protocol 5 inside a message pickled with protocol 4.
-
-    The rank's connection pickles messages with protocol 4, under which numpy copies every
-    array through ``tobytes()`` into a growing buffer: 15 to 22 ms of the supervisor's time for
-    a block of 2,500 CIFAR images, against under 4 ms this way (benchmarks/ingest.py). The rank
-    unpickles it as the plain block, with ``pickle.loads``: it never imports this module.
-    """
-
-    def __init__(self, block: Block) -> None:
-        self._block = block
-
-    def __reduce__(self) -> tuple[Callable[[bytes], Block], tuple[bytes]]:
-        return pickle.loads, (pickle.dumps(self._block, protocol=5),)
 
 
 class _Stopped(Exception):
