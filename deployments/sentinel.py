@@ -32,7 +32,6 @@ credentials: they are never logged.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time
@@ -51,24 +50,11 @@ from deployments import host_checks, prefect_watch, sentinel_state
 from deployments.schedule_fires import last_fire
 from deployments.sentinel_config import SentinelConfig, config, parser
 from deployments.watch_rules import Incident, due, kept, overdue, silence
+from deployments.webhook import post
 
 logger = logging.getLogger("deployments.sentinel")
 
 HEARTBEAT_EVERY_S = 60.0  # pings of the dead-man's switch
-
-
-def post(webhook_url: str, subject: str, body: str) -> bool:
-    """POST ``{"subject", "body"}`` to the webhook; whether it took it (never raises)."""
-    data = json.dumps({"subject": subject, "body": body}).encode()
-    request = urllib.request.Request(
-        webhook_url, data=data, headers={"Content-Type": "application/json"}, method="POST"
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10):
-            return True
-    except OSError as error:
-        logger.warning("The alert webhook did not take %r: %s", subject, type(error).__name__)
-        return False
 
 
 @dataclass
