@@ -14,7 +14,7 @@ from trainlib.callbacks import (
     TrackingCallback,
 )
 from trainlib.checkpoint import Checkpoint
-from trainlib.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TorchConfig
+from trainlib.config import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
 from trainlib.context import TrainContext, get_context
 from trainlib.dask_config import DaskConfig
 from trainlib.data import DataConfig, get_dataset_shard
@@ -40,6 +40,7 @@ from trainlib.reporting import (
     report,
 )
 from trainlib.result import Result
+from trainlib.torch_config import TorchConfig
 from trainlib.validation import (
     CheckpointConsistencyMode,
     ReportedCheckpointStatus,

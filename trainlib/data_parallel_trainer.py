@@ -7,10 +7,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from trainlib.config import RunConfig, ScalingConfig, TorchConfig
+from trainlib.config import RunConfig, ScalingConfig
 from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError
 from trainlib.torch.trainer import TorchTrainer
+from trainlib.torch_config import TorchConfig
 
 if TYPE_CHECKING:
     from distributed import Client

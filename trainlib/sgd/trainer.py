@@ -15,11 +15,12 @@ import cloudpickle
 from trainlib._internal.common.messages import Command
 from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.callbacks import Report
-from trainlib.config import RunConfig, TorchConfig
+from trainlib.config import RunConfig
 from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError, WorkerGroupError
 from trainlib.sgd import _runner, _setup
 from trainlib.sgd.live_group import LiveGroup
+from trainlib.torch_config import TorchConfig
 
 if TYPE_CHECKING:
     from distributed import Client

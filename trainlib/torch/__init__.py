@@ -1,6 +1,6 @@
 """PyTorch entry points, as in ``ray.train.torch``."""
 
-from trainlib.config import ScalingConfig, TorchConfig
+from trainlib.config import ScalingConfig
 from trainlib.torch.train_loop import (
     backward,
     enable_reproducibility,
@@ -11,6 +11,7 @@ from trainlib.torch.train_loop import (
     prepare_optimizer,
 )
 from trainlib.torch.trainer import TorchTrainer
+from trainlib.torch_config import TorchConfig
 
 __all__ = [
     "ScalingConfig",

@@ -13,11 +13,12 @@ import cloudpickle
 from trainlib._internal.driver.controller import run_training
 from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.checkpoint import Checkpoint
-from trainlib.config import RunConfig, ScalingConfig, TorchConfig
+from trainlib.config import RunConfig, ScalingConfig
 from trainlib.dask_config import DaskConfig
 from trainlib.data_config import DataConfig
 from trainlib.errors import ConfigError
 from trainlib.result import Result
+from trainlib.torch_config import TorchConfig
 from trainlib.validation import ValidationConfig
 
 if TYPE_CHECKING:

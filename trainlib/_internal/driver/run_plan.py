@@ -18,8 +18,9 @@ from trainlib._internal.common.messages import CachePlan, FeedPlan, RankLaunch, 
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.ranks import device_index
 from trainlib.checkpoint import Checkpoint
-from trainlib.config import RunConfig, ScalingConfig, TorchConfig
+from trainlib.config import RunConfig, ScalingConfig
 from trainlib.data_config import DataConfig
+from trainlib.torch_config import TorchConfig
 from trainlib.validation import ValidationConfig
 
 if TYPE_CHECKING:
