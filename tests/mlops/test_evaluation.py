@@ -16,13 +16,8 @@ from mlflow.tracking import MlflowClient
 from cifar.dataset import Dataset, Manifest, content_digest, write_file, write_manifest
 from cifar.format import CLASS_NAMES
 from cifar.models import build_model
-from mlops.evaluation import (
-    confusion_figure,
-    evaluate_version,
-    evidence_tag,
-    fresh_load_gate,
-    read_evidence,
-)
+from mlops.evaluation import confusion_figure, evaluate_version, fresh_load_gate
+from mlops.evidence import evidence_tag, read_evidence
 from mlops.registry import logged_model_id, register_model
 from mlops.release_gates import GateCannotRunError
 from mlops.tracking import start_run

@@ -24,15 +24,8 @@ from mlops.alias_moves import (
     promote,
     restore_aliases,
 )
-from mlops.evaluation import (
-    ChampionScore,
-    Evaluation,
-    accuracy_tag,
-    champion_score,
-    keep_evidence,
-    per_class_accuracy,
-    read_evidence,
-)
+from mlops.evaluation import ChampionScore, Evaluation, champion_score, per_class_accuracy
+from mlops.evidence import accuracy_tag, keep_evidence, read_evidence
 from mlops.model_card import data_facts
 from mlops.promotion import Decision, PromotionRule, judge
 from mlops.registry import register_checkpoint, register_model
