@@ -24,8 +24,8 @@ from trainlib.result import Result
 from trainlib.torch.trainer import TorchTrainer
 from trainlib.tune.callback import Callback, Trial
 from trainlib.tune.config import TuneConfig
+from trainlib.tune.flat_space import flatten
 from trainlib.tune.result_grid import ResultGrid
-from trainlib.tune.search_space import flatten
 from trainlib.tune.stopper import CombinedStopper, Stopper, TimeoutStopper, as_stopper
 from trainlib.tune.trainable import as_trainer, check_trainer_space, trial_sizes
 

@@ -8,7 +8,7 @@ import optuna.distributions as dist
 import pytest
 
 from trainlib import ConfigError, tune
-from trainlib.tune.search_space import flatten
+from trainlib.tune.flat_space import flatten
 
 
 def test_search_space_helpers_map_to_optuna_distributions() -> None:

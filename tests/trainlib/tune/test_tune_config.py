@@ -9,9 +9,9 @@ import pytest
 from fsspec.implementations.local import LocalFileSystem
 
 from trainlib import ConfigError, Result, tune
+from trainlib.tune.flat_space import flatten
 from trainlib.tune.search import BayesOptSearch, ConcurrencyLimiter, OptunaSearch
 from trainlib.tune.search.bayesopt import BayesOptSearch as AtRaysPath
-from trainlib.tune.search_space import flatten
 from trainlib.tune.tune_config import TuneConfig
 
 
