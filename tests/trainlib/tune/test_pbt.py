@@ -13,7 +13,8 @@ from fsspec.implementations.local import LocalFileSystem
 
 from trainlib import ConfigError, tune
 from trainlib.tune.schedulers import PopulationBasedTraining
-from trainlib.tune.schedulers.pbt import Population, _explore
+from trainlib.tune.schedulers.mutations import explore
+from trainlib.tune.schedulers.pbt import Population
 
 
 def population(tmp_path: Path, **kwargs: Any) -> Population:
@@ -126,7 +127,7 @@ def test_pbt_explore_moves_or_resamples_as_ray_does() -> None:
     seen: dict[str, set[Any]] = {"choice": set(), "lr": set(), "layers": set(), "momentum": set()}
     rng = random.Random(1)
     for _ in range(200):
-        new = _explore(config, mutations, 0.0, (1.2, 0.8), rng)
+        new = explore(config, mutations, 0.0, (1.2, 0.8), rng)
         assert new["fixed"] == "x"
         for key in ("choice", "lr", "layers"):
             seen[key].add(new[key])
@@ -135,7 +136,7 @@ def test_pbt_explore_moves_or_resamples_as_ray_does() -> None:
     assert seen["lr"] == {0.5 * 1.2, 0.5 * 0.8}
     assert seen["layers"] == {4, 3}  # an int times 1.2 or 0.8, kept an int: int(4.8), int(3.2)
     assert seen["momentum"] == {0.8, 0.9}  # clipped at the list's end
-    resampled = _explore(config, mutations, 1.0, (1.2, 0.8), rng)
+    resampled = explore(config, mutations, 1.0, (1.2, 0.8), rng)
     assert resampled["layers"] == 7 and 0.0 <= resampled["lr"] <= 1.0
     assert config["nested"] == {"momentum": 0.8}  # the donor's config is left as it was
 

@@ -22,7 +22,6 @@ import copy
 import json
 import logging
 import math
-import posixpath
 import random
 import threading
 from collections.abc import Callable, Mapping
@@ -30,16 +29,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from trainlib.errors import ConfigError
+from trainlib.tune.schedulers import pbt_log
+from trainlib.tune.schedulers.mutations import check_mutations, explore, fill
 from trainlib.tune.schedulers.trial_scheduler import TrialScheduler
-from trainlib.tune.search_space import Domain, SampleFrom
 
 if TYPE_CHECKING:
     import optuna
     from fsspec import AbstractFileSystem
 
 logger = logging.getLogger(__name__)
-
-GLOBAL_LOG = "pbt_global.txt"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,7 +83,7 @@ class PopulationBasedTraining(TrialScheduler):
                 f"{name}() needs hyperparam_mutations or custom_explore_fn: what to change "
                 "in an exploiting trial's config."
             )
-        _check_mutations(self.hyperparam_mutations or {})
+        check_mutations(self.hyperparam_mutations or {})
         if not 0 <= self.quantile_fraction <= 0.5:
             raise ConfigError(
                 f"{name}(quantile_fraction={self.quantile_fraction}) must be between 0 and 0.5."
@@ -113,23 +111,6 @@ class PopulationBasedTraining(TrialScheduler):
         import optuna
 
         return optuna.pruners.NopPruner()  # PBT stops no trial: it exploits instead
-
-
-def _check_mutations(mutations: Mapping[str, Any], prefix: str = "") -> None:
-    for key, value in mutations.items():
-        if isinstance(value, Mapping):
-            _check_mutations(value, f"{prefix}{key}.")
-        elif isinstance(value, SampleFrom):
-            raise ConfigError(
-                f"hyperparam_mutations[{prefix}{key!r}] is a tune.sample_from, which PBT "
-                "cannot resample (as in Ray): give a list, a domain (tune.uniform, ...) or a "
-                "function returning a value."
-            )
-        elif not isinstance(value, (list, tuple, Domain)) and not callable(value):
-            raise ConfigError(
-                f"hyperparam_mutations[{prefix}{key!r}]={value!r} must be a list, a domain "
-                "(tune.uniform, ...), a function returning a value, or a dict of these."
-            )
 
 
 @dataclass(frozen=True)
@@ -177,7 +158,7 @@ class Population:
         """A trial starts: its config, with the mutated keys it lacks sampled (as Ray's)."""
         config = copy.deepcopy(config)
         with self._lock:
-            _fill(config, self.scheduler.hyperparam_mutations or {}, self._rng)
+            fill(config, self.scheduler.hyperparam_mutations or {}, self._rng)
             self._members[trial_id] = _Member(config)
         return config
 
@@ -281,7 +262,7 @@ class Population:
 
     def _explore(self, config: dict[str, Any]) -> dict[str, Any]:
         pbt = self.scheduler
-        new = _explore(
+        new = explore(
             config,
             pbt.hyperparam_mutations or {},
             pbt.resample_probability,
@@ -312,67 +293,4 @@ class Population:
             default=str,
         )
         with self._lock:
-            global_log = posixpath.join(self.log_dir, GLOBAL_LOG)
-            self._write(global_log, self._read(global_log) + line)
-            donor_file, own_file = self._policy_file(exploit.donor), self._policy_file(trial_id)
-            history = donor_file if self.filesystem.exists(donor_file) else own_file
-            self._write(own_file, self._read(history) + line)
-
-    def _policy_file(self, trial_id: str) -> str:
-        return posixpath.join(self.log_dir, f"pbt_policy_{trial_id}.txt")
-
-    def _read(self, path: str) -> str:
-        try:
-            return str(self.filesystem.cat_file(path).decode())
-        except FileNotFoundError:
-            return ""
-
-    def _write(self, path: str, lines: str) -> None:
-        """Written whole: object stores have no append."""
-        self.filesystem.pipe_file(path, f"{lines}\n".encode())
-
-
-def _fill(config: dict[str, Any], mutations: Mapping[str, Any], rng: random.Random) -> None:
-    for key, space in mutations.items():
-        if isinstance(space, Mapping):
-            inner = config.setdefault(key, {})
-            if isinstance(inner, dict):
-                _fill(inner, space, rng)
-        elif key not in config:
-            config[key] = _sample(space, rng)
-
-
-def _sample(space: Any, rng: random.Random) -> Any:
-    if isinstance(space, (list, tuple)):
-        return rng.choice(list(space))
-    if isinstance(space, Domain):
-        return space.sample(rng)
-    return space()
-
-
-def _explore(
-    config: dict[str, Any],
-    mutations: Mapping[str, Any],
-    resample_probability: float,
-    factors: tuple[float, float],
-    rng: random.Random,
-) -> dict[str, Any]:
-    """``config`` perturbed as Ray's ``PopulationBasedTraining`` perturbs it."""
-    new = copy.deepcopy(config)
-    for key, space in mutations.items():
-        if isinstance(space, Mapping):
-            new[key] = _explore(config.get(key, {}), space, resample_probability, factors, rng)
-        elif isinstance(space, (list, tuple)):
-            values = list(space)
-            if rng.random() < resample_probability or config.get(key) not in values:
-                new[key] = rng.choice(values)
-            else:
-                index = values.index(config[key]) + rng.choice((-1, 1))
-                new[key] = values[min(max(index, 0), len(values) - 1)]
-        elif rng.random() < resample_probability or key not in config:
-            new[key] = _sample(space, rng)
-        else:
-            new[key] = config[key] * rng.choice(factors)
-            if isinstance(config[key], int) and not isinstance(config[key], bool):
-                new[key] = int(new[key])
-    return new
+            pbt_log.record(self.filesystem, self.log_dir, trial_id, exploit.donor, line)
