@@ -30,6 +30,9 @@ from trainlib.errors import ConfigError
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
+    from trainlib._internal.common.storage import RunStorage
+    from trainlib.tune.config import TuneConfig
+
 STUDY_FILE = "study.db"  # the study's SQLite file in the search's directory, by default
 RUN_NAME = "trainlib:run_name"
 METRICS = "trainlib:metrics"
@@ -51,6 +54,19 @@ class StudySettings:
     direction: Literal["minimize", "maximize"]
     sampler: optuna.samplers.BaseSampler
     pruner: optuna.pruners.BasePruner
+
+    @classmethod
+    def of(cls, config: TuneConfig, name: str, experiment: RunStorage) -> StudySettings:
+        """The settings of search ``name`` stored in ``experiment``: its study where
+        ``config.study_storage`` says, else in SQLite beside it."""
+        storage_url = config.study_storage or sqlite_url(experiment.filesystem, experiment.run_dir)
+        return cls(
+            name=name,
+            storage_url=storage_url,
+            direction="minimize" if config.mode == "min" else "maximize",
+            sampler=config.searcher.optuna_sampler(),
+            pruner=config.scheduler.optuna_pruner(),
+        )
 
 
 class Study:

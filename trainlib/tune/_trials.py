@@ -38,7 +38,7 @@ from trainlib.result import Result
 from trainlib.tune import callback as search
 from trainlib.tune._study import Study, metric_value
 from trainlib.tune.callback import Trial
-from trainlib.tune.schedulers.pbt import Exploit, Population
+from trainlib.tune.schedulers.population import Exploit, Population
 from trainlib.tune.stopper import Stopper
 from trainlib.tune.worker_leases import WorkerBook, WorkerLease
 

@@ -264,3 +264,15 @@ def _metric(result: Mapping[str, Any], key: str, who: str) -> Any:
 
 def _reached(value: float, threshold: float, mode: str | None) -> bool:
     return value <= threshold if mode == "min" else value >= threshold
+
+
+def combined(stop: Any, time_budget_s: float | timedelta | None) -> Stopper | None:
+    """``RunConfig(stop=...)`` and ``TuneConfig(time_budget_s=...)`` as one stopper (None:
+    neither)."""
+    stoppers = [as_stopper(stop)]
+    if time_budget_s is not None:
+        stoppers.append(TimeoutStopper(time_budget_s))
+    found = [stopper for stopper in stoppers if stopper is not None]
+    if len(found) < 2:
+        return found[0] if found else None
+    return CombinedStopper(*found)

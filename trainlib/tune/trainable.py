@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from trainlib.config import RunConfig, ScalingConfig, Searched
@@ -124,3 +125,18 @@ class ReturnedResult:
 
             report(dict(returned))
         return returned
+
+
+def sized(config: dict[str, Any], sizes: ScalingConfig | None) -> dict[str, Any]:
+    """A trial's ``config`` with ``param_space["scaling_config"]`` (``sizes``; None: the
+    trainer's own) as its ScalingConfig, the values sampled for it filled in."""
+    if sizes is None:
+        return config
+    sampled = config.get("scaling_config", {})
+    resources = {**(sizes.resources_per_worker or {}), **sampled.get("resources_per_worker", {})}
+    config["scaling_config"] = replace(
+        sizes,
+        num_workers=sampled.get("num_workers", sizes.num_workers),
+        resources_per_worker=resources or None,
+    )
+    return config

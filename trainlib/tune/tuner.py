@@ -9,35 +9,29 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-import cloudpickle
-
 from trainlib._internal.common.devices import usable_cores
 from trainlib._internal.common.storage import RunStorage
-from trainlib._internal.driver.checkpoint_manager import CheckpointManager
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import RunPlan
-from trainlib._locations import locate
 from trainlib.config import RunConfig, ScalingConfig
 from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError
-from trainlib.result import Result
 from trainlib.torch.trainer import TorchTrainer
+from trainlib.tune import saved_search
 from trainlib.tune.callback import Callback, Trial
 from trainlib.tune.config import TuneConfig
 from trainlib.tune.flat_space import flatten
 from trainlib.tune.result_grid import ResultGrid
-from trainlib.tune.stopper import CombinedStopper, Stopper, TimeoutStopper, as_stopper
-from trainlib.tune.trainable import as_trainer, check_trainer_space, trial_sizes
+from trainlib.tune.stopper import as_stopper, combined
+from trainlib.tune.trainable import as_trainer, check_trainer_space, sized, trial_sizes
+from trainlib.tune.trial_results import result_grid
 
 if TYPE_CHECKING:
     from distributed import Client
-    from optuna.trial import FrozenTrial
 
     from trainlib.tune._study import Failed, Study
     from trainlib.tune._trials import TrialSetup
-    from trainlib.tune.schedulers.pbt import Population
 
-TUNER_FILE = "tuner.pkl"  # what Tuner.restore reads: param space, TuneConfig, RunConfig
 logger = logging.getLogger(__name__)
 
 
@@ -148,7 +142,7 @@ class Tuner:
                 "Tuner.restore(resume_errored=True, restart_errored=True): choose one: resume "
                 "failed trials from their checkpoints, or restart them from scratch."
             )
-        saved = _read_saved(path)
+        saved = saved_search.read(path)
         tuner = cls(
             trainable,
             param_space=saved["param_space"] if param_space is None else param_space,
@@ -164,8 +158,7 @@ class Tuner:
     @classmethod
     def can_restore(cls, path: str) -> bool:
         """Whether ``path`` holds a search ``restore`` can resume."""
-        filesystem, directory = locate(path)
-        return bool(filesystem.exists(posixpath.join(directory, TUNER_FILE)))
+        return saved_search.exists(path)
 
     def fit(self) -> ResultGrid:
         """Run the search to its end and return every trial's result.
@@ -192,7 +185,7 @@ class Tuner:
             name, experiment, failed=self._failed, resume_unfinished=self._resume_unfinished
         )
         self._failed, self._resume_unfinished = "keep", True  # once: the next fit() goes on
-        self._save(experiment, name)
+        saved_search.save(experiment, self._param_space, self._tune_config, self._run_config)
         trainer = self._trainer
         with (
             InterruptWatch(),
@@ -225,20 +218,6 @@ class Tuner:
         )
         return self._grid(self._open_study(name, experiment), [], experiment)
 
-    def _save(self, experiment: RunStorage, name: str) -> None:
-        """What ``restore`` needs besides the trainable, next to the study."""
-        location, stored_as = posixpath.split(experiment.run_dir)
-        run_config = replace(
-            self._run_config, name=stored_as, storage_path=experiment.url(location)
-        )
-        saved = {"param_space": self._param_space, "tune_config": self._tune_config}
-        try:
-            payload = cloudpickle.dumps({**saved, "run_config": run_config})
-        except Exception as exc:  # a callback that cannot be pickled: restore without it
-            logger.warning("Tuner %s: its RunConfig cannot be saved for restore (%s)", name, exc)
-            payload = cloudpickle.dumps({**saved, "run_config": replace(run_config, callbacks=[])})
-        experiment.filesystem.pipe_file(posixpath.join(experiment.run_dir, TUNER_FILE), payload)
-
     def _open_study(
         self,
         name: str,
@@ -246,19 +225,11 @@ class Tuner:
         failed: Failed = "keep",
         resume_unfinished: bool = True,
     ) -> Study:
-        from trainlib.tune._study import Study, StudySettings, sqlite_url
+        from trainlib.tune._study import Study, StudySettings
 
         config = self._tune_config
-        storage_url = config.study_storage or sqlite_url(experiment.filesystem, experiment.run_dir)
-        settings = StudySettings(
-            name=name,
-            storage_url=storage_url,
-            direction="minimize" if config.mode == "min" else "maximize",
-            sampler=config.searcher.optuna_sampler(),
-            pruner=config.scheduler.optuna_pruner(),
-        )
         return Study.open(
-            settings,
+            StudySettings.of(config, name, experiment),
             self._space.distributions(),
             self._space.grid_points(),
             config.num_samples,
@@ -277,19 +248,7 @@ class Tuner:
 
     def _trial_config(self, params: dict[str, Any], run_name: str) -> dict[str, Any]:
         """A trial's config; with ``param_space["scaling_config"]``, its ScalingConfig."""
-        config = self._space.config(params, run_name)
-        if self._sizes is not None:
-            sampled = config.get("scaling_config", {})
-            resources = {
-                **(self._sizes.resources_per_worker or {}),
-                **sampled.get("resources_per_worker", {}),
-            }
-            config["scaling_config"] = replace(
-                self._sizes,
-                num_workers=sampled.get("num_workers", self._sizes.num_workers),
-                resources_per_worker=resources or None,
-            )
-        return config
+        return sized(self._space.config(params, run_name), self._sizes)
 
     def _cluster_size(self) -> int:
         """Workers of a cluster the Tuner starts: enough for the trials that run at once."""
@@ -298,8 +257,9 @@ class Tuner:
 
     def _setup(self, experiment: RunStorage) -> TrialSetup:
         from trainlib.tune._trials import TrialSetup
+        from trainlib.tune.schedulers.population import Population
 
-        scaling = self._trainer.scaling_config
+        scaling, config = self._trainer.scaling_config, self._tune_config
         return TrialSetup(
             make_plan=self._make_plan,
             config_of=self._trial_config,
@@ -309,42 +269,17 @@ class Tuner:
             sized_by_config=self._sizes is not None,
             experiment_dir=experiment.run_dir,
             filesystem=experiment.filesystem,
-            metric=self._tune_config.metric,
-            max_t=self._tune_config.scheduler.max_t,
-            max_concurrent=self._tune_config.concurrency,
+            metric=config.metric,
+            max_t=config.scheduler.max_t,
+            max_concurrent=config.concurrency,
             worker_timeout_s=self._trainer.dask_config.worker_timeout_s,
             callbacks=[c for c in self._run_config.callbacks if isinstance(c, Callback)],
-            stopper=self._stopper(),
+            stopper=combined(self._run_config.stop, config.time_budget_s),
             fail_fast=self._run_config.failure_config.fail_fast,
-            population=self._population(experiment),
+            population=Population.of(
+                config.scheduler, config.metric, config.mode, config.seed, experiment
+            ),
         )
-
-    def _population(self, experiment: RunStorage) -> Population | None:
-        """PBT's view of the trials, if the scheduler is PBT."""
-        from trainlib.tune.schedulers.pbt import Population, PopulationBasedTraining
-
-        config = self._tune_config
-        if not isinstance(config.scheduler, PopulationBasedTraining):
-            return None
-        assert config.metric is not None and config.mode is not None  # TuneConfig checked
-        return Population(
-            config.scheduler,
-            config.metric,
-            config.mode,
-            experiment.run_dir,
-            experiment.filesystem,
-            seed=config.seed,
-        )
-
-    def _stopper(self) -> Stopper | None:
-        """``RunConfig(stop=...)`` and ``TuneConfig(time_budget_s=...)`` as one stopper."""
-        stoppers = [as_stopper(self._run_config.stop)]
-        if self._tune_config.time_budget_s is not None:
-            stoppers.append(TimeoutStopper(self._tune_config.time_budget_s))
-        found = [stopper for stopper in stoppers if stopper is not None]
-        if len(found) < 2:
-            return found[0] if found else None
-        return CombinedStopper(*found)
 
     def _make_plan(self, config: dict[str, Any]) -> RunPlan:
         train_loop_config = config if self._is_function else config.get("train_loop_config", {})
@@ -354,55 +289,7 @@ class Tuner:
         return plan if sizes is None else replace(plan, scaling=sizes)
 
     def _grid(self, study: Study, outcomes: list[Trial], experiment: RunStorage) -> ResultGrid:
-        from trainlib.tune._trials import state_name
-
-        fresh = {o.number: o for o in outcomes}
-        results: list[Result] = []
-        states: list[str] = []
-        for trial in study.ended_trials():
-            outcome = fresh.get(trial.number)
-            if outcome is not None and outcome.result is not None:
-                results.append(outcome.result)
-                states.append(outcome.state)
-            else:
-                results.append(self._restored(trial, experiment))
-                states.append(state_name(trial.state))
-        return ResultGrid(
-            results,
-            states,
-            experiment_path=experiment.run_dir,
-            metric=self._tune_config.metric,
-            mode=self._tune_config.mode,
+        checkpoints = self._run_config.checkpoint_config
+        return result_grid(
+            study, outcomes, experiment, self._tune_config, checkpoints, self._trial_config
         )
-
-    def _restored(self, trial: FrozenTrial, experiment: RunStorage) -> Result:
-        """The Result of a trial that ended in an earlier ``fit()``, from its run directory."""
-        from trainlib.tune._study import CONFIG, ERROR, METRICS, RUN_NAME
-
-        run_dir = f"{experiment.run_dir}/{trial.user_attrs[RUN_NAME]}"
-        storage = RunStorage(experiment.filesystem, run_dir)
-        manager = CheckpointManager.from_storage(self._run_config.checkpoint_config, storage)
-        latest = manager.latest
-        error = trial.user_attrs.get(ERROR)
-        return Result(
-            metrics=dict(trial.user_attrs.get(METRICS, {})),
-            checkpoint=latest.checkpoint if latest else None,
-            best_checkpoints=manager.kept,
-            path=storage.run_dir,
-            filesystem=storage.filesystem,
-            error=RuntimeError(error) if error else None,
-            config=trial.user_attrs.get(CONFIG)
-            or self._trial_config(trial.params, trial.user_attrs[RUN_NAME]),
-        )
-
-
-def _read_saved(path: str) -> dict[str, Any]:
-    filesystem, directory = locate(path)
-    saved_file = posixpath.join(directory, TUNER_FILE)
-    if not filesystem.exists(saved_file):
-        raise ConfigError(
-            f"Tuner.restore({path!r}): no search is stored there (no {TUNER_FILE}); give the "
-            "search's directory, {storage_path}/{name}, of a Tuner that was fit() before."
-        )
-    saved: dict[str, Any] = cloudpickle.loads(filesystem.cat_file(saved_file))
-    return saved

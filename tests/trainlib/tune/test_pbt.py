@@ -14,7 +14,7 @@ from fsspec.implementations.local import LocalFileSystem
 from trainlib import ConfigError, tune
 from trainlib.tune.schedulers import PopulationBasedTraining
 from trainlib.tune.schedulers.mutations import explore
-from trainlib.tune.schedulers.pbt import Population
+from trainlib.tune.schedulers.population import Population
 
 
 def population(tmp_path: Path, **kwargs: Any) -> Population:

@@ -1,0 +1,64 @@
+"""What ``Tuner.restore`` reads back besides the trainable: the search's param space,
+TuneConfig and RunConfig, pickled beside its study as ``tuner.pkl`` by its first ``fit()``."""
+
+from __future__ import annotations
+
+import logging
+import posixpath
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
+
+import cloudpickle
+
+from trainlib._internal.common.storage import RunStorage
+from trainlib._locations import locate
+from trainlib.config import RunConfig
+from trainlib.errors import ConfigError
+from trainlib.tune.config import TuneConfig
+
+logger = logging.getLogger(__name__)
+
+TUNER_FILE = "tuner.pkl"
+
+
+def save(
+    experiment: RunStorage,
+    param_space: Mapping[str, Any],
+    tune_config: TuneConfig,
+    run_config: RunConfig,
+) -> None:
+    """Store what ``read`` gives back, in the search's directory ``experiment``; a RunConfig
+    whose callbacks cannot be pickled is stored without them."""
+    location, name = posixpath.split(experiment.run_dir)
+    run_config = replace(run_config, name=name, storage_path=experiment.url(location))
+    saved = {"param_space": param_space, "tune_config": tune_config}
+    try:
+        payload = cloudpickle.dumps({**saved, "run_config": run_config})
+    except Exception as exc:  # a callback that cannot be pickled: restore without it
+        logger.warning("Tuner %s: its RunConfig cannot be saved for restore (%s)", name, exc)
+        payload = cloudpickle.dumps({**saved, "run_config": replace(run_config, callbacks=[])})
+    experiment.filesystem.pipe_file(posixpath.join(experiment.run_dir, TUNER_FILE), payload)
+
+
+def exists(path: str) -> bool:
+    """Whether the search directory ``path`` holds a saved search."""
+    filesystem, directory = locate(path)
+    return bool(filesystem.exists(posixpath.join(directory, TUNER_FILE)))
+
+
+def read(path: str) -> dict[str, Any]:
+    """The saved search at ``path``: ``param_space``, ``tune_config`` and ``run_config``.
+
+    Raises:
+        ConfigError: No search is saved there.
+    """
+    filesystem, directory = locate(path)
+    saved_file = posixpath.join(directory, TUNER_FILE)
+    if not filesystem.exists(saved_file):
+        raise ConfigError(
+            f"Tuner.restore({path!r}): no search is stored there (no {TUNER_FILE}); give the "
+            "search's directory, {storage_path}/{name}, of a Tuner that was fit() before."
+        )
+    saved: dict[str, Any] = cloudpickle.loads(filesystem.cat_file(saved_file))
+    return saved
