@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from trainlib._internal.common.storage import RunStorage
 
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("trainlib.tune.schedulers.pbt")  # PBT's decisions, under one name
 
 
 @dataclass(frozen=True)
