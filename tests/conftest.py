@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TextIO
 import pytest
 from distributed import Client
 
+from tests import process_guard
 from tests.helpers import (
     SESSION_VARIABLE,
     free_port,
@@ -55,6 +56,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = set(getattr(item, "fixturenames", ()))
         if item.path.stem.endswith("_integration") or fixtures & STARTS_SERVERS:
             item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(autouse=True)
+def _a_unit_test_starts_no_process(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test ``make test-fast`` runs starts no process (``tests/process_guard.py``)."""
+    if request.node.get_closest_marker("integration") is not None:
+        yield
+        return
+    started: list[str] = []
+    with process_guard.watching(started):
+        yield
+    assert not started, (
+        f"{request.node.nodeid} is not marked integration but started {started}: mark it "
+        "(pytest.mark.integration on it or its module, or a fixture in STARTS_SERVERS)"
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)

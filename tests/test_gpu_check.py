@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import tomllib
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_gpu_check_without_a_device_says_so_after_the_facts(tmp_path: Path) -> None:
     report = tmp_path / "gpu-check.md"
     done = subprocess.run(
@@ -60,6 +62,7 @@ sys.exit(pytest.main(sys.argv[2:]))
 """
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_gpu_check_tests_import_nothing_a_bare_gpu_host_lacks() -> None:
     """The GPU tests collected, and their files' CPU tests run (the conftest's session fixtures
     set up), with Prefect, MLflow, S3 and the rest made unimportable."""

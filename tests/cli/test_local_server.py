@@ -75,6 +75,7 @@ def test_the_default_database_is_a_sqlite_file_under_prefect_home() -> None:
     assert file is not None and file.parent == Path(settings.home)
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_a_server_that_exits_says_so_and_how_to_recover() -> None:
     server = StandIn("import sys; sys.exit(1)")
     server._launch()
@@ -90,6 +91,7 @@ def test_a_prefect_home_it_cannot_write_is_named_when_the_command_waits() -> Non
         server.wait()
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_a_server_that_never_answers_is_stopped_after_the_timeout() -> None:
     server = StandIn("import time; time.sleep(60)", timeout_s=0.5)
     server._launch()
@@ -99,6 +101,7 @@ def test_a_server_that_never_answers_is_stopped_after_the_timeout() -> None:
     assert process.poll() is not None  # type: ignore[attr-defined]  # stopped, not orphaned
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_use_points_prefect_at_the_server_and_stop_undoes_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -119,6 +122,7 @@ def test_use_points_prefect_at_the_server_and_stop_undoes_it(
     server.stop()  # idempotent
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_prefects_server_command_still_takes_the_options_the_local_server_gives_it() -> None:
     """Fails, naming the option, on the first Prefect release whose ``prefect server start``
     drops one (the local server would otherwise fail at every command's start)."""

@@ -110,6 +110,7 @@ def test_tune_search_space_must_be_a_json_object(capsys: pytest.CaptureFixture[s
     assert "--search-space: expected a JSON object such as" in capsys.readouterr().err
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 @pytest.mark.parametrize("command", ["main", "tune_main", "predict_main"])
 def test_a_mistyped_option_fails_before_prefect_is_imported(command: str) -> None:
     code = (

@@ -71,6 +71,7 @@ def test_each_deployment_alone_is_covered_by_the_automations_that_list_it(
         assert [a.type for a in made_one.actions][-1] == "send-notification"
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 @pytest.mark.parametrize(
     ("variable", "value", "option"),
     [

@@ -19,6 +19,7 @@ from mlops.registry import using_store
 from mlops.version_tags import PROMOTION_TAG, WITHDRAWN_TAG
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_mlflow_retention_deletes_what_no_version_in_use_needs(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     client = MlflowClient(uri)
@@ -56,6 +57,7 @@ def _after(ms: int) -> int:
     return now
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 @pytest.mark.parametrize("seed", range(6))
 def test_mlflow_retention_of_a_random_registry_keeps_the_aliased_the_newest_and_the_undecided(
     tmp_path: Path, seed: int

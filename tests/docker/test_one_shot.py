@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 DOCKER = Path(__file__).resolve().parents[2] / "docker"
 sys.path.insert(0, str(DOCKER))
 import one_shot  # noqa: E402  (a script of the repository, not a package)
@@ -17,6 +19,7 @@ def test_one_shot_takes_the_containers_status_from_podman_compose_output() -> No
     assert one_shot.status(2, "") == 2  # docker compose: its own status is the container's
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_one_shot_fails_with_the_services_status_and_last_lines(tmp_path: Path) -> None:
     compose = tmp_path / "compose"
     compose.write_text(

@@ -82,6 +82,7 @@ def _rotate(tmp_path: Path, values: dict[str, str]) -> subprocess.CompletedProce
     )
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_rotate_with_nothing_changed_touches_nothing(tmp_path: Path) -> None:
     values = _values()
     assert _write(tmp_path, values).returncode == 0
@@ -90,6 +91,7 @@ def test_rotate_with_nothing_changed_touches_nothing(tmp_path: Path) -> None:
     assert "every credential is already the one the stack runs on" in done.stdout
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_rotate_refuses_to_rename_mlflow_admin_changing_nothing(tmp_path: Path) -> None:
     values = _values()
     assert _write(tmp_path, values).returncode == 0
@@ -100,6 +102,7 @@ def test_rotate_refuses_to_rename_mlflow_admin_changing_nothing(tmp_path: Path) 
     assert {p.name: p.read_text() for p in (tmp_path / "secrets").iterdir()} == before
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_rotate_that_cannot_reach_postgres_fails_naming_it_and_rewrites_nothing(
     tmp_path: Path,
 ) -> None:

@@ -58,6 +58,7 @@ def test_secrets_the_example_lists_every_credential_and_each_is_used() -> None:
     assert unused == []
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_secrets_are_written_as_files_only_their_folder_owner_reaches(tmp_path: Path) -> None:
     values = _values()
     done = _write(tmp_path, values)
@@ -93,6 +94,7 @@ def test_secrets_an_env_file_open_to_others_is_made_owner_only_saying_so(tmp_pat
     assert _module("write_secrets").owner_only(env_file) is None  # nothing more to do
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 @pytest.mark.parametrize(
     ("name", "value", "why"),
     [
@@ -158,6 +160,7 @@ def _verifies(folder: Path, authority: str, certificate: str) -> bool:
     return done.returncode == 0
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_secrets_make_each_system_its_own_certificates_once(tmp_path: Path) -> None:
     assert _write(tmp_path, _values()).returncode == 0
     folder = tmp_path / "secrets"

@@ -53,6 +53,7 @@ def _test_split(root: Path) -> Dataset:
     return Dataset(str(root), manifest)
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_evaluate_records_in_the_given_store(tmp_path: Path, elsewhere: Path) -> None:
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     run_id = start_run(uri, "evaluate-test", "run", {}, {})
@@ -123,6 +124,7 @@ def _published(tmp_path: Path, name: str) -> tuple[str, str, Path]:
     return uri, version, Path(location.removeprefix("file://"))
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_evaluate_a_model_a_new_process_cannot_load_fails_the_fresh_load_gate(
     tmp_path: Path,
 ) -> None:
@@ -138,6 +140,7 @@ def test_evaluate_a_model_a_new_process_cannot_load_fails_the_fresh_load_gate(
     assert "No module named 'a_module_no_service_has'" in gate.detail, gate.detail
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_evaluate_a_model_needing_what_it_never_declared_fails_the_fresh_load_gate(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -169,6 +172,7 @@ def test_evaluate_a_version_whose_declared_releases_are_not_installed_fails_in_i
     assert "this installation is not its environment" in gate.fresh_load.detail
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_evaluate_import_leaves_matplotlib_alone() -> None:
     import subprocess
     import sys

@@ -57,6 +57,7 @@ def _imports(python: str, module: str) -> bool:
     return done.returncode == 0
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_model_env_holds_the_declared_requirements_and_nothing_of_this_installation(
     tmp_path: Path, offline_envs: Path
 ) -> None:
@@ -71,6 +72,7 @@ def test_model_env_holds_the_declared_requirements_and_nothing_of_this_installat
     assert (kept / "still-here").exists()
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_model_env_left_half_built_is_built_again(tmp_path: Path, offline_envs: Path) -> None:
     """A build killed before its last package leaves a folder without the ready mark: the next
     evaluation removes it and builds again."""
@@ -83,6 +85,7 @@ def test_model_env_left_half_built_is_built_again(tmp_path: Path, offline_envs: 
     assert _imports(python, "pip")
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_model_env_two_evaluations_at_once_build_it_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -141,6 +144,7 @@ def test_model_env_refuses_a_requirement_that_is_not_a_pin_before_pip_runs(
     assert not offline_envs.exists()  # nothing built, nothing installed
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_model_env_a_pin_pip_cannot_install_fails_naming_pips_error(
     tmp_path: Path, offline_envs: Path
 ) -> None:

@@ -63,6 +63,7 @@ def test_registry_missing_alias_names_the_fix(tracking_uri: str) -> None:
         load_model("ghost", "champion", tracking_uri)
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_registry_model_loads_in_a_fresh_process(tracking_uri: str, tmp_path: Path) -> None:
     correct = np.ones(40, bool)  # 4 images of each class, all right: better than chance
     evaluation = Evaluation(1.0, {}, (np.eye(10, dtype=int) * 4).tolist(), 40, correct)
@@ -117,6 +118,7 @@ def test_registry_a_retried_request_reuses_its_version(tracking_uri: str) -> Non
     assert register_model(model, run_id, "retried", tracking_uri, request_id="flow-run-1") == "3"
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_registry_model_carries_its_code_so_a_process_without_the_project_loads_it(
     tracking_uri: str,
 ) -> None:

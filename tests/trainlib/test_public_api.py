@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import pytest
+
 import trainlib
 import trainlib.air
 import trainlib.air.session
@@ -162,6 +164,7 @@ def test_public_api_matches_documented_names() -> None:
             assert hasattr(package, name)
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_public_api_import_does_not_load_dask() -> None:
     """Rank processes import the user's module (and so trainlib.torch): keep them light."""
     import subprocess

@@ -6,6 +6,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.integration  # starts processes (tests/process_guard.py)
+
 SCRIPT = """
 import warnings
 warnings.simplefilter("always")

@@ -263,6 +263,7 @@ print("same")
 """
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_torch_ray_helpers_make_runs_repeatable() -> None:
     """Ray's enable_reproducibility, prepare_optimizer and backward (in a process of its own:
     they set torch's global determinism)."""

@@ -23,6 +23,7 @@ HOLD_AND_WAIT = (
 )
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_device_holds_one_holder_per_device_named_to_others_and_gone_with_its_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -54,6 +55,7 @@ def test_device_holds_one_holder_per_device_named_to_others_and_gone_with_its_pr
     assert device_holds.holders(["GPU-aaaa0000"]) == {}
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_device_holds_a_rank_given_a_held_gpu_fails_naming_the_holder_and_the_fix(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

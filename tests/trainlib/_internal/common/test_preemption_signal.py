@@ -8,7 +8,11 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from trainlib._internal.common import preemption_signal
+
+pytestmark = pytest.mark.integration  # starts processes (tests/process_guard.py)
 
 # Installs the handler, then sends itself SIGTERM; prints "survived" if it lives on.
 SCRIPT = """

@@ -168,6 +168,7 @@ def test_cluster_select_workers_needs_the_requested_resources() -> None:
             select_workers(mixed, two, timeout_s=0)
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_cluster_class_import_keeps_the_ctrl_c_handler() -> None:
     # dask_jobqueue's runner module sets SIGINT to sys.exit() when imported.
     code = (  # the default handler first: a background job's children inherit SIG_IGN

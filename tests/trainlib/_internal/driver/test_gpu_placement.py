@@ -181,6 +181,7 @@ def test_a_search_short_of_gpu_workers_is_told_which_hosts_lack_devices(
     assert worker_selection.gpu_shortage(rig.client, ScalingConfig(num_workers=5), 1, 5) is None
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_a_gpu_a_rank_of_another_scheduler_holds_is_never_given_and_its_holder_is_named(
     rig: Rig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -339,6 +340,7 @@ def test_while_another_run_places_a_run_waits_and_is_not_told_of_a_shortage(
 _SCHEDULER = (sys.executable, "-m", "distributed.cli.dask_scheduler", "--dashboard-address", ":0")
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_claims_of_a_client_whose_scheduler_restarted_are_taken_afresh() -> None:
     port = free_port()
     command = [*_SCHEDULER, "--host", "127.0.0.1", "--port", str(port)]
@@ -406,6 +408,7 @@ sys.stdin.read()
 """
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_the_claim_of_a_sigkilled_driver_lapses_with_its_lease() -> None:
     """The scheduler frees a dead driver's claims once their lease times out (the drivers'
     setting, shortened here from 30 s to 2 s); the GPU is then claimed by another run."""

@@ -17,6 +17,8 @@ import pytest
 
 from trainlib._internal.common.messages import Forked, ForkRequest, RankExited
 
+pytestmark = pytest.mark.integration  # starts processes (tests/process_guard.py)
+
 EXIT_ORPHANED = 70  # rank_main: never launched, its worker's end closed
 
 

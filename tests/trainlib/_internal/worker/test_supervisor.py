@@ -6,6 +6,8 @@ import subprocess
 import sys
 from dataclasses import replace
 
+import pytest
+
 from trainlib._internal.common.messages import RankLaunch
 from trainlib._internal.driver.run_plan import rank_environment as rank_torch_environment
 from trainlib._internal.worker.rank_pool import process_environment
@@ -75,6 +77,7 @@ print(before, pinned_to_own_cores())
 """
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_supervisor_a_process_on_fewer_cores_than_its_parent_is_pinned() -> None:
     assert len(os.sched_getaffinity(0)) >= 2, "needs two cores to pin to fewer"
     done = subprocess.run([sys.executable, "-c", _PINNED], capture_output=True, text=True)
@@ -105,6 +108,7 @@ def test_supervisor_keeps_the_device_order_the_user_chose() -> None:
     assert launch_environment(launch, {})["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
 
 
+@pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_supervisor_shares_the_cores_of_the_cpuset_not_of_the_host() -> None:
     # a worker restricted to one core (a SLURM job's or a container's cpuset) on a host with
     # more: each rank's OpenMP and Inductor compile threads come from that one core
