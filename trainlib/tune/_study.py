@@ -239,3 +239,21 @@ def sqlite_url(filesystem: AbstractFileSystem, directory: str) -> str:
             "give TuneConfig(study_storage='postgresql://...') or a local storage_path."
         )
     return f"sqlite:///{directory}/{STUDY_FILE}"
+
+
+Ended = Literal["complete", "pruned", "failed"]
+_STATE_NAMES: dict[TrialState, Ended] = {
+    TrialState.COMPLETE: "complete",
+    TrialState.PRUNED: "pruned",
+    TrialState.FAIL: "failed",
+}
+
+
+def state_name(state: TrialState) -> Ended:
+    """complete, pruned or failed (an ended trial's state, as Ray names it)."""
+    return _STATE_NAMES[state]
+
+
+def told_value(metrics: dict[str, Any], metric: str | None) -> float:
+    """What Optuna is told of a complete trial: its metric, or 0 in a search without one."""
+    return 0.0 if metric is None else metric_value(metrics, metric)

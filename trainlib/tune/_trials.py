@@ -2,14 +2,12 @@
 
 A trial holds its workers from a ``WorkerBook`` while it runs, so trials run at once only as
 far as the cluster's free workers allow (and ``max_concurrent_trials``); the others wait.
-Each report goes to the search's stopper (``RunConfig(stop=...)``) and to Optuna
-(``_TrialCallback``); when either says stop, the callback raises and the run's usual stop path
-ends every rank (the same path as a failed rank), after which the trial's workers are released
-for the next trial. When the stopper says stop all (or a trial fails with
-``FailureConfig(fail_fast=...)``), the search's cancel event ends every running trial.
-With ``PopulationBasedTraining``, a report may also make the trial exploit another: its run
-stops, the donor's latest checkpoint is copied into its directory as its own, and a run of the
-same name resumes from it with the explored config (``schedulers.pbt``).
+Each report goes through the trial's callback (``trial_callback``: the stopper, Optuna, PBT);
+when it says stop, the run's usual stop path ends every rank, after which the trial's workers
+are released for the next trial. When the stopper says stop all (or a trial fails with
+``FailureConfig(fail_fast=...)``), the search's cancel event ends every running trial. A trial
+PBT makes exploit another stops, takes the donor's latest checkpoint as its own, and resumes
+under the same name with the explored config (``schedulers.population``).
 """
 
 from __future__ import annotations
@@ -18,89 +16,30 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from optuna.trial import TrialState
 
-from trainlib._internal.common.scheduler_rpc import scheduler_address
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver import worker_selection
 from trainlib._internal.driver.controller import RunCancelled, run_training
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import RunPlan
-from trainlib.callbacks import Callback, Report
-from trainlib.config import ScalingConfig
 from trainlib.errors import CheckpointError, NotEnoughWorkersError
 from trainlib.result import Result
-from trainlib.tune import callback as search
-from trainlib.tune._study import Study, metric_value
+from trainlib.tune._study import Study, state_name, told_value
 from trainlib.tune.callback import Trial
-from trainlib.tune.schedulers.population import Exploit, Population
-from trainlib.tune.stopper import Stopper
+from trainlib.tune.trial_callback import Exploiting, Pruned, Stopped, TrialCallback, TrialSetup
 from trainlib.tune.worker_leases import WorkerBook, WorkerLease
 
 if TYPE_CHECKING:
     import optuna
     from distributed import Client
-    from fsspec import AbstractFileSystem
 
 logger = logging.getLogger(__name__)
 
 _WAKE_S = 0.2  # re-check free workers this often while trials wait
-
-
-class _Pruned(Exception):
-    """Raised by the trial's callback to stop a trial the pruner gave up on."""
-
-
-class _Stopped(Exception):
-    """Raised by the trial's callback once a trial made ``max_t`` reports or its stopper
-    said stop."""
-
-
-class _Exploiting(Exception):
-    """Raised by the trial's callback when PBT says the trial exploits another."""
-
-    def __init__(self, exploit: Exploit, index: int) -> None:
-        super().__init__(f"exploits trial {exploit.donor}")
-        self.exploit = exploit
-        self.index = index  # the report after which it does
-
-
-@dataclass(frozen=True)
-class TrialSetup:
-    """What every trial of a search shares."""
-
-    make_plan: Callable[[dict[str, Any]], RunPlan]
-    config_of: Callable[[dict[str, Any], str], dict[str, Any]]  # (params, trial name) -> config
-    num_workers: int
-    resources: Mapping[str, float] | None
-    experiment_dir: str
-    filesystem: AbstractFileSystem
-    metric: str | None  # None: trials are run, not compared (nothing told to Optuna but 0)
-    max_t: int | None
-    max_concurrent: int | None
-    worker_timeout_s: float
-    callbacks: Sequence[search.Callback] = ()
-    use_gpu: bool = False  # only workers with a GPU of their own run trials
-    stopper: Stopper | None = None  # RunConfig(stop=...), TuneConfig(time_budget_s=...)
-    fail_fast: bool | str = False  # FailureConfig(fail_fast=...)
-    population: Population | None = None  # PopulationBasedTraining's view of the trials
-    sized_by_config: bool = False  # each trial's config["scaling_config"] says its size
-
-    def needs(self, config: Mapping[str, Any]) -> ScalingConfig:
-        """The workers a trial of ``config`` holds: its own ScalingConfig, or the search's."""
-        scaling = config.get("scaling_config") if self.sized_by_config else None
-        if isinstance(scaling, ScalingConfig):
-            return scaling
-        return ScalingConfig(
-            num_workers=self.num_workers,
-            use_gpu=self.use_gpu,
-            resources_per_worker=self.resources,
-        )
 
 
 class TrialRunner:
@@ -236,14 +175,14 @@ class TrialRunner:
         population = setup.population
         if population is not None:
             config = population.add(run_name, config)
-        callback = _TrialCallback(self._study, trial, run_name, setup, self.judge)
+        callback = TrialCallback(self._study, trial, run_name, setup, self.judge)
         try:
             plan = self._plan(config, run_name, lease, callback)
             logger.info("Trial %s starting with %s", run_name, config)
             for search_callback in setup.callbacks:
                 search_callback.on_trial_start(Trial(trial.number, run_name, config, "running"))
             outcome = self._run(plan)
-            while isinstance(outcome, _Exploiting):
+            while isinstance(outcome, Exploiting):
                 config = self._exploit(trial, run_name, outcome) or config
                 outcome = self._run(self._plan(config, run_name, lease, callback))
             ended = self._finish(trial, run_name, config, callback, outcome)
@@ -263,7 +202,7 @@ class TrialRunner:
         config: dict[str, Any],
         run_name: str,
         lease: WorkerLease,
-        callback: _TrialCallback,
+        callback: TrialCallback,
     ) -> RunPlan:
         setup = self._setup
         plan = setup.make_plan(config)
@@ -279,9 +218,9 @@ class TrialRunner:
     def _run(self, plan: RunPlan) -> BaseException | None:
         try:
             run_training(plan, self._client)
-        except _Stopped:
+        except Stopped:
             return None
-        except _Exploiting as exc:  # the trial goes on from the donor's checkpoint
+        except Exploiting as exc:  # the trial goes on from the donor's checkpoint
             return exc
         except RunCancelled as exc:  # stopped with the search: as told, or as it failed
             return None if self._stopping.is_set() else exc
@@ -290,7 +229,7 @@ class TrialRunner:
         return None
 
     def _exploit(
-        self, trial: optuna.Trial, run_name: str, exploiting: _Exploiting
+        self, trial: optuna.Trial, run_name: str, exploiting: Exploiting
     ) -> dict[str, Any] | None:
         """Copy the donor's latest checkpoint in as the trial's; its new config (None: the
         copy failed, the trial goes on as it was)."""
@@ -313,7 +252,7 @@ class TrialRunner:
         trial: optuna.Trial,
         run_name: str,
         config: dict[str, Any],
-        callback: _TrialCallback,
+        callback: TrialCallback,
         error: BaseException | None,
     ) -> Trial | None:
         if isinstance(error, KeyboardInterrupt):
@@ -323,14 +262,14 @@ class TrialRunner:
             history = [callback.reports[index] for index in sorted(callback.reports)]
             result = replace(result, metrics=result.metrics or history[-1], metrics_history=history)
         if callback.auto:  # Ray Tune's auto-filled fields, of the trial's last result
-            auto = {**callback.auto, "done": error is None or isinstance(error, _Pruned)}
+            auto = {**callback.auto, "done": error is None or isinstance(error, Pruned)}
             result = replace(result, metrics={**result.metrics, **auto})
         state, value = TrialState.COMPLETE, None
-        if isinstance(error, _Pruned):
+        if isinstance(error, Pruned):
             state, error = TrialState.PRUNED, None
         elif error is None:
             try:
-                value = _value(result.metrics, self._setup.metric)
+                value = told_value(result.metrics, self._setup.metric)
             except ValueError as exc:
                 if self._stopping.is_set() and not callback.auto:
                     state = TrialState.PRUNED  # stopped with the search before any result
@@ -345,111 +284,17 @@ class TrialRunner:
                 self.stop_search(f"trial {run_name} failed (FailureConfig(fail_fast=True))")
         result = replace(result, error=error)
         self._study.finish(trial, state, value, result.metrics, error)
-        ended = Trial(trial.number, run_name, config, _STATE_NAMES[state], result)
+        ended = Trial(trial.number, run_name, config, state_name(state), result)
         with self._lock:
             self.outcomes.append(ended)
         return ended
 
     def _not_enough_workers(self) -> NotEnoughWorkersError:
         needs = self._setup.needs(self._next[2] if self._next is not None else {})
-        size = needs.worker_range[1]
-        live = worker_selection.eligible_workers(
-            self._client, needs.resources_per_worker, needs.use_gpu
-        )
-        if needs.use_gpu:
-            shortage = worker_selection.gpu_shortage(
-                self._client, needs, len(live), self._setup.worker_timeout_s
-            )
-            if shortage is not None:
-                return shortage
-        resources = needs.resources_per_worker
-        return NotEnoughWorkersError(
-            requested=size,
-            num_workers=str(size),
-            available=len(live),
-            address=scheduler_address(self._client),
-            timeout_s=self._setup.worker_timeout_s,
-            resources=str(dict(resources)) if resources else "",
-        )
-
-
-_STATE_NAMES: dict[TrialState, Any] = {
-    TrialState.COMPLETE: "complete",
-    TrialState.PRUNED: "pruned",
-    TrialState.FAIL: "failed",
-}
-
-
-def state_name(state: TrialState) -> str:
-    """complete, pruned or failed."""
-    return _STATE_NAMES.get(state, state.name.lower())
+        return worker_selection.shortage(self._client, needs, self._setup.worker_timeout_s)
 
 
 def _empty_result(setup: TrialSetup) -> Result:
     return Result(
         metrics={}, checkpoint=None, best_checkpoints=[], path="", filesystem=setup.filesystem
     )
-
-
-def _value(metrics: dict[str, Any], metric: str | None) -> float:
-    """What Optuna is told of a complete trial: its metric, or 0 in a search without one."""
-    return 0.0 if metric is None else metric_value(metrics, metric)
-
-
-class _TrialCallback(Callback):
-    """Hands each report, with Ray's auto-filled fields, to the stopper, to Optuna and to PBT;
-    stops the run when either says so, after ``max_t`` reports, or to exploit another trial."""
-
-    def __init__(
-        self,
-        study: Study,
-        trial: optuna.Trial,
-        trial_id: str,
-        setup: TrialSetup,
-        judge: Callable[[str, dict[str, Any]], bool],
-    ) -> None:
-        self._study = study
-        self._trial = trial
-        self._trial_id = trial_id
-        self._metric = setup.metric
-        self._max_t = setup.max_t
-        self._judge = judge
-        self._population = setup.population
-        self._started = self._last = time.monotonic()
-        self.result: Result | None = None
-        self.auto: dict[str, Any] = {}  # Ray's auto-filled fields of the last result
-        self.reports: dict[int, dict[str, Any]] = {}  # by report index, with auto fields
-
-    def on_report(self, report: Report) -> None:
-        now = time.monotonic()
-        step = report.index + 1  # Ray's training_iteration: the number of reports, 1-based
-        self.auto = {
-            "training_iteration": step,
-            "time_this_iter_s": now - self._last,
-            "time_total_s": now - self._started,  # from the trial's start
-            "timestamp": int(time.time()),
-            "date": datetime.now().strftime("%Y-%m-%d_%H-%M-%S"),
-            "trial_id": self._trial_id,
-            "done": False,
-        }
-        self._last = now
-        for rolled_back in [i for i in self.reports if i >= report.index]:  # a restarted run
-            del self.reports[rolled_back]
-        self.reports[report.index] = {**report.metrics, **self.auto}
-        if self._judge(self._trial_id, self.reports[report.index]):
-            raise _Stopped(f"its stopper stopped it after {step} reports")
-        if self._metric is not None:
-            value = metric_value(report.metrics, self._metric)
-            if self._study.report(self._trial, value, step):
-                raise _Pruned(f"pruned at {self._metric}={value} after {step} reports")
-        if self._max_t is not None and step >= self._max_t:
-            raise _Stopped(f"reached max_t={self._max_t}")
-        if self._population is not None:
-            exploit = self._population.on_result(
-                self._trial_id, self.reports[report.index], report.checkpoint is not None
-            )
-            if exploit is not None:
-                raise _Exploiting(exploit, report.index)
-
-    def on_end(self, result: Result) -> None:
-        self.result = result

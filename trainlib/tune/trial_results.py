@@ -33,7 +33,7 @@ def result_grid(
     config_of: ConfigOf,
 ) -> ResultGrid:
     """Every ended trial of ``study``: ``outcomes`` (this fit's), else read back."""
-    from trainlib.tune._trials import state_name
+    from trainlib.tune._study import state_name
 
     fresh = {o.number: o for o in outcomes}
     results: list[Result] = []

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from distributed import Client
 
     from trainlib.tune._study import Failed, Study
-    from trainlib.tune._trials import TrialSetup
+    from trainlib.tune.trial_callback import TrialSetup
 
 logger = logging.getLogger(__name__)
 
@@ -256,8 +256,8 @@ class Tuner:
         return self._num_workers() * min(concurrent, self._num_trials())
 
     def _setup(self, experiment: RunStorage) -> TrialSetup:
-        from trainlib.tune._trials import TrialSetup
         from trainlib.tune.schedulers.population import Population
+        from trainlib.tune.trial_callback import TrialSetup
 
         scaling, config = self._trainer.scaling_config, self._tune_config
         return TrialSetup(

@@ -33,9 +33,10 @@ from trainlib._internal.driver.run_plan import RunPlan
 from trainlib._internal.driver.run_record import RunCancelled
 from trainlib.tune import _trials
 from trainlib.tune._study import Study, StudySettings
-from trainlib.tune._trials import TrialRunner, TrialSetup
+from trainlib.tune._trials import TrialRunner
 from trainlib.tune.callback import Callback, Trial
 from trainlib.tune.stopper import Stopper, as_stopper
+from trainlib.tune.trial_callback import TrialSetup
 
 WAIT_S = 10.0
 Engine = Callable[[RunPlan], list[dict[str, Any]]]  # a trial's run: the metrics it reports

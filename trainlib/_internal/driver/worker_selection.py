@@ -243,6 +243,23 @@ def _gpu_error(
     )
 
 
+def shortage(client: Client, needs: ScalingConfig, timeout_s: float) -> NotEnoughWorkersError:
+    """Why ``needs`` cannot be placed now: too few GPUs for it, else too few eligible
+    workers."""
+    live = eligible_workers(client, needs.resources_per_worker, needs.use_gpu)
+    if needs.use_gpu and (gpus := gpu_shortage(client, needs, len(live), timeout_s)) is not None:
+        return gpus
+    size, resources = needs.worker_range[1], needs.resources_per_worker
+    return NotEnoughWorkersError(
+        requested=size,
+        num_workers=str(size),
+        available=len(live),
+        address=scheduler_address(client),
+        timeout_s=timeout_s,
+        resources=str(dict(resources)) if resources else "",
+    )
+
+
 def worker_statuses(client: Client) -> dict[str, str]:
     """The scheduler's workers now and their status (``running``, ``closing_gracefully``: a
     worker that is retiring, ...)."""

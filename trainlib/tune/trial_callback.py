@@ -1,0 +1,135 @@
+"""What each report of a trial does (``TrialCallback``, with what every trial of a search shares,
+``TrialSetup``): Ray's auto-filled fields added, then the report handed to the search's
+stopper, to Optuna (its pruner) and to PBT; when one says so, the callback raises (``Stopped``,
+``Pruned``, ``Exploiting``) and the run's usual stop path ends every rank."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from trainlib._internal.driver.run_plan import RunPlan
+from trainlib.callbacks import Callback, Report
+from trainlib.config import ScalingConfig
+from trainlib.result import Result
+from trainlib.tune import callback as search
+from trainlib.tune._study import Study, metric_value
+from trainlib.tune.schedulers.population import Exploit, Population
+from trainlib.tune.stopper import Stopper
+
+if TYPE_CHECKING:
+    import optuna
+    from fsspec import AbstractFileSystem
+
+
+class Pruned(Exception):
+    """Raised by the trial's callback to stop a trial the pruner gave up on."""
+
+
+class Stopped(Exception):
+    """Raised by the trial's callback once a trial made ``max_t`` reports or its stopper
+    said stop."""
+
+
+class Exploiting(Exception):
+    """Raised by the trial's callback when PBT says the trial exploits another."""
+
+    def __init__(self, exploit: Exploit, index: int) -> None:
+        super().__init__(f"exploits trial {exploit.donor}")
+        self.exploit = exploit
+        self.index = index  # the report after which it does
+
+
+@dataclass(frozen=True)
+class TrialSetup:
+    """What every trial of a search shares."""
+
+    make_plan: Callable[[dict[str, Any]], RunPlan]
+    config_of: Callable[[dict[str, Any], str], dict[str, Any]]  # (params, trial name) -> config
+    num_workers: int
+    resources: Mapping[str, float] | None
+    experiment_dir: str
+    filesystem: AbstractFileSystem
+    metric: str | None  # None: trials are run, not compared (nothing told to Optuna but 0)
+    max_t: int | None
+    max_concurrent: int | None
+    worker_timeout_s: float
+    callbacks: Sequence[search.Callback] = ()
+    use_gpu: bool = False  # only workers with a GPU of their own run trials
+    stopper: Stopper | None = None  # RunConfig(stop=...), TuneConfig(time_budget_s=...)
+    fail_fast: bool | str = False  # FailureConfig(fail_fast=...)
+    population: Population | None = None  # PopulationBasedTraining's view of the trials
+    sized_by_config: bool = False  # each trial's config["scaling_config"] says its size
+
+    def needs(self, config: Mapping[str, Any]) -> ScalingConfig:
+        """The workers a trial of ``config`` holds: its own ScalingConfig, or the search's."""
+        scaling = config.get("scaling_config") if self.sized_by_config else None
+        if isinstance(scaling, ScalingConfig):
+            return scaling
+        return ScalingConfig(
+            num_workers=self.num_workers,
+            use_gpu=self.use_gpu,
+            resources_per_worker=self.resources,
+        )
+
+
+class TrialCallback(Callback):
+    """Hands each report, with Ray's auto-filled fields, to the stopper, to Optuna and to PBT;
+    stops the run when either says so, after ``max_t`` reports, or to exploit another trial."""
+
+    def __init__(
+        self,
+        study: Study,
+        trial: optuna.Trial,
+        trial_id: str,
+        setup: TrialSetup,
+        judge: Callable[[str, dict[str, Any]], bool],
+    ) -> None:
+        self._study = study
+        self._trial = trial
+        self._trial_id = trial_id
+        self._metric = setup.metric
+        self._max_t = setup.max_t
+        self._judge = judge
+        self._population = setup.population
+        self._started = self._last = time.monotonic()
+        self.result: Result | None = None
+        self.auto: dict[str, Any] = {}  # Ray's auto-filled fields of the last result
+        self.reports: dict[int, dict[str, Any]] = {}  # by report index, with auto fields
+
+    def on_report(self, report: Report) -> None:
+        now = time.monotonic()
+        step = report.index + 1  # Ray's training_iteration: the number of reports, 1-based
+        self.auto = {
+            "training_iteration": step,
+            "time_this_iter_s": now - self._last,
+            "time_total_s": now - self._started,  # from the trial's start
+            "timestamp": int(time.time()),
+            "date": datetime.now().strftime("%Y-%m-%d_%H-%M-%S"),
+            "trial_id": self._trial_id,
+            "done": False,
+        }
+        self._last = now
+        for rolled_back in [i for i in self.reports if i >= report.index]:  # a restarted run
+            del self.reports[rolled_back]
+        self.reports[report.index] = {**report.metrics, **self.auto}
+        if self._judge(self._trial_id, self.reports[report.index]):
+            raise Stopped(f"its stopper stopped it after {step} reports")
+        if self._metric is not None:
+            value = metric_value(report.metrics, self._metric)
+            if self._study.report(self._trial, value, step):
+                raise Pruned(f"pruned at {self._metric}={value} after {step} reports")
+        if self._max_t is not None and step >= self._max_t:
+            raise Stopped(f"reached max_t={self._max_t}")
+        if self._population is not None:
+            exploit = self._population.on_result(
+                self._trial_id, self.reports[report.index], report.checkpoint is not None
+            )
+            if exploit is not None:
+                raise Exploiting(exploit, report.index)
+
+    def on_end(self, result: Result) -> None:
+        self.result = result
