@@ -10,7 +10,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PRODUCT = ("cli", "flows", "tasks", "mlops", "cifar", "trainlib", "deployments", "docker")
 LIMIT = 300
 STILL_OVER = {  # path: its lines when listed (issue 69: to split)
-    "trainlib/_internal/common/storage.py": 358,
     "trainlib/_internal/driver/worker_group.py": 316,
 }
 

@@ -6,8 +6,8 @@ Each report goes through the trial's callback (``trial_callback``: the stopper, 
 when it says stop, the run's usual stop path ends every rank, after which the trial's workers
 are released for the next trial. When the stopper says stop all (or a trial fails with
 ``FailureConfig(fail_fast=...)``), the search's cancel event ends every running trial. A trial
-PBT makes exploit another stops, takes the donor's latest checkpoint as its own, and resumes
-under the same name with the explored config (``schedulers.population``).
+PBT makes exploit another stops, takes the donor's latest checkpoint as its own
+(``checkpoint_copy``), and resumes under its name with the explored config.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 
 from optuna.trial import TrialState
 
+from trainlib._internal.common import checkpoint_copy
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver import worker_selection
 from trainlib._internal.driver.controller import RunCancelled, run_training
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.errors import CheckpointError, NotEnoughWorkersError
-from trainlib.result import Result
 from trainlib.tune._study import Study, state_name, told_value
 from trainlib.tune.callback import Trial
 from trainlib.tune.trial_callback import Exploiting, Pruned, Stopped, TrialCallback, TrialSetup
@@ -239,7 +239,7 @@ class TrialRunner:
         own = RunStorage(setup.filesystem, f"{setup.experiment_dir}/{run_name}")
         donor = RunStorage(setup.filesystem, f"{setup.experiment_dir}/{exploit.donor}")
         try:
-            own.adopt(donor, exploiting.index)
+            checkpoint_copy.adopt(own, donor, exploiting.index)
         except CheckpointError as exc:
             logger.warning("[exploit] trial %s goes on as it was: %s", run_name, exc)
             return None
@@ -257,7 +257,7 @@ class TrialRunner:
     ) -> Trial | None:
         if isinstance(error, KeyboardInterrupt):
             return None  # left RUNNING: the next fit() with this name resumes it
-        result = replace(callback.result or _empty_result(self._setup), config=config)
+        result = replace(callback.result or self._setup.no_result(), config=config)
         if callback.reports:  # Ray's: with its auto-filled fields, across PBT's exploits
             history = [callback.reports[index] for index in sorted(callback.reports)]
             result = replace(result, metrics=result.metrics or history[-1], metrics_history=history)
@@ -292,9 +292,3 @@ class TrialRunner:
     def _not_enough_workers(self) -> NotEnoughWorkersError:
         needs = self._setup.needs(self._next[2] if self._next is not None else {})
         return worker_selection.shortage(self._client, needs, self._setup.worker_timeout_s)
-
-
-def _empty_result(setup: TrialSetup) -> Result:
-    return Result(
-        metrics={}, checkpoint=None, best_checkpoints=[], path="", filesystem=setup.filesystem
-    )

@@ -64,6 +64,12 @@ class TrialSetup:
     population: Population | None = None  # PopulationBasedTraining's view of the trials
     sized_by_config: bool = False  # each trial's config["scaling_config"] says its size
 
+    def no_result(self) -> Result:
+        """The Result of a trial whose run ended before it made one."""
+        return Result(
+            metrics={}, checkpoint=None, best_checkpoints=[], path="", filesystem=self.filesystem
+        )
+
     def needs(self, config: Mapping[str, Any]) -> ScalingConfig:
         """The workers a trial of ``config`` holds: its own ScalingConfig, or the search's."""
         scaling = config.get("scaling_config") if self.sized_by_config else None

@@ -23,7 +23,6 @@ import hashlib
 import logging
 import os
 import re
-import tempfile
 from collections.abc import Callable, Collection
 from typing import Any, TypeVar
 
@@ -207,68 +206,6 @@ class RunStorage:
             if marker is not None:
                 found.append(marker.committed(Checkpoint(directory, self.filesystem)))
         return sorted(found, key=lambda c: c.index)
-
-    def adopt(self, source: RunStorage, index: int) -> CommittedCheckpoint:
-        """Copy ``source``'s latest committed checkpoint into this run as checkpoint ``index``
-        (in place of this run's own of that index) and commit it, with its metrics.
-
-        The copy is checked against the source's commit marker; a source checkpoint deleted
-        or rewritten while it is read (its run goes on) is read again, from the latest then.
-
-        Raises:
-            CheckpointError: ``source`` has no committed checkpoint, or none could be read
-                whole.
-        """
-        problem: str | None = "it has no committed checkpoint"
-        for _ in range(3):
-            committed = source.list_committed()
-            if not committed:
-                break
-            latest = committed[-1]
-            with tempfile.TemporaryDirectory(prefix="trainlib-adopt-") as local:
-                problem = source.download(latest, local)
-                if problem is None:
-                    return self._replace(index, local, latest.metrics)
-        raise CheckpointError(
-            f"The checkpoint of {source.url(source.run_dir)} could not be copied to "
-            f"{self.url(self.run_dir)}: {problem}."
-        )
-
-    def download(self, committed: CommittedCheckpoint, local_dir: str) -> str | None:
-        """Copy a committed checkpoint's files into ``local_dir``; what is wrong with them
-        (missing, not matching the marker), or None."""
-        root = committed.checkpoint.path.rstrip("/")
-        for rel, expected in committed.files.items():
-            target = os.path.join(local_dir, rel)
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            try:
-                self._call(
-                    "download the checkpoint file",
-                    f"{root}/{rel}",
-                    functools.partial(self.filesystem.get_file, f"{root}/{rel}", target),
-                    (FileNotFoundError,),
-                )
-            except FileNotFoundError:
-                return f"{rel} is missing"
-            if describe_file(target) != expected:
-                return f"{rel} does not match its sha256 in {COMMIT_MARKER}"
-        return None
-
-    def _replace(self, index: int, local_dir: str, metrics: dict[str, Any]) -> CommittedCheckpoint:
-        """Checkpoint ``index`` becomes the files of ``local_dir``: the old one is deleted
-        first (marker first), so a cut-off copy leaves no checkpoint of that index."""
-        for committed in self.list_committed():
-            if committed.index == index:
-                self.delete(committed.checkpoint)
-        target = self.checkpoint_dir(index)
-        if self.filesystem.exists(target):
-            self._call(
-                "clear the checkpoint directory",
-                target,
-                functools.partial(self.filesystem.rm, target, recursive=True),
-            )
-        files = self.upload_directory(local_dir, index)
-        return self.commit(index, files, metrics)
 
     def remove_uncommitted(self) -> list[str]:
         """Delete checkpoint directories without a valid marker (left by a cut-off write)."""

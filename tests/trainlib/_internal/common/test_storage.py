@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from trainlib import Checkpoint, CheckpointError
+from trainlib._internal.common.checkpoint_copy import adopt
 from trainlib._internal.common.commit_marker import COMMIT_MARKER
 from trainlib._internal.common.storage import UPLOADING_MARKER, RunStorage
 
@@ -101,7 +102,7 @@ def test_storage_adopt_copies_the_sources_latest_checkpoint_in_place_of_its_own(
     donor.commit(5, donor.upload(_checkpoint(tmp_path, b"d5"), 5), {"loss": 0.3})
     storage.commit(2, storage.upload(_checkpoint(tmp_path, b"own2"), 2), {"loss": 2.0})
     Path(storage.checkpoint_dir(2), "extra.bin").write_bytes(b"own")  # not the donor's
-    adopted = storage.adopt(donor, 2)
+    adopted = adopt(storage, donor, 2)
     assert [(c.index, c.metrics) for c in storage.list_committed()] == [(2, {"loss": 0.3})]
     assert adopted.index == 2 and storage.verify(adopted) is None
     assert sorted(p.name for p in Path(storage.checkpoint_dir(2)).iterdir()) == [
@@ -117,10 +118,10 @@ def test_storage_adopt_refuses_a_source_it_cannot_read_whole(
 ) -> None:
     donor = RunStorage.create(str(tmp_path / "results"), "donor")
     with pytest.raises(CheckpointError, match="no committed checkpoint"):
-        storage.adopt(donor, 0)
+        adopt(storage, donor, 0)
     donor.commit(0, donor.upload(_checkpoint(tmp_path, b"d0"), 0), {})
     Path(donor.checkpoint_dir(0), "model.pt").write_bytes(b"XX")  # same size, other bytes
     own = storage.commit(0, storage.upload(_checkpoint(tmp_path, b"o0"), 0), {})
     with pytest.raises(CheckpointError, match="does not match its sha256"):
-        storage.adopt(donor, 0)
+        adopt(storage, donor, 0)
     assert storage.list_committed() == [own]  # its own checkpoint is left as it was
