@@ -6,31 +6,28 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from distributed import Client, Event, Future, Queue
 
 from trainlib._internal.common.messages import (
     DriverMessage,
-    PreemptionNotice,
     RankLaunch,
     ToRank,
 )
 from trainlib._internal.common.waiting import Completions, Mailbox, result_within
 from trainlib._internal.driver.ranks import WorkerSlot
+from trainlib._internal.driver.retirements import Retirements
 from trainlib._internal.driver.run_plan import find_free_port
-from trainlib._internal.driver.worker_selection import retired_gracefully, worker_statuses
+from trainlib._internal.driver.worker_selection import worker_statuses
 from trainlib._internal.worker import command_relay
 from trainlib._internal.worker.supervisor import RankOutcome, supervise_rank
 from trainlib.errors import RankFailure
-from trainlib.preemption import PreemptionInfo
 
 if TYPE_CHECKING:
     from trainlib._internal.driver.preemption_grace import PreemptionGrace
 
 STOP_TIMEOUT_S = 10.0
-RETIRING = "closing_gracefully"  # a worker's status while it retires
 _POLL_S = 0.5  # a rank's task ending or a message wakes the driver sooner
 _LIVENESS_CHECK_S = 1.0
 _STOP_POLL_S = 0.2
@@ -58,9 +55,7 @@ class WorkerGroup:
         self._stop = stop
         self._outcomes: dict[int, RankOutcome] = {}
         self._unresponsive: set[str] = set()
-        self._retiring: set[str] = set()  # the group's workers seen retiring gracefully
-        self._retired_gracefully: dict[str, bool] = {}  # asked of the scheduler, by address
-        self._grace: PreemptionGrace | None = None  # run(grace=...)
+        self._retirements = Retirements(client, slots, self._deliver)
         self._completions = Completions(futures)
         self._mail = Mailbox(queue, self._completions.wake)
 
@@ -128,7 +123,7 @@ class WorkerGroup:
             The failures by world rank (empty when every rank finished cleanly); after a
             failure the other ranks are stopped and appear as ``stopped``.
         """
-        self._grace = grace
+        self._retirements.grace = grace
         next_liveness_check = time.monotonic() + _LIVENESS_CHECK_S
         while True:
             poll()
@@ -139,7 +134,7 @@ class WorkerGroup:
                 self._outcomes.setdefault(rank, RankOutcome(rank, failure))
             if len(self._outcomes) == len(self._futures):
                 break
-            if self._failures() and not self._in_grace():
+            if self._failures() and not self._retirements.in_grace(set(self._failures())):
                 break
             if until():
                 return {}
@@ -148,7 +143,7 @@ class WorkerGroup:
                 self._check_workers_alive()
         if self._failures():
             self._stop_all()
-            self._mark_preemptions()
+            self._retirements.mark_preempted(self._outcomes)
         self._mail.flush()  # what a rank said before its task ended (e.g. its last report)
         self._drain(handle)
         return self._failures()
@@ -198,67 +193,10 @@ class WorkerGroup:
         """Record the ranks whose worker left; tell every rank when one of their workers
         starts retiring (``get_preemption_info``)."""
         statuses = worker_statuses(self._client)
-        retiring = {s.address for s in self._slots if statuses.get(s.address) == RETIRING}
-        if retiring - self._retiring:
-            self._retiring |= retiring
-            self._notify_preemption()
+        self._retirements.seen(statuses)
         for slot in self._slots:
             if slot.address not in statuses and slot.world_rank not in self._outcomes:
                 self._record(slot, "worker_lost", f"Dask worker {slot.address} left the cluster")
-
-    def _in_grace(self) -> bool:
-        """Whether every failed rank is a preempted one and the grace keeps the others on."""
-        if self._grace is None:
-            return False
-        failed = set(self._failures())
-        addresses = {slot.address for slot in self._slots if slot.world_rank in failed}
-        retired = {a for a in addresses if self._retired(a)}
-        if retired != addresses:
-            return False
-        if retired - self._retiring:  # gone before a liveness check saw it retiring
-            self._retiring |= retired
-            self._notify_preemption()
-        return self._grace.holds(failed)
-
-    def _retired(self, address: str) -> bool:
-        if address not in self._retired_gracefully:
-            self._retired_gracefully[address] = address in self._retiring or retired_gracefully(
-                self._client, address
-            )
-        return self._retired_gracefully[address]
-
-    def _mark_preemptions(self) -> None:
-        """Call the end of every rank whose worker retired gracefully a preemption, however it
-        was seen first: the worker gone, the rank killed, or its supervisor stopped. The
-        scheduler's log of the worker says so even when the retirement was too quick for a
-        liveness check to see the worker retiring."""
-        retired: dict[str, bool] = {}
-        for slot in self._slots:
-            outcome = self._outcomes.get(slot.world_rank)
-            failure = outcome.failure if outcome is not None else None
-            if failure is None or failure.kind not in ("exit", "stopped", "worker_lost"):
-                continue
-            if slot.address not in retired:
-                retired[slot.address] = slot.address in self._retiring or retired_gracefully(
-                    self._client, slot.address
-                )
-            if retired[slot.address]:
-                summary = f"Dask worker {slot.address} retired gracefully (preempted)"
-                preempted = replace(failure, kind="preempted", summary=summary)
-                self._outcomes[slot.world_rank] = RankOutcome(slot.world_rank, preempted)
-
-    def _notify_preemption(self) -> None:
-        ranks: dict[str, list[int]] = {}
-        for slot in self._slots:
-            if slot.address in self._retiring:
-                ranks.setdefault(slot.address, []).append(slot.world_rank)
-        if self._grace is not None:
-            self._grace.notice({rank for group in ranks.values() for rank in group})
-        present = worker_statuses(self._client)  # one gone already would hold the send 30 s
-        self._deliver(
-            PreemptionNotice(PreemptionInfo(deadline_ms=None, preempted_node_to_ranks=ranks)),
-            [slot.address for slot in self._slots if slot.address in present],
-        )
 
     def _record(self, slot: WorkerSlot, kind: Any, summary: str) -> None:
         failure = RankFailure(slot.world_rank, slot.host, kind, summary, time=time.time())
