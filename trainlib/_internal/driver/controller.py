@@ -67,6 +67,9 @@ class TrainController:
         self.name = self.record.name
         self.unresponsive: set[str] = set()  # workers that did not answer: avoided
         self.callbacks = self._callbacks()
+        self.record.lifecycle.listeners.extend(
+            callback.after_controller_state_update for callback in self.callbacks
+        )
 
     def _callbacks(self) -> tuple[ControllerCallback, ...]:
         """The run's concerns on the controller's lifecycle (``controller_callbacks``)."""

@@ -10,6 +10,7 @@ in the words the log has always had ("Run x restarting after failure 1: ...").
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -123,16 +124,23 @@ class Aborted(ControllerState):
         return f"ended with {self.error}"
 
 
+StateListener = Callable[["ControllerState", "ControllerState"], None]  # (previous, current)
+
+
 class Lifecycle:
-    """A run's current state; each transition is logged once."""
+    """A run's current state; each transition is logged once and told to every listener
+    (the controller callbacks' ``after_controller_state_update``)."""
 
     def __init__(self, run_name: str) -> None:
         self.run_name = run_name
         self.state: ControllerState = Initializing()
+        self.listeners: list[StateListener] = []
 
     def enter(self, state: ControllerState) -> None:
         """Leave the current state for ``state`` (a terminal state is never left)."""
         if self.state.is_terminal:
             raise RuntimeError(f"Run {self.run_name} already {self.state.describe()}")
-        self.state = state
+        previous, self.state = self.state, state
         logger.log(state.level, "Run %s %s", self.run_name, state.describe())
+        for listener in self.listeners:
+            listener(previous, state)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,7 +33,9 @@ class PreemptionGrace:
         collector: ReportCollector,
         manager: CheckpointManager,
         world_size: int,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._clock = clock
         self._relax = config.relax_collectives_on_preemption
         self._grace_s = config.preemption_grace_s
         self._collector = collector
@@ -72,7 +75,7 @@ class PreemptionGrace:
         grace, no checkpoint committed since the notice."""
         if self._grace_s <= 0 or not ended <= self._preempted or not self._world - ended:
             return False
-        now = time.monotonic()
+        now = self._clock()
         if self._ends_at is None:
             self._ends_at = now + self._grace_s
             logger.info(
@@ -81,5 +84,6 @@ class PreemptionGrace:
                 self._grace_s,
             )
         latest = self._manager.latest
-        committed = latest is not None and latest.index > (self._latest_at_notice or -1)
+        since = -1 if self._latest_at_notice is None else self._latest_at_notice
+        committed = latest is not None and latest.index > since
         return not committed and now < self._ends_at

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from distributed import Client
 
+    from trainlib._internal.driver.controller_state import ControllerState
     from trainlib._internal.driver.ranks import WorkerSlot
     from trainlib._internal.driver.worker_group import WorkerGroup
     from trainlib.callbacks import GroupInfo
@@ -25,6 +26,11 @@ class ControllerCallback:
 
     def after_controller_start(self, client: Client) -> None:
         """Connected to the cluster, before the first attempt."""
+
+    def after_controller_state_update(
+        self, previous: ControllerState, current: ControllerState
+    ) -> None:
+        """The run left ``previous`` for ``current`` (``controller_state``)."""
 
     def before_worker_group_start(self, client: Client, slots: list[WorkerSlot]) -> None:
         """An attempt's workers are chosen; raise to fail the run before any rank starts."""
