@@ -29,21 +29,24 @@ class ResizeDecision:
 class GrowthWatch:
     """Asked while a group runs (``WorkerGroup.run(until=...)``): True once, when more eligible
     workers than the group's ranks are there and a checkpoint was committed since it formed
-    (re-forming sooner would throw that work away). Never for a fixed size or a full group."""
+    (re-forming sooner would throw that work away). Never for a fixed size or a full group.
+    ``eligible`` counts the cluster's eligible workers now; ``clock`` paces the looks."""
 
     def __init__(
         self,
-        client: Client,
         scaling: ScalingConfig,
         group_size: int,
         checkpointed: Callable[[], bool],
+        eligible: Callable[[], int],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._client = client
         self._scaling = scaling
         self._group_size = group_size
         self._checkpointed = checkpointed
+        self._eligible = eligible
+        self._clock = clock
         self._interval_s = scaling.elastic_resize_monitor_interval_s
-        self._next = time.monotonic() + self._interval_s
+        self._next = clock() + self._interval_s
         self.available = group_size  # eligible workers at the last look
         self.fired = False
 
@@ -51,16 +54,12 @@ class GrowthWatch:
         """True when the group should be re-formed with more ranks (then it stays True)."""
         if self.fired:
             return True
-        if self._group_size >= self._scaling.worker_range[1] or time.monotonic() < self._next:
+        if self._group_size >= self._scaling.worker_range[1] or self._clock() < self._next:
             return False
-        self._next = time.monotonic() + self._interval_s
+        self._next = self._clock() + self._interval_s
         if not self._checkpointed():
             return False
-        scaling = self._scaling
-        eligible = worker_selection.eligible_workers(
-            self._client, scaling.resources_per_worker, scaling.use_gpu
-        )
-        self.available = len(eligible)
+        self.available = self._eligible()
         self.fired = self.available > self._group_size
         return self.fired
 
@@ -75,8 +74,8 @@ class GrowthWatch:
 def watch_growth(
     client: Client, scaling: ScalingConfig, group_size: int, manager: CheckpointManager
 ) -> GrowthWatch:
-    """The watch of a group of ``group_size`` ranks just formed: a checkpoint committed after
-    the latest one ``manager`` holds now makes it worth re-forming."""
+    """The watch of a group of ``group_size`` ranks just formed on ``client``'s cluster: a
+    checkpoint committed after the latest one ``manager`` holds now makes it worth re-forming."""
     formed_after = manager.latest
     mark = formed_after.index if formed_after else -1
 
@@ -84,4 +83,10 @@ def watch_growth(
         latest = manager.latest
         return latest is not None and latest.index > mark
 
-    return GrowthWatch(client, scaling, group_size, checkpointed)
+    def eligible() -> int:
+        found = worker_selection.eligible_workers(
+            client, scaling.resources_per_worker, scaling.use_gpu
+        )
+        return len(found)
+
+    return GrowthWatch(scaling, group_size, checkpointed, eligible)
