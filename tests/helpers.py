@@ -202,6 +202,30 @@ def set_single_rank_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv(name, value)
 
 
+def single_rank_spec(storage: Any, dataset_names: tuple[str, ...] = ()) -> Any:
+    """The ``RankSpec`` of rank 0 of a group of one on ``storage`` (a ``RunStorage``), for a
+    session made in this process."""
+    from trainlib._internal.common.messages import RankSpec
+
+    return RankSpec(
+        world_rank=0,
+        local_rank=0,
+        node_rank=0,
+        world_size=1,
+        local_world_size=1,
+        host="localhost",
+        backend="gloo",
+        timeout_s=60,
+        use_gpu=False,
+        run_name="run",
+        storage=storage,
+        start_index=0,
+        latest_checkpoint=None,
+        train_func_payload=b"",
+        dataset_names=dataset_names,
+    )
+
+
 def run_script_for_result(
     script: Path, *args: str, cwd: Path, env: dict[str, str] | None = None
 ) -> dict[str, Any]:

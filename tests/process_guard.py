@@ -23,9 +23,12 @@ import pytest
 
 
 def _is_python(args: Any) -> bool:
+    """Whether a Popen ``args`` (a list, or a command line) starts a Python interpreter."""
     first = args if isinstance(args, (str, bytes, os.PathLike)) else next(iter(args), "")
-    name = Path(os.fsdecode(first).split()[0] if isinstance(first, (str, bytes)) else first).name
-    return name.startswith("python") or os.fsdecode(first) == sys.executable
+    program = os.fsdecode(first)
+    if isinstance(first, (str, bytes)):  # a command line: its first word
+        program = next(iter(program.split()), "")
+    return Path(program).name.startswith("python") or program == sys.executable
 
 
 @contextmanager

@@ -14,13 +14,13 @@ import pytest
 import torch
 from fsspec.implementations.local import LocalFileSystem
 
+from tests.helpers import single_rank_spec
 from trainlib import DatasetError
 from trainlib._internal.common.messages import (
     CachePlan,
     DataBlock,
     DataRequest,
     RankMessage,
-    RankSpec,
 )
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.rank.process_globals import RANK
@@ -68,23 +68,7 @@ def _no_session_left() -> Iterator[None]:
 
 def served(passes: dict[int, list[Block | Exception]], storage: RunStorage) -> Supervisor:
     """A rank's session, current in this process, whose supervisor serves ``passes``."""
-    spec = RankSpec(
-        world_rank=0,
-        local_rank=0,
-        node_rank=0,
-        world_size=1,
-        local_world_size=1,
-        host="localhost",
-        backend="gloo",
-        timeout_s=60,
-        use_gpu=False,
-        run_name="run",
-        storage=storage,
-        start_index=0,
-        latest_checkpoint=None,
-        train_func_payload=b"",
-        dataset_names=("train",),
-    )
+    spec = single_rank_spec(storage, ("train",))
     supervisor = Supervisor(passes)
     supervisor.session = Session(spec, supervisor.send)
     RANK.start(supervisor.session)

@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from fsspec.implementations.local import LocalFileSystem
 
+from tests.helpers import single_rank_spec
 from trainlib import Checkpoint
 from trainlib._internal.common.messages import (
     CheckpointsAnswer,
     Command,
     DataBlock,
     PreemptionNotice,
-    RankSpec,
     ToRank,
 )
 from trainlib._internal.common.storage import RunStorage
@@ -27,24 +27,8 @@ NAMES = ("train", "reported_checkpoints", "preemption", "commands")
 
 
 def _session(tmp_path: Path) -> Session:
-    spec = RankSpec(
-        world_rank=0,
-        local_rank=0,
-        node_rank=0,
-        world_size=1,
-        local_world_size=1,
-        host="localhost",
-        backend="gloo",
-        timeout_s=60,
-        use_gpu=False,
-        run_name="run",
-        storage=RunStorage(LocalFileSystem(), str(tmp_path)),
-        start_index=0,
-        latest_checkpoint=None,
-        train_func_payload=b"",
-        dataset_names=NAMES,
-    )
-    return Session(spec, lambda message: None)
+    storage = RunStorage(LocalFileSystem(), str(tmp_path))
+    return Session(single_rank_spec(storage, NAMES), lambda message: None)
 
 
 @pytest.mark.parametrize("order", range(6))
