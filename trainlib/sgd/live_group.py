@@ -3,7 +3,7 @@
 The ranks are started once, by the same controller, supervisors and rank processes as a
 ``TorchTrainer.fit()``: their training function is a loop that answers the driver's commands
 (``Command``), each with one ``report()`` from every rank. A call sends the command to every
-rank (``WorkerGroup.send``) and relays messages until that report is complete. A rank failure
+rank (``WorkerGroup.send``) and polls the group until that report is complete. A rank failure
 ends the group with a ``WorkerGroupError``; ``reform()`` starts a new one, whose ranks resume
 from the run's latest committed checkpoint.
 """
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from trainlib._internal.common.messages import SHUTDOWN, Command
-from trainlib._internal.driver.controller import TrainController
+from trainlib._internal.driver.controller import POLL_S, TrainController
+from trainlib._internal.driver.group_status import GroupStatus
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.callbacks import Callback, Report
@@ -28,8 +28,8 @@ if TYPE_CHECKING:
     from distributed import Client
 
     from trainlib._internal.driver.gpu_claims import GpuClaims
+    from trainlib._internal.driver.placement import Group
     from trainlib._internal.driver.watchdog import ProgressWatchdog
-    from trainlib._internal.driver.worker_group import WorkerGroup
 
 logger = logging.getLogger(__name__)
 
@@ -59,8 +59,8 @@ class LiveGroup:
         self._stack = ExitStack()
         self._client: Client | None = None
         self._claims: GpuClaims | None = None  # the run's GPUs, across its attempts
-        self._attempt: AbstractContextManager[tuple[WorkerGroup, ProgressWatchdog]] | None = None
-        self._group: WorkerGroup | None = None
+        self._attempt: AbstractContextManager[tuple[Group, ProgressWatchdog]] | None = None
+        self._group: Group | None = None
         self._watchdog: ProgressWatchdog | None = None
         self._closed = False
 
@@ -144,29 +144,33 @@ class LiveGroup:
         self._next_report()  # the ranks' first report: set up and waiting for commands
 
     def _next_report(self) -> Report:
-        """Relay until the ranks complete their next report; on a failure end the attempt."""
-        assert self._group is not None and self._watchdog is not None
+        """Poll the group until the ranks complete their next report; on a failure end the
+        attempt."""
+        assert self._group is not None
         expected = len(self._answers.reports) + 1
         try:
-            failures = self._group.run(
-                self._controller.handle,
-                self._hang_check(),
-                poll=InterruptWatch.check,
-                until=lambda: len(self._answers.reports) >= expected,
-            )
+            while len(self._answers.reports) < expected:
+                status = self._poll()
+                if status.failures:
+                    raise self._controller.fail(dict(self._group.stop().failures))
+                if status.all_ended:
+                    raise TrainingFailedError(
+                        f"The ranks of run {self._controller.name} ended without answering; "
+                        "their loop must answer every command with one report()."
+                    )
         except BaseException:
             self._end_attempt()
             raise
-        if failures:
-            self._end_attempt()
-            raise self._controller.fail(failures)
-        if len(self._answers.reports) < expected:
-            self._end_attempt()
-            raise TrainingFailedError(
-                f"The ranks of run {self._controller.name} ended without answering; their loop "
-                "must answer every command with one report()."
-            )
         return self._answers.reports[-1]
+
+    def _poll(self) -> GroupStatus:
+        """One poll of the group (Ctrl-C raised), hung ranks among the failures."""
+        assert self._group is not None
+        InterruptWatch.check()
+        status = self._group.poll(POLL_S)
+        if hung := self._hang_check():
+            status = self._group.fail(hung)
+        return status
 
     def _shut_down_ranks(self) -> None:
         """Send SHUTDOWN and wait (bounded) until every rank has ended."""
@@ -174,21 +178,17 @@ class LiveGroup:
             return
         self._group.send(Command(SHUTDOWN))
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
-        self._group.run(
-            self._controller.handle,
-            self._hang_check(),
-            poll=InterruptWatch.check,
-            until=lambda: time.monotonic() > deadline,
-        )
+        while time.monotonic() <= deadline and not self._poll().all_ended:
+            pass
 
-    def _hang_check(self) -> Callable[[], dict[int, RankFailure]]:
-        """The watchdog's check when ``hang_timeout_s`` is set. Its automatic timeout (from
-        the intervals between reports) does not fit calls of very different lengths (a
+    def _hang_check(self) -> dict[int, RankFailure]:
+        """The hung ranks, when ``hang_timeout_s`` is set. The watchdog's automatic timeout
+        (from the intervals between reports) does not fit calls of very different lengths (a
         ``validate()``, then a long ``train()``): without a timeout there is no check."""
         assert self._watchdog is not None
         if self._plan.run_config.failure_config.hang_timeout_s is None:
-            return dict
-        return self._watchdog.check
+            return {}
+        return self._watchdog.check()
 
     def _end_attempt(self) -> None:
         """Stop the current group's ranks (if any) and release their tasks."""

@@ -1,25 +1,30 @@
 """The run controller on a Dask cluster: one training run from start to Result, through its
 attempts, as Ray Train v2's ``TrainController`` runs it.
 
-Its lifecycle is explicit (``controller_state``): scheduling -> running -> (resizing |
-restarting -> scheduling -> running)* -> finished | errored | aborted. After each attempt the
-scaling policy (``scaling_policy``: grow an elastic group) and the failure policy
-(``failure_policy``: restart or raise) decide the next state; what the run keeps across
-attempts is its ``RunRecord``. Front ends (TorchTrainer, a Tuner trial) build a ``RunPlan`` and
-call ``run_training``; ``num_workers=0`` runs it in this thread (``local_mode``).
+The run is one loop, here: ``step`` dispatches on the current state (``controller_state``):
+scheduling -> running -> (resizing | restarting -> scheduling -> running)* -> finished |
+errored | aborted. While running, each step polls the worker group (``GroupStatus``) and asks
+the failure policy (``failure_policy``: wait, stop the others, restart or raise) and the scaling
+policy (``scaling_policy``: grow an elastic group); the terminal state is entered in one place
+(``RunRecord.conclude``). What the run keeps across attempts is its ``RunRecord``. Front ends
+(TorchTrainer, a Tuner trial) build a ``RunPlan`` and call ``run_training``; ``num_workers=0``
+runs it in this thread (``local_mode``).
 """
 
 from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import replace
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from trainlib._internal.common.messages import DriverMessage
 from trainlib._internal.driver.controller_state import Resizing, Restarting, Running, Scheduling
+from trainlib._internal.driver.failure_policy import FailureDecision, Pending
 from trainlib._internal.driver.interrupt import InterruptWatch
+from trainlib._internal.driver.placement import DaskPlacement, Group, Placement
+from trainlib._internal.driver.preemption_grace import PreemptionGrace
 from trainlib._internal.driver.run_plan import AttemptStart, RunPlan, rank_launch
 from trainlib._internal.driver.run_record import RunCancelled as RunCancelled  # the interface's
 from trainlib._internal.driver.run_record import RunRecord
@@ -33,8 +38,20 @@ if TYPE_CHECKING:
 
     from trainlib._internal.driver.controller_callbacks import ControllerCallback
     from trainlib._internal.driver.gpu_claims import GpuClaims
-    from trainlib._internal.driver.scaling_policy import GrowthWatch
-    from trainlib._internal.driver.worker_group import WorkerGroup
+    from trainlib._internal.driver.scaling_policy import ScalingPolicy
+
+POLL_S = 0.5  # the longest wait of one step; a rank's task ending or a message ends it sooner
+
+
+@dataclass
+class _Attempt:
+    """The attempt now running: its group, hang watchdog and scaling policy; ``stack`` stops
+    the group when closed."""
+
+    group: Group
+    watchdog: ProgressWatchdog
+    scaling: ScalingPolicy
+    stack: ExitStack
 
 
 def run_training(plan: RunPlan, client: Client | None = None) -> Result:
@@ -58,12 +75,14 @@ def run_training(plan: RunPlan, client: Client | None = None) -> Result:
 class TrainController:
     """Runs a ``RunRecord``'s attempts on a Dask cluster, its concerns on the lifecycle's hooks
     (``controller_callbacks``). Front ends that drive a group themselves (``trainlib.sgd``'s
-    live group) use ``connected``, ``gpu_claims``, ``attempt``, ``handle``, ``fail`` and
-    ``end``."""
+    live group) use ``connected``, ``gpu_claims``, ``attempt``, ``fail`` and ``end``. Where the
+    ranks run is the ``placement``'s (the run's Dask cluster unless given)."""
 
-    def __init__(self, plan: RunPlan) -> None:
+    def __init__(self, plan: RunPlan, placement: Placement | None = None) -> None:
         self.record = RunRecord(plan)
         self.plan = plan
+        self.placement: Placement = placement or DaskPlacement()
+        self._current: _Attempt | None = None
         self.name = self.record.name
         self.unresponsive: set[str] = set()  # workers that did not answer: avoided
         self.callbacks = self._callbacks()
@@ -96,19 +115,87 @@ class TrainController:
         return tuple(callbacks)
 
     def run(self, client: Client | None) -> Result:
-        """The whole run, to its Result: attempts until one succeeds or the failure policy
-        raises."""
+        """The whole run, to its Result: steps until training ended well or a step raised
+        (the failure policy, Ctrl-C, a cancelled trial)."""
         error: BaseException | None = None
         try:
             with self.connected(client) as connected:
                 with self.gpu_claims(connected) as claims:  # the run's GPUs, for all attempts
-                    while (state := self._attempt(connected, claims)) is not None:
-                        self.record.lifecycle.enter(state)
+                    try:
+                        while not self.step(connected, claims):
+                            pass
+                    finally:
+                        self.end_attempt()
                 for callback in self.callbacks:
                     callback.after_run_trained()
         except BaseException as exc:
             error = exc
         return self.record.conclude(error)
+
+    def step(self, client: Client, claims: GpuClaims) -> bool:
+        """One step of the run, by its state: running, one poll of the group and the policies'
+        decisions on it; restarting or resizing, the group stopped and the next one formed
+        (from the run's start, the first). True once training ended well."""
+        state = self.record.lifecycle.state
+        if isinstance(state, Running):
+            return self._watch()
+        self.end_attempt()  # restarting or resizing: the ranks were stopped
+        self.record.lifecycle.enter(Scheduling(self.record.attempt))
+        self._form(client, claims)
+        return False
+
+    def _watch(self) -> bool:
+        """Poll the running group once; enter the state the policies decide on (a failure
+        the policy does not restart from is raised)."""
+        current = self._current
+        assert current is not None, "a running attempt has a group"
+        self.poll()
+        status = current.group.poll(POLL_S)
+        if hung := current.watchdog.check():
+            status = current.group.fail(hung)
+        policy = self.record.failure_policy
+        decision = policy.decide(status)
+        if decision is Pending.STOP:
+            decision = policy.decide(current.group.stop())
+        if isinstance(decision, FailureDecision):
+            if not decision.restart:
+                raise decision.error
+            self.record.lifecycle.enter(Restarting(decision))
+        elif status.finished:
+            self.end_attempt()
+            self.record.collector.check_all_complete()
+            return True
+        elif decision is None and (resize := current.scaling.decide(status)) is not None:
+            self.record.lifecycle.enter(Resizing(resize))  # the ranks stop: not a failure
+        return False
+
+    def _form(self, client: Client, claims: GpuClaims) -> None:
+        """Start the next attempt (``attempt``), with its preemption grace and scaling
+        policy."""
+        record = self.record
+        stack = ExitStack()
+        group, watchdog = stack.enter_context(self.attempt(client, claims))
+        grace = PreemptionGrace(
+            self.plan.run_config.failure_config, record.collector, record.manager, group.size
+        )
+        record.failure_policy.start_attempt(grace)
+        self._current = _Attempt(group, watchdog, self._scaling_policy(client, group.size), stack)
+
+    def end_attempt(self) -> None:
+        """Stop the current attempt's ranks, if any (safe to call twice)."""
+        current, self._current = self._current, None
+        if current is not None:
+            current.stack.close()
+
+    def _scaling_policy(self, client: Client, group_size: int) -> ScalingPolicy:
+        """When this attempt's elastic group should grow (never for a search's trial, whose
+        workers the search hands out)."""
+        from trainlib._internal.driver.scaling_policy import scaling_policy
+
+        scaling = self.plan.scaling
+        if self.plan.lease is not None:
+            scaling = replace(scaling, num_workers=group_size)  # a full group: never grows
+        return scaling_policy(client, scaling, group_size, self.record.manager)
 
     @contextmanager
     def connected(self, client: Client | None) -> Iterator[Client]:
@@ -136,61 +223,17 @@ class TrainController:
 
         return GpuClaims(client, self.name)
 
-    def _attempt(self, client: Client, claims: GpuClaims) -> Resizing | Restarting | None:
-        """One attempt; the state it leads to (None: the training ended well)."""
-        from trainlib._internal.driver.preemption_grace import PreemptionGrace
-
-        record = self.record
-        self.record.lifecycle.enter(Scheduling(record.attempt))
-        with self.attempt(client, claims) as (group, watchdog):
-            growth = self._growth(client, group.size)
-            grace = PreemptionGrace(
-                self.plan.run_config.failure_config, record.collector, record.manager, group.size
-            )
-            failures = group.run(
-                self.handle, watchdog.check, poll=self.poll, until=growth.due, grace=grace
-            )
-        if (resize := growth.decision) is not None:  # the ranks stopped: not a failure
-            return Resizing(resize)
-        if not failures:
-            record.collector.check_all_complete()
-            return None
-        decision = record.failure_policy.decide(failures)
-        if not decision.restart:
-            raise decision.error
-        return Restarting(decision)
-
-    def _growth(self, client: Client, group_size: int) -> GrowthWatch:
-        """When this attempt's elastic group should grow (never for a search's trial, whose
-        workers the search hands out)."""
-        from trainlib._internal.driver.scaling_policy import watch_growth
-
-        scaling = self.plan.scaling
-        if self.plan.lease is not None:
-            scaling = replace(scaling, num_workers=group_size)  # a full group: never grows
-        return watch_growth(client, scaling, group_size, self.record.manager)
-
     @contextmanager
     def attempt(
         self, client: Client, claims: GpuClaims
-    ) -> Iterator[tuple[WorkerGroup, ProgressWatchdog]]:
+    ) -> Iterator[tuple[Group, ProgressWatchdog]]:
         """Form the next group, resuming from the latest intact checkpoint (or the plan's), its
-        GPUs claimed in the run's ``claims``; on leaving, its ranks are stopped. Workers
-        unresponsive before are avoided."""
-        from trainlib._internal.driver import worker_selection
-        from trainlib._internal.driver.worker_group import WorkerGroup
-
+        GPUs claimed in the run's ``claims``, its messages to ``handle``; on leaving, its ranks
+        are stopped. Workers unresponsive before are avoided."""
         record = self.record
         start_index, resume_from = record.resume_point()
-        slots = worker_selection.select_workers(
-            client,
-            self.plan.scaling,
-            self.plan.dask_config.worker_timeout_s,
-            frozenset(self.unresponsive),
-            poll=self.poll,
-            allowed=self.plan.lease.allowed if self.plan.lease else None,
-            claims=claims if self.plan.scaling.use_gpu else None,
-        )
+        unresponsive = frozenset(self.unresponsive)
+        slots = self.placement.select(client, self.plan, unresponsive, self.poll, claims)
         for callback in self.callbacks:
             callback.before_worker_group_start(client, slots)
         record.lifecycle.enter(Running(record.attempt, len(slots), str(resume_from or "scratch")))
@@ -207,11 +250,11 @@ class TrainController:
         )
         build = functools.partial(rank_launch, start)
         resources = dict(self.plan.scaling.resources_per_worker or {}) or None
-        group: WorkerGroup | None = None
+        group: Group | None = None
         ranks = tuple(s.placement() for s in sorted(slots, key=lambda slot: slot.world_rank))
         info = GroupInfo(record.attempt, ranks, client)
         try:
-            with WorkerGroup.start(client, slots, build, resources) as group:
+            with self.placement.start(client, slots, build, self.handle, resources) as group:
                 record.collector.reply_with(group.send_to)
                 for callback in self.callbacks:
                     callback.after_worker_group_start(info)

@@ -1,5 +1,7 @@
-"""Whether a failed attempt restarts the run, as Ray Train v2's ``FailurePolicy`` decides it:
-a decision with its reason and the budget left, from ``FailureConfig``.
+"""What a failed rank means for the run, as Ray Train v2's ``FailurePolicy`` decides it from
+a poll of the worker group (``GroupStatus``): wait (the preemption grace keeps the survivors
+on), stop the other ranks, and once every rank ended restart or raise, with the reason and the
+budget left, from ``FailureConfig``.
 
 A preemption is counted against ``max_preemption_failures`` while it lasts, then as an
 ordinary failure against ``max_failures`` (``-1``: unlimited, for either).
@@ -8,10 +10,22 @@ ordinary failure against ``max_failures`` (``-1``: unlimited, for either).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from enum import Enum
+from typing import TYPE_CHECKING, Literal
 
 from trainlib.config import FailureConfig
 from trainlib.errors import RankFailure, WorkerGroupError
+
+if TYPE_CHECKING:
+    from trainlib._internal.driver.group_status import GroupStatus
+    from trainlib._internal.driver.preemption_grace import PreemptionGrace
+
+
+class Pending(Enum):
+    """A rank failed while others still run: what to do before the decision."""
+
+    WAIT = "the preemption grace keeps the other ranks running"
+    STOP = "stop the other ranks, then decide on how every rank ended"
 
 
 @dataclass(frozen=True)
@@ -47,6 +61,27 @@ class FailurePolicy:
         self._config = config
         self.failures: list[RankFailure] = []  # every failed attempt's root cause
         self.preemptions = 0  # of those, the preemptions max_preemption_failures covered
+        self._grace: PreemptionGrace | None = None
+
+    def start_attempt(self, grace: PreemptionGrace | None) -> None:
+        """A new attempt starts; ``grace`` says how long its survivors of a preemption go on
+        (None: a rank's failure stops the others at once)."""
+        self._grace = grace
+
+    def decide(self, status: GroupStatus) -> FailureDecision | Pending | None:
+        """What a poll of the attempt's ranks means: None while no rank failed; ``Pending``
+        while some still run; once every rank ended after a failure, the failed attempt
+        counted and the decision to restart or raise."""
+        if self._grace is not None and status.retiring:
+            self._grace.notice(set(status.retiring))
+        if status.healthy:
+            return None
+        if not status.all_ended:
+            failed, grace = set(status.failures), self._grace
+            if grace is not None and failed <= status.retiring and grace.holds(failed):
+                return Pending.WAIT
+            return Pending.STOP
+        return self._count(dict(status.failures))
 
     def record(self, failures: dict[int, RankFailure]) -> WorkerGroupError:
         """Count a failed attempt (its ranks' failures) and return its error."""
@@ -54,7 +89,7 @@ class FailurePolicy:
         self.failures.append(error.root_cause)
         return error
 
-    def decide(self, failures: dict[int, RankFailure]) -> FailureDecision:
+    def _count(self, failures: dict[int, RankFailure]) -> FailureDecision:
         """Count a failed attempt and decide whether the run restarts."""
         error = self.record(failures)
         budget = self._config.max_preemption_failures

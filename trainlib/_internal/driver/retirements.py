@@ -1,15 +1,14 @@
 """Which of an attempt's Dask workers retire gracefully (a preemption: ``retire_workers``,
 ``close_gracefully``, SLURM's preemption signal), however it is seen: a liveness check finds
 the worker retiring, or, once its rank ended, the scheduler's log says it retired. Every rank
-is told when one of the group's workers starts retiring (``get_preemption_info``), the
-preemption grace (``preemption_grace``) is told which ranks are preempted, and the end of a
-preempted worker's rank is called a preemption, not a failure."""
+is told when one of the group's workers starts retiring (``get_preemption_info``), the group's
+status names the preempted ranks (for the preemption grace: ``preemption_grace``), and the end
+of a preempted worker's rank is called a preemption, not a failure."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from distributed import Client
 
@@ -18,9 +17,6 @@ from trainlib._internal.driver.ranks import WorkerSlot
 from trainlib._internal.driver.worker_selection import retired_gracefully, worker_statuses
 from trainlib._internal.worker.supervisor import RankOutcome
 from trainlib.preemption import PreemptionInfo
-
-if TYPE_CHECKING:
-    from trainlib._internal.driver.preemption_grace import PreemptionGrace
 
 RETIRING = "closing_gracefully"  # a worker's status while it retires
 Deliver = Callable[[ToRank, list[str]], None]  # (message, worker addresses)
@@ -35,7 +31,6 @@ class Retirements:
         self._deliver = deliver
         self._retiring: set[str] = set()  # the group's workers seen retiring gracefully
         self._asked: dict[str, bool] = {}  # retired gracefully, asked of the scheduler
-        self.grace: PreemptionGrace | None = None  # the attempt's preemption grace, if any
 
     def seen(self, statuses: dict[str, str]) -> None:
         """The workers' statuses now (a liveness check): tell every rank when one of the
@@ -45,18 +40,19 @@ class Retirements:
             self._retiring |= retiring
             self._notify()
 
-    def in_grace(self, failed: set[int]) -> bool:
-        """Whether every failed rank is a preempted one and the grace keeps the others on."""
-        if self.grace is None:
-            return False
-        addresses = {slot.address for slot in self._slots if slot.world_rank in failed}
-        retired = {a for a in addresses if self._retired(a)}
-        if retired != addresses:
-            return False
-        if retired - self._retiring:  # gone before a liveness check saw it retiring
+    @property
+    def ranks(self) -> frozenset[int]:
+        """The ranks whose worker was seen retiring."""
+        return frozenset(s.world_rank for s in self._slots if s.address in self._retiring)
+
+    def ended(self, ranks: set[int]) -> None:
+        """These ranks ended: a worker among theirs that retired gracefully before a liveness
+        check saw it retiring is taken for retiring now (every rank told)."""
+        addresses = {slot.address for slot in self._slots if slot.world_rank in ranks}
+        retired = {a for a in addresses - self._retiring if self._retired(a)}
+        if retired:
             self._retiring |= retired
             self._notify()
-        return self.grace.holds(failed)
 
     def mark_preempted(self, outcomes: dict[int, RankOutcome]) -> None:
         """Call the end of every rank whose worker retired gracefully a preemption, however it
@@ -90,8 +86,6 @@ class Retirements:
         for slot in self._slots:
             if slot.address in self._retiring:
                 ranks.setdefault(slot.address, []).append(slot.world_rank)
-        if self.grace is not None:
-            self.grace.notice({rank for group in ranks.values() for rank in group})
         present = worker_statuses(self._client)  # one gone already would hold the send 30 s
         self._deliver(
             PreemptionNotice(PreemptionInfo(deadline_ms=None, preempted_node_to_ranks=ranks)),

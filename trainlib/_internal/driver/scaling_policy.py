@@ -1,7 +1,8 @@
 """The scaling policy of an elastic run (Ray Train v2's ``ScalingPolicy``): when a healthy
 group of fewer than ``max`` ranks should be re-formed larger (Ray Train's
-``elastic_resize_monitor_interval_s``), given as a resize decision. A shrink needs no decision:
-a preempted or lost worker fails its attempt, and the next one forms from the workers left."""
+``elastic_resize_monitor_interval_s``), decided on a poll of the group (``GroupStatus``). A
+shrink needs no decision: a preempted or lost worker fails its attempt, and the next one forms
+from the workers left."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from distributed import Client
 
 from trainlib._internal.driver import worker_selection
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
+from trainlib._internal.driver.group_status import GroupStatus
 from trainlib.config import ScalingConfig
 
 
@@ -26,11 +28,12 @@ class ResizeDecision:
     most: int
 
 
-class GrowthWatch:
-    """Asked while a group runs (``WorkerGroup.run(until=...)``): True once, when more eligible
-    workers than the group's ranks are there and a checkpoint was committed since it formed
-    (re-forming sooner would throw that work away). Never for a fixed size or a full group.
-    ``eligible`` counts the cluster's eligible workers now; ``clock`` paces the looks."""
+class ScalingPolicy:
+    """Asked after each poll of a group: resize once more eligible workers than the group's
+    ranks are there and a checkpoint was committed since it formed (re-forming sooner would
+    throw that work away). Never for a fixed size, a full group or a group with a failed or
+    ended rank. ``eligible`` counts the cluster's eligible workers now; ``clock`` paces the
+    looks."""
 
     def __init__(
         self,
@@ -47,34 +50,26 @@ class GrowthWatch:
         self._clock = clock
         self._interval_s = scaling.elastic_resize_monitor_interval_s
         self._next = clock() + self._interval_s
-        self.available = group_size  # eligible workers at the last look
-        self.fired = False
 
-    def due(self) -> bool:
-        """True when the group should be re-formed with more ranks (then it stays True)."""
-        if self.fired:
-            return True
-        if self._group_size >= self._scaling.worker_range[1] or self._clock() < self._next:
-            return False
+    def decide(self, status: GroupStatus) -> ResizeDecision | None:
+        """The resize the group of ``status`` needs now, or None."""
+        if status.ended or self._group_size >= self._scaling.worker_range[1]:
+            return None
+        if self._clock() < self._next:
+            return None
         self._next = self._clock() + self._interval_s
         if not self._checkpointed():
-            return False
-        self.available = self._eligible()
-        self.fired = self.available > self._group_size
-        return self.fired
-
-    @property
-    def decision(self) -> ResizeDecision | None:
-        """The resize asked for once ``due`` fired, else None."""
-        if not self.fired:
             return None
-        return ResizeDecision(self._group_size, self.available, self._scaling.worker_range[1])
+        available = self._eligible()
+        if available <= self._group_size:
+            return None
+        return ResizeDecision(self._group_size, available, self._scaling.worker_range[1])
 
 
-def watch_growth(
+def scaling_policy(
     client: Client, scaling: ScalingConfig, group_size: int, manager: CheckpointManager
-) -> GrowthWatch:
-    """The watch of a group of ``group_size`` ranks just formed on ``client``'s cluster: a
+) -> ScalingPolicy:
+    """The policy of a group of ``group_size`` ranks just formed on ``client``'s cluster: a
     checkpoint committed after the latest one ``manager`` holds now makes it worth re-forming."""
     formed_after = manager.latest
     mark = formed_after.index if formed_after else -1
@@ -89,4 +84,4 @@ def watch_growth(
         )
         return len(found)
 
-    return GrowthWatch(scaling, group_size, checkpointed, eligible)
+    return ScalingPolicy(scaling, group_size, checkpointed, eligible)

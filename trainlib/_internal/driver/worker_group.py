@@ -1,4 +1,6 @@
-"""One attempt of a run: a rank per chosen Dask worker, watched until all end or one fails."""
+"""One attempt's ranks: a rank per chosen Dask worker, started, polled and stopped (Ray Train
+v2's ``WorkerGroup``). The controller decides what a poll's ``GroupStatus`` means
+(``controller``); the group only relays the ranks' messages and says how they are."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from distributed import Client, Event, Future, Queue
 
@@ -16,6 +18,7 @@ from trainlib._internal.common.messages import (
     ToRank,
 )
 from trainlib._internal.common.waiting import Completions, Mailbox, result_within
+from trainlib._internal.driver.group_status import GroupStatus
 from trainlib._internal.driver.ranks import WorkerSlot
 from trainlib._internal.driver.retirements import Retirements
 from trainlib._internal.driver.run_plan import find_free_port
@@ -24,21 +27,17 @@ from trainlib._internal.worker import command_relay
 from trainlib._internal.worker.supervisor import RankOutcome, supervise_rank
 from trainlib.errors import RankFailure
 
-if TYPE_CHECKING:
-    from trainlib._internal.driver.preemption_grace import PreemptionGrace
-
 STOP_TIMEOUT_S = 10.0
-_POLL_S = 0.5  # a rank's task ending or a message wakes the driver sooner
 _LIVENESS_CHECK_S = 1.0
 _STOP_POLL_S = 0.2
 
 LaunchBuilder = Callable[[WorkerSlot, str, int], RankLaunch]
 MessageHandler = Callable[[DriverMessage], None]
-ProgressCheck = Callable[[], dict[int, RankFailure]]
 
 
 class WorkerGroup:
-    """The supervisors of one attempt, their message queue and their stop event."""
+    """The supervisors of one attempt, their message queue and their stop event; the ranks'
+    messages go to ``handle`` as they are polled."""
 
     def __init__(
         self,
@@ -47,17 +46,20 @@ class WorkerGroup:
         futures: list[Future[RankOutcome]],
         queue: Queue,
         stop: Event,
+        handle: MessageHandler,
     ) -> None:
         self._client = client
         self._slots = slots
         self._futures = futures
         self._queue = queue
         self._stop = stop
+        self._handle = handle
         self._outcomes: dict[int, RankOutcome] = {}
         self._unresponsive: set[str] = set()
         self._retirements = Retirements(client, slots, self._deliver)
         self._completions = Completions(futures)
         self._mail = Mailbox(queue, self._completions.wake)
+        self._next_liveness_check = time.monotonic() + _LIVENESS_CHECK_S
 
     @classmethod
     @contextmanager
@@ -66,9 +68,11 @@ class WorkerGroup:
         client: Client,
         slots: list[WorkerSlot],
         build_launch: LaunchBuilder,
+        handle: MessageHandler,
         resources: dict[str, float] | None = None,
     ) -> Iterator[WorkerGroup]:
-        """Start one rank per slot; on leaving, every rank is stopped and its task released."""
+        """Start one rank per slot, its messages to ``handle``; on leaving, every rank is
+        stopped and its task released."""
         token = uuid.uuid4().hex[:12]
         queue = Queue(f"trainlib-reports-{token}", client=client)
         stop = Event(f"trainlib-stop-{token}", client=client)
@@ -91,7 +95,7 @@ class WorkerGroup:
             )
             for slot in slots
         ]
-        group = cls(client, slots, futures, queue, stop)
+        group = cls(client, slots, futures, queue, stop, handle)
         try:
             yield group
         finally:
@@ -102,63 +106,56 @@ class WorkerGroup:
         """The number of ranks."""
         return len(self._slots)
 
-    def run(
-        self,
-        handle: MessageHandler,
-        check_progress: ProgressCheck = dict,
-        poll: Callable[[], None] = lambda: None,
-        until: Callable[[], bool] = lambda: False,
-        grace: PreemptionGrace | None = None,
-    ) -> dict[int, RankFailure]:
-        """Relay messages to ``handle`` until every rank ends, one fails, or ``until()``.
+    def poll(self, timeout_s: float) -> GroupStatus:
+        """Wait up to ``timeout_s`` for a rank's task to end or a message to come, relay the
+        messages to the handler, and say how the ranks are. Once every rank ended, what they
+        said before their tasks ended (e.g. their last report) is relayed too."""
+        self._wait_for_any(timeout_s)
+        self._drain()
+        self._collect_done()
+        if time.monotonic() >= self._next_liveness_check:
+            self._next_liveness_check = time.monotonic() + _LIVENESS_CHECK_S
+            self._check_workers_alive()
+        if len(self._outcomes) == len(self._futures):
+            self._mail.flush()
+            self._drain()
+        return self.status()
 
-        ``check_progress`` (the hang watchdog) is asked after each poll for hung ranks;
-        ``poll`` is called as often and may raise to stop the group (Ctrl-C). An exception
-        raised by ``handle`` or ``poll`` propagates after the ranks are stopped (see ``start``).
-        ``until`` is asked after each batch of messages; when it holds, the ranks go on
-        running (a live group: see ``send``). ``grace`` is told of preempted ranks and keeps
-        the others running for a while after those ended (``preemption_grace``).
+    def status(self) -> GroupStatus:
+        """How the ranks are, as last seen; a worker of a failed rank that retired gracefully
+        is taken for retiring (its rank preempted)."""
+        failures = self._failures()
+        self._retirements.ended(set(failures))
+        return GroupStatus(
+            len(self._slots), frozenset(self._outcomes), failures, self._retirements.ranks
+        )
 
-        Returns:
-            The failures by world rank (empty when every rank finished cleanly); after a
-            failure the other ranks are stopped and appear as ``stopped``.
-        """
-        self._retirements.grace = grace
-        next_liveness_check = time.monotonic() + _LIVENESS_CHECK_S
-        while True:
-            poll()
-            self._wait_for_any(_POLL_S)
-            self._drain(handle)
-            self._collect_done()
-            for rank, failure in check_progress().items():
-                self._outcomes.setdefault(rank, RankOutcome(rank, failure))
-            if len(self._outcomes) == len(self._futures):
-                break
-            if self._failures() and not self._retirements.in_grace(set(self._failures())):
-                break
-            if until():
-                return {}
-            if time.monotonic() >= next_liveness_check:
-                next_liveness_check = time.monotonic() + _LIVENESS_CHECK_S
-                self._check_workers_alive()
-        if self._failures():
-            self._stop_all()
-            self._retirements.mark_preempted(self._outcomes)
-        self._mail.flush()  # what a rank said before its task ended (e.g. its last report)
-        self._drain(handle)
-        return self._failures()
+    def fail(self, failures: dict[int, RankFailure]) -> GroupStatus:
+        """Take these ranks for failed (the hang watchdog named them); the status now."""
+        for rank, failure in failures.items():
+            self._outcomes.setdefault(rank, RankOutcome(rank, failure))
+        return self.status()
+
+    def stop(self) -> GroupStatus:
+        """Stop every rank still running (bounded, see ``STOP_TIMEOUT_S``) and relay what they
+        said; the final status, the end of every preempted worker's rank called a preemption."""
+        self._stop_all()
+        self._retirements.mark_preempted(self._outcomes)
+        self._mail.flush()
+        self._drain()
+        return self.status()
 
     def send(self, message: ToRank) -> None:
         """Deliver ``message`` to every rank (through its supervisor), in rank order.
 
         A rank that cannot take it (its supervisor ended, its worker left) is found by the
-        next ``run``.
+        next ``poll``.
         """
         self._deliver(message, [slot.address for slot in self._slots])
 
     def send_to(self, world_rank: int, message: ToRank) -> None:
         """Deliver ``message`` to one rank (an answer to its question); a rank gone is found
-        by the next ``run``."""
+        by the next ``poll``."""
         slot = next(s for s in self._slots if s.world_rank == world_rank)
         self._deliver(message, [slot.address])
 
@@ -170,9 +167,9 @@ class WorkerGroup:
     def _failures(self) -> dict[int, RankFailure]:
         return {r: o.failure for r, o in self._outcomes.items() if o.failure is not None}
 
-    def _drain(self, handle: MessageHandler) -> None:
+    def _drain(self) -> None:
         for message in self._mail.take_all():
-            handle(message)
+            self._handle(message)
 
     def _wait_for_any(self, timeout_s: float) -> None:
         """Return when a rank's task ends or a message comes, or after ``timeout_s``."""

@@ -1,8 +1,8 @@
 """The controller's state machine: attempts, restarts from the latest checkpoint, giving up.
 
-The cluster and the ranks are stand-ins: ``select_workers`` returns two slots, and each
-attempt's worker group replays a script of rank messages and failures into the controller's
-handler. Storage is a real run directory.
+The cluster and the ranks are stand-ins given to the controller as its placement: every
+selection finds two slots, and each attempt's worker group replays a script of rank messages
+and failures into the controller's handler. Storage is a real run directory.
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ from trainlib import (
 )
 from trainlib._internal.common.messages import RankSpec, ReportMessage
 from trainlib._internal.common.storage import RunStorage
-from trainlib._internal.driver import worker_group, worker_selection
-from trainlib._internal.driver.controller import run_training
+from trainlib._internal.driver.controller import TrainController
+from trainlib._internal.driver.group_status import GroupStatus
 from trainlib._internal.driver.ranks import WorkerSlot, assign_ranks
 from trainlib._internal.driver.run_plan import RunPlan
 
 SLOTS = assign_ranks([("host", "tcp://w0"), ("host", "tcp://w1")])
-Handle = Callable[[str, Any], None]
+Handle = Callable[[Any], None]
 Script = Callable[[Handle, RunStorage], dict[int, RankFailure]]
 
 
@@ -60,40 +60,69 @@ class Recorder(Callback):
 
 
 class ScriptedGroup:
-    """An attempt's worker group whose ranks say what the script makes them say."""
+    """An attempt's worker group whose ranks say what the script makes them say: the first
+    poll plays it; a failure ends the failed ranks, and stopping the group the others."""
 
     def __init__(
-        self, script: Script, storage: RunStorage, unresponsive: set[str], size: int
+        self, script: Script, storage: RunStorage, handle: Handle, unresponsive: set[str], size: int
     ) -> None:
         self._script = script
         self._storage = storage
+        self._handle = handle
         self.unresponsive_workers = unresponsive
         self.size = size
+        self.polls = 0
+        self._failures: dict[int, RankFailure] = {}
 
-    def run(self, handle: Handle, *args: Any, **kwargs: Any) -> dict[int, RankFailure]:
-        return self._script(handle, self._storage)
+    def poll(self, timeout_s: float) -> GroupStatus:
+        if self.polls == 0:
+            self._failures = self._script(self._handle, self._storage)
+        self.polls += 1
+        ended = frozenset(self._failures) if self._failures else frozenset(range(self.size))
+        return GroupStatus(self.size, ended, dict(self._failures))
 
-    def send_to(self, world_rank: int, command: Any) -> None:
+    def fail(self, failures: dict[int, RankFailure]) -> GroupStatus:
+        raise AssertionError("the scripts hang no rank")
+
+    def stop(self) -> GroupStatus:
+        stopped = RankFailure(0, "host", "stopped", "stopped after another rank failed")
+        for rank in range(self.size):
+            self._failures.setdefault(rank, stopped)
+        return GroupStatus(self.size, frozenset(range(self.size)), dict(self._failures))
+
+    def send(self, message: Any) -> None:
+        pass
+
+    def send_to(self, world_rank: int, message: Any) -> None:
         pass
 
 
 class Attempts:
-    """Stands in for ``WorkerGroup``: one script per attempt; keeps each rank's spec."""
+    """The controller's placement: two slots for every attempt (each selection's excluded
+    workers kept), then a group playing the attempt's script; keeps each rank's spec."""
 
     def __init__(self, *scripts: Script, unresponsive: tuple[set[str], ...] = ()) -> None:
         self._scripts = list(scripts)
         self._unresponsive = list(unresponsive)
         self.specs: list[list[RankSpec]] = []
+        self.selections: list[frozenset[str]] = []
+
+    def select(
+        self, client: Any, plan: Any, unresponsive: frozenset[str], poll: Any, claims: Any
+    ) -> list[WorkerSlot]:
+        self.selections.append(unresponsive)
+        return SLOTS
 
     @contextmanager
     def start(
-        self, client: Any, slots: list[WorkerSlot], build: Any, resources: Any = None
+        self, client: Any, slots: list[WorkerSlot], build: Any, handle: Handle, resources: Any
     ) -> Iterator[ScriptedGroup]:
         launches = [build(slot, slot.host, 29500) for slot in slots]
         specs: list[RankSpec] = [cloudpickle.loads(launch.spec_payload) for launch in launches]
         self.specs.append(specs)
         unresponsive = self._unresponsive.pop(0) if self._unresponsive else set()
-        yield ScriptedGroup(self._scripts.pop(0), specs[0].storage, unresponsive, len(slots))
+        script = self._scripts.pop(0)
+        yield ScriptedGroup(script, specs[0].storage, handle, unresponsive, len(slots))
 
 
 class Client:
@@ -129,28 +158,13 @@ def fail(handle: Handle, storage: RunStorage) -> dict[int, RankFailure]:
     return {1: RankFailure(1, "host", "exception", "RuntimeError: boom", time=0.0)}
 
 
-@pytest.fixture
-def selections(monkeypatch: pytest.MonkeyPatch) -> list[frozenset[str]]:
-    """Every ``select_workers`` call's excluded workers; it always finds the two slots."""
-    calls: list[frozenset[str]] = []
-
-    def select(client: Any, scaling: Any, timeout_s: float, exclude: Any, **_: Any) -> Any:
-        calls.append(exclude)
-        return SLOTS
-
-    monkeypatch.setattr(worker_selection, "select_workers", select)
-    return calls
-
-
 def run(
-    monkeypatch: pytest.MonkeyPatch,
     tmp_path: Path,
     attempts: Attempts,
     max_failures: int = 0,
     lease: Any = None,
     recorder: Recorder | None = None,
 ) -> tuple[Result, Recorder]:
-    monkeypatch.setattr(worker_group, "WorkerGroup", attempts)
     recorder = recorder or Recorder()
     plan = RunPlan(
         train_func_payload=b"",
@@ -165,7 +179,8 @@ def run(
         dask_config=DaskConfig(),
         lease=lease,
     )
-    return run_training(plan, Client()), recorder  # type: ignore[arg-type]
+    controller = TrainController(plan, attempts)
+    return controller.run(Client()), recorder  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -176,15 +191,14 @@ def checkpoint_dir(tmp_path: Path) -> Path:
     return directory
 
 
-@pytest.mark.usefixtures("selections")
 def test_controller_restarts_from_the_latest_checkpoint_after_a_failure(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, checkpoint_dir: Path
+    tmp_path: Path, checkpoint_dir: Path
 ) -> None:
     attempts = Attempts(
         then(report(0, {"loss": 1.0}, checkpoint_dir), report(1, {"loss": 0.9}), fail),
         report(1, {"loss": 0.5}),
     )
-    result, recorder = run(monkeypatch, tmp_path, attempts, max_failures=1)
+    result, recorder = run(tmp_path, attempts, max_failures=1)
     first, second = attempts.specs
     assert [spec.start_index for spec in first + second] == [0, 0, 1, 1]
     assert second[0].latest_checkpoint is not None
@@ -196,12 +210,11 @@ def test_controller_restarts_from_the_latest_checkpoint_after_a_failure(
     assert [r.index for r in recorder.reports] == [0, 1, 1]
 
 
-@pytest.mark.usefixtures("selections")
 def test_controller_logs_each_state_of_the_run_once(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="trainlib._internal.driver.controller")
-    run(monkeypatch, tmp_path, Attempts(fail, report(0, {"loss": 1.0})), max_failures=1)
+    run(tmp_path, Attempts(fail, report(0, {"loss": 1.0})), max_failures=1)
     states = [r.getMessage() for r in caplog.records if r.name.endswith("controller")]
     assert states == [
         "Run run scheduling attempt 1",
@@ -213,42 +226,39 @@ def test_controller_logs_each_state_of_the_run_once(
     ]
 
 
-@pytest.mark.usefixtures("selections")
 def test_controller_gives_up_once_max_failures_is_used_up(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     attempts = Attempts(fail, fail, report(0, {"loss": 1.0}))
     with pytest.raises(WorkerGroupError, match="boom") as raised:
-        run(monkeypatch, tmp_path, attempts, max_failures=1)
+        run(tmp_path, attempts, max_failures=1)
     assert len(attempts.specs) == 2
     assert raised.value.num_restarts == 1
 
 
-@pytest.mark.usefixtures("selections")
 def test_controller_tells_the_callbacks_how_a_failed_run_ended(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     recorder = Recorder()
     with pytest.raises(WorkerGroupError) as raised:
-        run(monkeypatch, tmp_path, Attempts(fail), recorder=recorder)
+        run(tmp_path, Attempts(fail), recorder=recorder)
     (ended,) = recorder.ends
     assert ended.error is raised.value
     assert len(recorder.starts) == 1
 
 
-@pytest.mark.usefixtures("selections")
 def test_controller_without_a_limit_restarts_until_an_attempt_succeeds(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     attempts = Attempts(fail, fail, fail, report(0, {"loss": 1.0}))
-    result, _ = run(monkeypatch, tmp_path, attempts, max_failures=-1)
+    result, _ = run(tmp_path, attempts, max_failures=-1)
     assert len(attempts.specs) == 4
     assert len(result.failures) == 3
     assert result.metrics == {"loss": 1.0}
 
 
 def test_controller_avoids_workers_whose_rank_did_not_stop(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, selections: list[frozenset[str]]
+    tmp_path: Path,
 ) -> None:
     class Lease:
         def __init__(self) -> None:
@@ -262,32 +272,30 @@ def test_controller_avoids_workers_whose_rank_did_not_stop(
 
     attempts = Attempts(fail, report(0, {}), unresponsive=({"tcp://w1"}, set()))
     lease = Lease()
-    run(monkeypatch, tmp_path, attempts, max_failures=1, lease=lease)
-    assert selections == [frozenset(), frozenset({"tcp://w1"})]
+    run(tmp_path, attempts, max_failures=1, lease=lease)
+    assert attempts.selections == [frozenset(), frozenset({"tcp://w1"})]
     assert lease.withheld == [{"tcp://w1"}, set()]
 
 
-@pytest.mark.usefixtures("selections")
 def test_controller_fails_a_run_whose_ranks_reported_unequally(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     def rank_0_only(handle: Handle, storage: RunStorage) -> dict[int, RankFailure]:
         handle(ReportMessage(0, 0, {"loss": 1.0}, None))
         return {}
 
     with pytest.raises(TrainingFailedError, match=r"made by ranks \[0\] only, out of 2"):
-        run(monkeypatch, tmp_path, Attempts(rank_0_only))
+        run(tmp_path, Attempts(rank_0_only))
 
 
-@pytest.mark.usefixtures("selections")
 def test_controller_resumes_a_run_directory_that_has_checkpoints(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, checkpoint_dir: Path
+    tmp_path: Path, checkpoint_dir: Path
 ) -> None:
     storage = RunStorage(LocalFileSystem(), str(tmp_path / "runs" / "run"))
     files = storage.upload_directory(str(checkpoint_dir), 4)
     storage.commit(4, files, {"loss": 0.3})
     attempts = Attempts(report(5, {"loss": 0.2}))
-    result, recorder = run(monkeypatch, tmp_path, attempts)
+    result, recorder = run(tmp_path, attempts)
     assert attempts.specs[0][1].start_index == 5
     resumed = recorder.starts[0].resumed_from
     assert resumed is not None and resumed.index == 4 and resumed.metrics == {"loss": 0.3}

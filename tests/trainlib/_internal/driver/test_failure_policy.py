@@ -1,19 +1,36 @@
-"""The failure policy: restart or raise after a failed attempt, with the reason and the budget
-left; preemptions counted apart while their budget lasts."""
+"""The failure policy on polls of the worker group (``GroupStatus``): nothing while no rank
+failed; wait or stop the others while some still run; once every rank ended, restart or raise
+with the reason and the budget left, preemptions counted apart while their budget lasts."""
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from trainlib import FailureConfig, RankFailure
-from trainlib._internal.driver.failure_policy import FailurePolicy
+from trainlib._internal.driver.failure_policy import FailureDecision, FailurePolicy, Pending
+from trainlib._internal.driver.group_status import GroupStatus
 
 
-def failed(kind: str = "exception") -> dict[int, RankFailure]:
-    return {0: RankFailure(0, "host", kind, "RuntimeError: boom")}  # type: ignore[arg-type]
+def failure(rank: int = 0, kind: str = "exception") -> RankFailure:
+    return RankFailure(rank, "host", kind, "RuntimeError: boom")  # type: ignore[arg-type]
+
+
+def ended(kind: str = "exception") -> GroupStatus:
+    """A group of two whose rank 0 failed and rank 1 was stopped: every rank ended."""
+    failures = {0: failure(0, kind), 1: failure(1, "stopped")}
+    return GroupStatus(2, frozenset({0, 1}), failures)
+
+
+def decide(policy: FailurePolicy, status: GroupStatus) -> FailureDecision:
+    decision = policy.decide(status)
+    assert isinstance(decision, FailureDecision)
+    return decision
 
 
 def test_a_failure_within_max_failures_restarts_and_says_what_is_left() -> None:
     policy = FailurePolicy(FailureConfig(max_failures=2))
-    first, second, third = (policy.decide(failed()) for _ in range(3))
+    first, second, third = (decide(policy, ended()) for _ in range(3))
     assert (first.restart, first.count, first.budget_left) == (True, 1, 1)
     assert (second.restart, second.count, second.budget_left) == (True, 2, 0)
     assert (third.restart, third.count, third.budget_left) == (False, 3, 0)
@@ -24,27 +41,81 @@ def test_a_failure_within_max_failures_restarts_and_says_what_is_left() -> None:
 
 def test_unlimited_failures_always_restart() -> None:
     policy = FailurePolicy(FailureConfig(max_failures=-1))
-    decisions = [policy.decide(failed()) for _ in range(5)]
+    decisions = [decide(policy, ended()) for _ in range(5)]
     assert all(d.restart and d.budget_left is None for d in decisions)
 
 
 def test_preemptions_use_their_own_budget_then_count_as_failures() -> None:
     policy = FailurePolicy(FailureConfig(max_failures=1, max_preemption_failures=1))
-    preempted = policy.decide(failed("preempted"))
+    preempted = decide(policy, ended("preempted"))
     assert (preempted.restart, preempted.counted_as, preempted.budget_left) == (
         True,
         "preemption",
         0,
     )
-    again = policy.decide(failed("preempted"))  # the budget is used: an ordinary failure
+    again = decide(policy, ended("preempted"))  # the budget is used: an ordinary failure
     assert (again.restart, again.counted_as, again.count) == (True, "failure", 1)
-    last = policy.decide(failed())
+    last = decide(policy, ended())
     assert (last.restart, last.counted_as, last.count) == (False, "failure", 2)
     assert policy.preemptions == 1
 
 
 def test_recording_a_failure_with_no_restart_counts_it() -> None:
     policy = FailurePolicy(FailureConfig(max_failures=3))
-    error = policy.record(failed())
+    error = policy.record({0: failure()})
     assert error.root_cause.summary == "RuntimeError: boom"
     assert len(policy.failures) == 1
+
+
+class Grace:
+    """The attempt's preemption grace, as the policy asks it: noticed ranks, and whether it
+    holds for the ended ones (scripted)."""
+
+    def __init__(self, holds: bool) -> None:
+        self.noticed: set[int] = set()
+        self._holds = holds
+        self.asked: list[set[int]] = []
+
+    def notice(self, ranks: set[int]) -> None:
+        self.noticed |= ranks
+
+    def holds(self, ended: set[int]) -> bool:
+        self.asked.append(ended)
+        return self._holds
+
+
+RANKS = st.sets(st.integers(0, 3))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    ended_ranks=RANKS,
+    failed=RANKS,
+    retiring=RANKS,
+    grace=st.none() | st.booleans(),
+)
+def test_a_poll_while_ranks_run_waits_only_within_a_grace_for_preempted_ranks(
+    ended_ranks: set[int], failed: set[int], retiring: set[int], grace: bool | None
+) -> None:
+    failed &= ended_ranks
+    status = GroupStatus(
+        4,
+        frozenset(ended_ranks),
+        {rank: failure(rank, "exit") for rank in failed},
+        frozenset(retiring),
+    )
+    policy = FailurePolicy(FailureConfig(max_failures=0))
+    scripted = None if grace is None else Grace(holds=grace)
+    policy.start_attempt(scripted)  # type: ignore[arg-type]
+    decision = policy.decide(status)
+    if scripted is not None:
+        assert scripted.noticed == retiring  # told of every retiring rank
+    if not failed:
+        assert decision is None
+    elif len(ended_ranks) < 4:
+        held = scripted is not None and failed <= retiring and grace
+        assert decision is (Pending.WAIT if held else Pending.STOP)
+        assert policy.failures == []  # nothing counted before every rank ended
+    else:
+        assert isinstance(decision, FailureDecision) and not decision.restart
+        assert len(policy.failures) == 1

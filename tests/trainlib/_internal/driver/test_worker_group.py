@@ -1,4 +1,5 @@
-"""The worker group of one attempt: relaying messages, noticing failures, stopping the rest.
+"""The worker group of one attempt: relaying messages as it is polled, saying how its ranks
+are (``GroupStatus``), stopping them.
 
 The supervisors' Dask tasks, their queue, the stop event and the client are stand-ins with the
 same calls: no Dask cluster, no rank process.
@@ -141,17 +142,25 @@ class Setup:
         self.tasks = [Task(0), Task(1)]
         self.mail = Mail()
         self.stop = StopEvent(self.tasks, obey)
+        self.handled: list[DriverMessage] = []
         self.group = WorkerGroup(
             self.client,  # type: ignore[arg-type]
             SLOTS,
             self.tasks,  # type: ignore[arg-type]
             self.mail,  # type: ignore[arg-type]
             self.stop,  # type: ignore[arg-type]
+            self.handled.append,
         )
-        self.handled: list[DriverMessage] = []
 
-    def handle(self, message: DriverMessage) -> None:
-        self.handled.append(message)
+    def settle(self) -> dict[int, RankFailure]:
+        """Poll as the controller does until every rank ended or one failed; then stop the
+        others. The failures by rank."""
+        while True:
+            status = self.group.poll(0.05)
+            if status.failures:
+                return dict(self.group.stop().failures)
+            if status.all_ended:
+                return {}
 
 
 @pytest.fixture
@@ -171,7 +180,7 @@ def test_worker_group_relays_every_message_until_every_rank_ends(ranks: Setup) -
     # said before its task ended, it may reach the driver after: still relayed
     ranks.mail.say(ReportMessage(0, 0, {"loss": 1.0}, None))
     ranks.mail.say(ReportMessage(1, 0, None, None))
-    assert ranks.group.run(ranks.handle) == {}
+    assert ranks.settle() == {}
     assert ranks.handled == [
         ReportMessage(0, 0, {"loss": 1.0}, None),
         ReportMessage(1, 0, None, None),
@@ -181,7 +190,7 @@ def test_worker_group_relays_every_message_until_every_rank_ends(ranks: Setup) -
 
 def test_worker_group_failure_stops_the_other_ranks(ranks: Setup) -> None:
     ranks.tasks[1].end(RankOutcome(1, failure(1)))
-    failures = ranks.group.run(ranks.handle)
+    failures = ranks.settle()
     assert ranks.stop.was_set
     assert failures[1].kind == "exception"
     assert failures[0].kind == "stopped"
@@ -194,7 +203,7 @@ def test_worker_group_rank_that_does_not_stop_makes_its_worker_unresponsive(
     monkeypatch.setattr(worker_group, "STOP_TIMEOUT_S", 0.3)
     setup = Setup(obey=set())  # rank 0's task never ends
     setup.tasks[1].end(RankOutcome(1, failure(1)))
-    failures = setup.group.run(setup.handle)
+    failures = setup.settle()
     assert failures[0].kind == "worker_lost"
     assert "did not stop within 0.3 s" in failures[0].summary
     assert setup.group.unresponsive_workers == {"tcp://w0"}
@@ -203,7 +212,7 @@ def test_worker_group_rank_that_does_not_stop_makes_its_worker_unresponsive(
 
 def test_worker_group_worker_that_left_loses_its_rank(ranks: Setup) -> None:
     ranks.client.live = {"tcp://w0"}
-    failures = ranks.group.run(ranks.handle)
+    failures = ranks.settle()
     assert failures[1].kind == "worker_lost"
     assert "tcp://w1 left the cluster" in failures[1].summary
     assert failures[0].kind == "stopped"
@@ -217,7 +226,7 @@ def test_worker_group_worker_that_retired_gracefully_is_a_preemption(ranks: Setu
         (2.0, {"action": "remove-worker", "expected": True}),
     ]
     ranks.client.live = {"tcp://w0"}
-    failures = ranks.group.run(ranks.handle)
+    failures = ranks.settle()
     assert failures[1].kind == "preempted"
     assert "tcp://w1 retired gracefully (preempted)" in failures[1].summary
     assert failures[0].kind == "stopped"  # rank 0's worker did not retire
@@ -227,7 +236,7 @@ def test_worker_group_tells_every_rank_when_a_worker_starts_retiring(ranks: Setu
     ranks.client.retiring = {"tcp://w1"}
     ranks.tasks[0].end(RankOutcome(0, failure(0, kind="stopped")))
     ranks.tasks[1].end(RankOutcome(1, failure(1, kind="exit")))  # killed as its worker closed
-    failures = ranks.group.run(ranks.handle)
+    failures = ranks.settle()
     notices = [r for r in ranks.client.runs if isinstance(r[1][1], PreemptionNotice)]
     [(_, (_, notice), workers)] = notices
     assert workers == ["tcp://w0", "tcp://w1"]
@@ -237,38 +246,42 @@ def test_worker_group_tells_every_rank_when_a_worker_starts_retiring(ranks: Setu
 
 def test_worker_group_task_that_failed_in_dask_is_a_failed_rank(ranks: Setup) -> None:
     ranks.tasks[0].end(error=OSError("worker died"))
-    failures = ranks.group.run(ranks.handle)
+    failures = ranks.settle()
     assert failures[0].kind == "exception"
     assert "Dask task failed on tcp://w0" in failures[0].summary
     assert "worker died" in failures[0].summary
 
 
 def test_worker_group_hung_ranks_named_by_the_watchdog_fail_the_attempt(ranks: Setup) -> None:
-    hung = {1: failure(1, "hang")}
-    failures = ranks.group.run(ranks.handle, check_progress=lambda: hung)
+    status = ranks.group.fail({1: failure(1, "hang")})
+    assert set(status.failures) == {1} and not status.all_ended
+    failures = ranks.group.stop().failures
     assert failures[1].kind == "hang"
     assert failures[0].kind == "stopped"
 
 
-def test_worker_group_until_returns_with_the_ranks_running(ranks: Setup) -> None:
+def test_worker_group_poll_relays_messages_with_the_ranks_running(ranks: Setup) -> None:
     ranks.mail.say(ReportMessage(0, 0, {}, None))
-    failures = ranks.group.run(ranks.handle, until=lambda: bool(ranks.handled))
-    assert failures == {}
+    status = ranks.group.poll(5.0)  # the message ends the wait
+    assert ranks.handled == [ReportMessage(0, 0, {}, None)]
+    assert status.healthy and not status.ended and status.size == 2
     assert not ranks.stop.was_set
     assert not any(task.done() for task in ranks.tasks)
 
 
-def test_worker_group_poll_that_raises_stops_the_ranks_when_the_group_is_left(
-    ranks: Setup,
-) -> None:
-    def interrupted() -> None:
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        ranks.group.run(ranks.handle, poll=interrupted)
+def test_worker_group_left_with_ranks_running_stops_them(ranks: Setup) -> None:
+    ranks.group.poll(0.0)
     ranks.group._shut_down()
     assert ranks.stop.was_set
     assert all(task.done() for task in ranks.tasks)
+
+
+def test_worker_group_status_names_the_ranks_of_a_retiring_worker(ranks: Setup) -> None:
+    ranks.client.retiring = {"tcp://w1"}
+    while not (status := ranks.group.poll(0.05)).retiring:  # the next liveness check sees it
+        assert status.healthy
+    assert status.retiring == {1}
+    assert status.healthy and not status.ended
 
 
 def test_worker_group_sends_a_command_to_every_rank_or_to_one(ranks: Setup) -> None:
@@ -284,7 +297,8 @@ def test_worker_group_hung_rank_whose_task_does_not_end_makes_its_worker_unrespo
 ) -> None:
     monkeypatch.setattr(worker_group, "STOP_TIMEOUT_S", 0.3)
     setup = Setup(obey={1})  # rank 0 hangs and its task never ends, even when stopped
-    failures = setup.group.run(setup.handle, check_progress=lambda: {0: failure(0, "hang")})
+    setup.group.fail({0: failure(0, "hang")})
+    failures = setup.group.stop().failures
     assert failures[0].kind == "hang"
     assert setup.group.unresponsive_workers == {"tcp://w0"}
     setup.group._shut_down()

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from distributed import Client
 
     from trainlib._internal.driver.controller_state import ControllerState
+    from trainlib._internal.driver.placement import Group
     from trainlib._internal.driver.ranks import WorkerSlot
-    from trainlib._internal.driver.worker_group import WorkerGroup
     from trainlib.callbacks import GroupInfo
 
 
@@ -41,7 +41,7 @@ class ControllerCallback:
     def before_worker_group_shutdown(self, group: GroupInfo) -> None:
         """An attempt's ranks are about to be stopped (whatever ended it)."""
 
-    def after_worker_group_shutdown(self, group: WorkerGroup) -> None:
+    def after_worker_group_shutdown(self, group: Group) -> None:
         """An attempt's ranks were stopped (whatever ended it)."""
 
     def after_run_trained(self) -> None:

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 from trainlib._internal.driver.controller_callbacks import ControllerCallback
 
 if TYPE_CHECKING:
+    from trainlib._internal.driver.placement import Group
     from trainlib._internal.driver.run_plan import WorkerLease
-    from trainlib._internal.driver.worker_group import WorkerGroup
 
 
 class LeaseWithholding(ControllerCallback):
     def __init__(self, lease: WorkerLease) -> None:
         self._lease = lease
 
-    def after_worker_group_shutdown(self, group: WorkerGroup) -> None:
+    def after_worker_group_shutdown(self, group: Group) -> None:
         self._lease.withhold(group.unresponsive_workers)
