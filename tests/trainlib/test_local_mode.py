@@ -19,6 +19,7 @@ from trainlib import (
     Checkpoint,
     ConfigError,
     DataConfig,
+    FailureConfig,
     RunConfig,
     ScalingConfig,
     WorkerGroupError,
@@ -38,6 +39,9 @@ def train_three_epochs(config: dict[str, Any]) -> None:
     for epoch in range(start, config["epochs"]):
         if epoch == config.get("fail_at"):
             raise ValueError("the loss is NaN")
+        if epoch == config.get("fail_once_at") and not os.environ.get("TRAINLIB_TEST_FAILED_ONCE"):
+            os.environ["TRAINLIB_TEST_FAILED_ONCE"] = "1"  # this process: local mode's
+            raise ValueError("the loss is NaN")
         loss = sum(model(batch).pow(2).mean() for batch in data)
         with tempfile.TemporaryDirectory() as directory:
             Path(directory, "epoch").write_text(str(epoch))
@@ -53,12 +57,16 @@ def train_three_epochs(config: dict[str, Any]) -> None:
             )
 
 
-def _fit(tmp_path: Path, **config: Any) -> trainlib.Result:
+def _fit(tmp_path: Path, max_failures: int = 0, **config: Any) -> trainlib.Result:
     return TorchTrainer(
         train_three_epochs,
         train_loop_config={"epochs": 3, **config},
         scaling_config=ScalingConfig(num_workers=0),
-        run_config=RunConfig(name="local", storage_path=str(tmp_path)),
+        run_config=RunConfig(
+            name="local",
+            storage_path=str(tmp_path),
+            failure_config=FailureConfig(max_failures=max_failures),
+        ),
     ).fit()
 
 
@@ -84,6 +92,16 @@ def test_local_mode_resumes_a_run_by_name_and_reports_a_failure_as_a_rank_would(
     resumed = _fit(tmp_path, epochs=3)
     assert [m["epoch"] for m in resumed.metrics_history] == [2]  # from epoch 1's checkpoint
     assert resumed.metrics["kept"] == 2
+
+
+def test_local_mode_restarts_from_its_latest_checkpoint_as_its_failure_config_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRAINLIB_TEST_FAILED_ONCE", raising=False)  # unset again after
+    result = _fit(tmp_path, max_failures=1, fail_once_at=1)
+    assert [m["epoch"] for m in result.metrics_history] == [0, 1, 2]  # epoch 1 done again
+    assert [f.summary for f in result.failures] == ["ValueError: the loss is NaN"]
+    assert {m["pid"] for m in result.metrics_history} == {os.getpid()}
 
 
 def read_two_passes(config: dict[str, Any]) -> None:

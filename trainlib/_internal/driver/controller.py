@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -64,12 +64,11 @@ def run_training(plan: RunPlan, client: Client | None = None) -> Result:
         WorkerGroupError: A rank failed more often than ``FailureConfig.max_failures``.
         NotEnoughWorkersError: The cluster cannot provide ``num_workers`` workers.
     """
-    from trainlib._internal.driver.local_mode import LocalController
+    from trainlib._internal.driver.local_mode import LocalPlacement
 
     with InterruptWatch():
-        if plan.scaling.worker_range[1] == 0:
-            return LocalController(plan).run()
-        return TrainController(plan).run(client)
+        local = plan.scaling.worker_range[1] == 0
+        return TrainController(plan, LocalPlacement(plan) if local else None).run(client)
 
 
 class TrainController:
@@ -132,7 +131,7 @@ class TrainController:
             error = exc
         return self.record.conclude(error)
 
-    def step(self, client: Client, claims: GpuClaims) -> bool:
+    def step(self, client: Client | None, claims: GpuClaims | None) -> bool:
         """One step of the run, by its state: running, one poll of the group and the policies'
         decisions on it; restarting or resizing, the group stopped and the next one formed
         (from the run's start, the first). True once training ended well."""
@@ -169,7 +168,7 @@ class TrainController:
             self.record.lifecycle.enter(Resizing(resize))  # the ranks stop: not a failure
         return False
 
-    def _form(self, client: Client, claims: GpuClaims) -> None:
+    def _form(self, client: Client | None, claims: GpuClaims | None) -> None:
         """Start the next attempt (``attempt``), with its preemption grace and scaling
         policy."""
         record = self.record
@@ -187,27 +186,23 @@ class TrainController:
         if current is not None:
             current.stack.close()
 
-    def _scaling_policy(self, client: Client, group_size: int) -> ScalingPolicy:
+    def _scaling_policy(self, client: Client | None, group_size: int) -> ScalingPolicy:
         """When this attempt's elastic group should grow (never for a search's trial, whose
-        workers the search hands out)."""
-        from trainlib._internal.driver.scaling_policy import scaling_policy
+        workers the search hands out, nor in local mode)."""
+        from trainlib._internal.driver.scaling_policy import ScalingPolicy, scaling_policy
 
         scaling = self.plan.scaling
-        if self.plan.lease is not None:
-            scaling = replace(scaling, num_workers=group_size)  # a full group: never grows
+        if self.plan.lease is not None or client is None:
+            full = replace(scaling, num_workers=group_size)  # a full group: never grows
+            return ScalingPolicy(full, group_size, checkpointed=lambda: False, eligible=lambda: 0)
         return scaling_policy(client, scaling, group_size, self.record.manager)
 
     @contextmanager
-    def connected(self, client: Client | None) -> Iterator[Client]:
-        """The run's cluster (``client``'s, else the one its DaskConfig names or starts), the
-        controller callbacks started on it; on leaving, they are told the run ends and a
-        cluster the run started is closed."""
-        from trainlib._internal.driver import (
-            cluster,  # imported on use: rank processes never need Dask
-        )
-
-        workers = self.plan.scaling.worker_range[1]
-        with cluster.connect(self.plan.dask_config, workers, client) as connected:
+    def connected(self, client: Client | None) -> Iterator[Client | None]:
+        """The run's cluster (the placement's: ``client``'s, else the one its DaskConfig names
+        or starts), the controller callbacks started on it; on leaving, they are told the run
+        ends and a cluster the run started is closed."""
+        with self.placement.connect(self.plan, client) as connected:
             try:
                 for callback in self.callbacks:
                     callback.after_controller_start(connected)
@@ -216,16 +211,13 @@ class TrainController:
                 for callback in self.callbacks:
                     callback.before_controller_shutdown()
 
-    def gpu_claims(self, client: Client) -> GpuClaims:
-        """The GPUs the run holds across its attempts, on ``client``'s scheduler (a context
-        manager: released on leaving)."""
-        from trainlib._internal.driver.gpu_claims import GpuClaims
-
-        return GpuClaims(client, self.name)
+    def gpu_claims(self, client: Client | None) -> AbstractContextManager[GpuClaims | None]:
+        """The GPUs the run holds across its attempts (released on leaving)."""
+        return self.placement.claims(client, self.name)
 
     @contextmanager
     def attempt(
-        self, client: Client, claims: GpuClaims
+        self, client: Client | None, claims: GpuClaims | None
     ) -> Iterator[tuple[Group, ProgressWatchdog]]:
         """Form the next group, resuming from the latest intact checkpoint (or the plan's), its
         GPUs claimed in the run's ``claims``, its messages to ``handle``; on leaving, its ranks

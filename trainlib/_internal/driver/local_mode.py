@@ -1,16 +1,20 @@
-"""Local mode (``ScalingConfig(num_workers=0)``, as Ray Train's): the training function runs
-once, in the calling thread of the driver's process, with no Dask cluster and no process group.
-``report``, ``get_context`` and checkpoints work as in a rank: a world of one, rank 0, its
-reports committed by the run's own collector as they are made; ``get_dataset_shard`` reads
+"""Local mode (``ScalingConfig(num_workers=0)``, as Ray Train's): the run's controller, with a
+placement that needs no Dask cluster and a group of one rank whose training function runs in
+the calling thread of the driver's process, when the group is first polled, with no process
+group. ``report``, ``get_context`` and checkpoints work as in a rank: a world of one, rank 0,
+its reports committed by the run's own collector as they are made; ``get_dataset_shard`` reads
 the datasets here (``local_feed``). For debugging (a breakpoint in the training function stops
-where it is)."""
+where it is). A failure is decided on as any run's (``FailureConfig``)."""
 
 from __future__ import annotations
 
+import functools
 import socket
 import time
 import traceback
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
@@ -22,97 +26,156 @@ from trainlib._internal.common.messages import (
     RankSpec,
     ToRank,
 )
-from trainlib._internal.driver.controller_callbacks.user_callbacks import UserCallbacks
-from trainlib._internal.driver.controller_state import Running
-from trainlib._internal.driver.local_feed import LocalFeed
+from trainlib._internal.driver.group_status import GroupStatus
+from trainlib._internal.driver.local_feed import Deliver, LocalFeed
 from trainlib._internal.driver.ranks import WorkerSlot
-from trainlib._internal.driver.run_plan import AttemptStart, rank_launch
-from trainlib._internal.driver.run_record import RunRecord
-from trainlib._internal.driver.watchdog import ProgressWatchdog
 from trainlib._internal.rank.process_globals import RANK
 from trainlib._internal.rank.session import Session
-from trainlib.callbacks import GroupInfo
 from trainlib.errors import ConfigError, RankFailure
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from trainlib._internal.driver.run_plan import RunPlan
-    from trainlib.result import Result
+    from trainlib._internal.driver.worker_group import LaunchBuilder, MessageHandler
 
 
 LOCAL = "local"  # the "worker" address of the one rank
 
 
-class LocalController:
-    """Runs a ``RunRecord`` here, once (no restart: a failure is raised)."""
+class LocalPlacement:
+    """The run of ``plan`` here: no cluster, no GPU claims, one rank in this thread."""
 
     def __init__(self, plan: RunPlan) -> None:
-        self.record = RunRecord(plan)
+        self._plan = plan
 
-    def run(self) -> Result:
-        """The whole run, to its Result."""
-        error: BaseException | None = None
+    @contextmanager
+    def connect(self, plan: RunPlan, client: Any) -> Iterator[None]:
+        """No cluster (``client`` is not used).
+
+        Raises:
+            ConfigError: This thread runs a rank already.
+        """
+        if RANK.session is not None:
+            raise ConfigError(
+                "ScalingConfig(num_workers=0) inside a training function: a rank already runs "
+                "here; use num_workers=1 or more for a run started from a rank."
+            )
+        yield None
+
+    def claims(self, client: Any, owner: str) -> AbstractContextManager[None]:
+        """No GPUs claimed: the function uses this process's devices."""
+        return nullcontext()
+
+    def select(
+        self, client: Any, plan: RunPlan, unresponsive: Any, poll: Any, claims: Any
+    ) -> list[WorkerSlot]:
+        """The one slot: rank 0 on this host."""
+        host = socket.gethostname()
+        return [
+            WorkerSlot(LOCAL, host, world_rank=0, local_rank=0, local_world_size=1, node_rank=0)
+        ]
+
+    def start(
+        self,
+        client: Any,
+        slots: list[WorkerSlot],
+        build: LaunchBuilder,
+        handle: MessageHandler,
+        resources: Any,
+    ) -> AbstractContextManager[LocalGroup]:
+        """The group of the one slot; nothing runs until it is polled."""
+        (slot,) = slots
+        spec: RankSpec = cloudpickle.loads(build(slot, slot.host, 0).spec_payload)
+        feed = functools.partial(
+            LocalFeed, self._plan.datasets, self._plan.data_config.shuffle_seed
+        )
+        return nullcontext(LocalGroup(slot, spec, feed, handle))
+
+
+class LocalGroup:
+    """One rank whose training function runs here, to its end, at the first poll."""
+
+    size = 1
+
+    def __init__(
+        self,
+        slot: WorkerSlot,
+        spec: RankSpec,
+        feed: Callable[[Deliver], LocalFeed],
+        handle: MessageHandler,
+    ) -> None:
+        self._slot = slot
+        self._spec = spec
+        self._feed = feed
+        self._handle = handle
+        self._failures: dict[int, RankFailure] = {}
+        self._ended = False
+        self._session: Session | None = None
+        self.unresponsive_workers: set[str] = set()
+
+    def poll(self, timeout_s: float) -> GroupStatus:
+        """Run the training function here (the first time), then say how it ended; what the
+        controller raised while handling a report is raised here."""
+        if not self._ended:
+            self._ended = True
+            try:
+                self._run()
+            except Exception as exc:
+                self._failures[0] = _failure(self._slot.host, exc)
+        return self.status()
+
+    def status(self) -> GroupStatus:
+        ended = frozenset({0}) if self._ended else frozenset()
+        return GroupStatus(1, ended, dict(self._failures))
+
+    def fail(self, failures: dict[int, RankFailure]) -> GroupStatus:
+        """A function that ended cannot hang: nothing changes."""
+        return self.status()
+
+    def stop(self) -> GroupStatus:
+        return self.status()
+
+    def send(self, message: ToRank) -> None:
+        self.send_to(0, message)
+
+    def send_to(self, world_rank: int, message: ToRank) -> None:
+        if self._session is not None:
+            self._session.deliver(message)
+
+    def _run(self) -> None:
+        spec = self._spec
+        feed: LocalFeed | None = None
+        session = Session(spec, lambda message: _relay(self._handle, feed, message))
+        feed = self._feed(
+            lambda name, pass_id, block: session.deliver(DataBlock(name, pass_id, block))
+        )
+        self._session = session
+        RANK.start(session)
         try:
-            _run_locally(self.record)
-        except BaseException as exc:
-            error = exc
-        return self.record.conclude(error)
+            if spec.setup_payload is not None:
+                cloudpickle.loads(spec.setup_payload)()
+            cloudpickle.loads(spec.train_func_payload)()
+            session.uploads.wait()
+        except _DriverError as driver_side:  # a callback stopped the run, as it would any run
+            raise driver_side.error from None
+        except Exception:
+            session.uploads.abandon()
+            raise
+        finally:
+            RANK.reset()
+            self._session = None
 
 
-def _run_locally(run: RunRecord) -> None:
-    """Run the plan's training function here, once; its failure is recorded on ``run`` and
-    raised as a ``WorkerGroupError``."""
-    plan = run.plan
-    if RANK.session is not None:
-        raise ConfigError(
-            "ScalingConfig(num_workers=0) inside a training function: a rank already runs "
-            "here; use num_workers=1 or more for a run started from a rank."
-        )
-    start_index, resume_from = run.resume_point()
-    run.collector.validations.resume(run.manager.awaiting_validation())
-    host = socket.gethostname()
-    slot = WorkerSlot(LOCAL, host, world_rank=0, local_rank=0, local_world_size=1, node_rank=0)
-    start = AttemptStart(
-        plan, run.name, run.storage, start_index, resume_from, [slot], run.setup_payload
+def _failure(host: str, exc: Exception) -> RankFailure:
+    return RankFailure(
+        0,
+        host,
+        "exception",
+        f"{type(exc).__name__}: {exc}",
+        traceback="".join(traceback.format_exception(exc)),
+        time=time.time(),
     )
-    spec: RankSpec = cloudpickle.loads(rank_launch(start, slot, host, 0).spec_payload)
-    user = UserCallbacks(run.callbacks, run.start_callbacks)
-    run.start_callbacks(1)
-    run.lifecycle.enter(Running(run.attempt, 1, str(resume_from or "scratch")))
-    watchdog = ProgressWatchdog(None, [slot])
-    run.collector.start_attempt(1, start_index, watchdog)
-    feed: LocalFeed | None = None
-    session = Session(spec, lambda message: _handle(run, feed, message))
-    feed = LocalFeed(
-        plan.datasets,
-        plan.data_config.shuffle_seed,
-        lambda name, pass_id, block: session.deliver(DataBlock(name, pass_id, block)),
-    )
-    run.collector.reply_with(lambda rank, command: _deliver(session, command))
-    info = GroupInfo(1, (slot.placement(),), None)
-    user.after_worker_group_start(info)
-    RANK.start(session)
-    try:
-        if spec.setup_payload is not None:
-            cloudpickle.loads(spec.setup_payload)()
-        cloudpickle.loads(spec.train_func_payload)()
-        session.uploads.wait()
-    except _DriverError as driver_side:  # a callback stopped the run, as it would any run
-        raise driver_side.error from None
-    except Exception as exc:
-        session.uploads.abandon()
-        failure = RankFailure(
-            0,
-            host,
-            "exception",
-            f"{type(exc).__name__}: {exc}",
-            traceback="".join(traceback.format_exception(exc)),
-            time=time.time(),
-        )
-        raise run.failure_policy.record({0: failure}) from exc
-    finally:
-        RANK.reset()
-        user.before_worker_group_shutdown(info)
-    run.collector.check_all_complete()
 
 
 class _DriverError(BaseException):
@@ -124,7 +187,9 @@ class _DriverError(BaseException):
         self.error = error
 
 
-def _handle(run: RunRecord, feed: LocalFeed | None, message: RankMessage) -> None:
+def _relay(
+    handle: Callable[[DriverMessage], None], feed: LocalFeed | None, message: RankMessage
+) -> None:
     """A message of the training function, handled as the driver handles a rank's (the
     session sends one at a time); its logs are this process's own already."""
     if isinstance(message, DataRequest) and feed is not None:
@@ -132,10 +197,6 @@ def _handle(run: RunRecord, feed: LocalFeed | None, message: RankMessage) -> Non
         return
     if isinstance(message, DriverMessage):
         try:
-            run.collector.handle(message)
+            handle(message)
         except Exception as exc:
             raise _DriverError(exc) from exc
-
-
-def _deliver(session: Session, message: ToRank) -> None:
-    session.deliver(message)

@@ -1,6 +1,7 @@
-"""Where an attempt's ranks run: the workers chosen (``worker_selection``) and the group of
-ranks started on them (``worker_group``). The controller asks a ``Placement``; tests give it
-one whose groups replay a script."""
+"""Where a run's ranks run: the cluster connected to (``cluster``), the GPUs the run holds
+(``gpu_claims``), each attempt's workers (``worker_selection``) and the group of ranks started
+on them (``worker_group``). The controller asks a ``Placement``: on a Dask cluster, or here
+(``local_mode``); tests give it one whose groups replay a script."""
 
 from __future__ import annotations
 
@@ -42,20 +43,28 @@ class Group(Protocol):
 
 
 class Placement(Protocol):
-    """Chooses an attempt's workers and starts its ranks on them."""
+    """Connects a run to its cluster, chooses an attempt's workers and starts its ranks."""
+
+    def connect(
+        self, plan: RunPlan, client: Client | None
+    ) -> AbstractContextManager[Client | None]: ...
+
+    def claims(
+        self, client: Client | None, owner: str
+    ) -> AbstractContextManager[GpuClaims | None]: ...
 
     def select(
         self,
-        client: Client,
+        client: Client | None,
         plan: RunPlan,
         unresponsive: frozenset[str],
         poll: Callable[[], None],
-        claims: GpuClaims,
+        claims: GpuClaims | None,
     ) -> list[WorkerSlot]: ...
 
     def start(
         self,
-        client: Client,
+        client: Client | None,
         slots: list[WorkerSlot],
         build: LaunchBuilder,
         handle: MessageHandler,
@@ -66,18 +75,38 @@ class Placement(Protocol):
 class DaskPlacement:
     """Ranks on the Dask workers of the run's cluster, one each."""
 
+    def connect(
+        self, plan: RunPlan, client: Client | None
+    ) -> AbstractContextManager[Client | None]:
+        """``client``'s cluster, else the one the plan's DaskConfig names or starts (closed on
+        leaving: ``cluster.connect``)."""
+        from trainlib._internal.driver import (
+            cluster,  # imported on use: rank processes never need Dask
+        )
+
+        return cluster.connect(plan.dask_config, plan.scaling.worker_range[1], client)
+
+    def claims(self, client: Client | None, owner: str) -> AbstractContextManager[GpuClaims | None]:
+        """The GPUs ``owner`` holds across its attempts, on ``client``'s scheduler (released on
+        leaving)."""
+        from trainlib._internal.driver.gpu_claims import GpuClaims
+
+        assert client is not None, "connected to a cluster"
+        return GpuClaims(client, owner)
+
     def select(
         self,
-        client: Client,
+        client: Client | None,
         plan: RunPlan,
         unresponsive: frozenset[str],
         poll: Callable[[], None],
-        claims: GpuClaims,
+        claims: GpuClaims | None,
     ) -> list[WorkerSlot]:
         """The workers of the next attempt, avoiding ``unresponsive`` ones; for a search's
         trial, among its lease; for GPUs, claimed in ``claims`` (see ``select_workers``)."""
         from trainlib._internal.driver import worker_selection
 
+        assert client is not None, "connected to a cluster"
         return worker_selection.select_workers(
             client,
             plan.scaling,
@@ -90,7 +119,7 @@ class DaskPlacement:
 
     def start(
         self,
-        client: Client,
+        client: Client | None,
         slots: list[WorkerSlot],
         build: LaunchBuilder,
         handle: MessageHandler,
@@ -99,4 +128,5 @@ class DaskPlacement:
         """One rank per slot, supervised on its worker (``WorkerGroup.start``)."""
         from trainlib._internal.driver.worker_group import WorkerGroup
 
+        assert client is not None, "connected to a cluster"
         return WorkerGroup.start(client, slots, build, handle, resources)

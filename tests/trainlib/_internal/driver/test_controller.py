@@ -98,14 +98,23 @@ class ScriptedGroup:
 
 
 class Attempts:
-    """The controller's placement: two slots for every attempt (each selection's excluded
-    workers kept), then a group playing the attempt's script; keeps each rank's spec."""
+    """The controller's placement: the client given, no GPU claims, two slots for every
+    attempt (each selection's excluded workers kept), then a group playing the attempt's
+    script; keeps each rank's spec."""
 
     def __init__(self, *scripts: Script, unresponsive: tuple[set[str], ...] = ()) -> None:
         self._scripts = list(scripts)
         self._unresponsive = list(unresponsive)
         self.specs: list[list[RankSpec]] = []
         self.selections: list[frozenset[str]] = []
+
+    @contextmanager
+    def connect(self, plan: Any, client: Any) -> Iterator[Any]:
+        yield client
+
+    @contextmanager
+    def claims(self, client: Any, owner: str) -> Iterator[None]:
+        yield None
 
     def select(
         self, client: Any, plan: Any, unresponsive: frozenset[str], poll: Any, claims: Any

@@ -24,16 +24,17 @@ if TYPE_CHECKING:
 class ControllerCallback:
     """Hooks of the controller's lifecycle; each does nothing unless overridden."""
 
-    def after_controller_start(self, client: Client) -> None:
-        """Connected to the cluster, before the first attempt."""
+    def after_controller_start(self, client: Client | None) -> None:
+        """Connected to the cluster (None: local mode), before the first attempt."""
 
     def after_controller_state_update(
         self, previous: ControllerState, current: ControllerState
     ) -> None:
         """The run left ``previous`` for ``current`` (``controller_state``)."""
 
-    def before_worker_group_start(self, client: Client, slots: list[WorkerSlot]) -> None:
-        """An attempt's workers are chosen; raise to fail the run before any rank starts."""
+    def before_worker_group_start(self, client: Client | None, slots: list[WorkerSlot]) -> None:
+        """An attempt's workers are chosen (on no cluster: local mode); raise to fail the run
+        before any rank starts."""
 
     def after_worker_group_start(self, group: GroupInfo) -> None:
         """An attempt's ranks are started."""

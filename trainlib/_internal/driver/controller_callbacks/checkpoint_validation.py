@@ -21,7 +21,7 @@ class CheckpointValidation(ControllerCallback):
         self._manager = manager
         self._poll = poll
 
-    def after_controller_start(self, client: Client) -> None:
+    def after_controller_start(self, client: Client | None) -> None:
         self._validations.use(client)
         self._validations.resume(self._manager.awaiting_validation())
 

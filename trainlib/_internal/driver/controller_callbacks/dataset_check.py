@@ -18,7 +18,9 @@ class DatasetCheck(ControllerCallback):
     def __init__(self, datasets: Sequence[DatasetSource]) -> None:
         self._datasets = datasets
 
-    def before_worker_group_start(self, client: Client, slots: list[WorkerSlot]) -> None:
+    def before_worker_group_start(self, client: Client | None, slots: list[WorkerSlot]) -> None:
+        if client is None:  # local mode: one rank, reading the datasets here
+            return
         from trainlib._internal.common.datasets import check_rows
 
         for source in self._datasets:

@@ -22,7 +22,7 @@ class UserCallbacks(ControllerCallback):
         self._callbacks = callbacks
         self._start = start  # the run record's start_callbacks: on_start once, with the ranks
 
-    def before_worker_group_start(self, client: Client, slots: list[WorkerSlot]) -> None:
+    def before_worker_group_start(self, client: Client | None, slots: list[WorkerSlot]) -> None:
         self._start(len(slots))
 
     def after_worker_group_start(self, group: GroupInfo) -> None:

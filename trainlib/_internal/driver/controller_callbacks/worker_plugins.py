@@ -8,7 +8,9 @@ from trainlib._internal.driver.controller_callbacks import ControllerCallback
 
 
 class WorkerPlugins(ControllerCallback):
-    def after_controller_start(self, client: Client) -> None:
+    def after_controller_start(self, client: Client | None) -> None:
+        if client is None:  # local mode: no worker
+            return
         from trainlib._internal.worker import plugins
 
         plugins.install(client)
