@@ -1,35 +1,34 @@
 """A worker group that stays formed between calls: the engine behind ``trainlib.sgd``.
 
-The ranks are started once, by the same controller, supervisors and rank processes as a
-``TorchTrainer.fit()``: their training function is a loop that answers the driver's commands
-(``Command``), each with one ``report()`` from every rank. A call sends the command to every
-rank (``WorkerGroup.send``) and polls the group until that report is complete. A rank failure
-ends the group with a ``WorkerGroupError``; ``reform()`` starts a new one, whose ranks resume
-from the run's latest committed checkpoint.
+The ranks are started by the same controller, supervisors and rank processes as a
+``TorchTrainer.fit()``, and the live group drives the run the same way, by the controller's
+``step``: their training function is a loop that answers the driver's commands (``Command``),
+each with one ``report()`` from every rank. A call sends the command to every rank and steps
+the run until that report is complete. A call may be given restarts (``train(max_retries=)``):
+after a failure the controller forms a new group, whose ranks resume from the run's latest
+committed checkpoint, and the call is sent again. A failure beyond them ends the group with a
+``WorkerGroupError``.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import ExitStack
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from trainlib._internal.common.messages import SHUTDOWN, Command
-from trainlib._internal.driver.controller import POLL_S, TrainController
-from trainlib._internal.driver.group_status import GroupStatus
+from trainlib._internal.driver.controller import TrainController
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.callbacks import Callback, Report
-from trainlib.errors import RankFailure, TrainingFailedError
+from trainlib.errors import TrainingFailedError, WorkerGroupError
 
 if TYPE_CHECKING:
     from distributed import Client
 
     from trainlib._internal.driver.gpu_claims import GpuClaims
-    from trainlib._internal.driver.placement import Group
-    from trainlib._internal.driver.watchdog import ProgressWatchdog
 
 logger = logging.getLogger(__name__)
 
@@ -55,13 +54,13 @@ class LiveGroup:
         self._plan = replace(
             plan, run_config=replace(config, callbacks=[*config.callbacks, self._answers])
         )
-        self._controller = TrainController(self._plan)
+        # calls of very different lengths (a validate(), then a long train()): hangs are
+        # checked only with a hang_timeout_s
+        self._controller = TrainController(self._plan, automatic_hang_timeout=False)
         self._stack = ExitStack()
         self._client: Client | None = None
         self._claims: GpuClaims | None = None  # the run's GPUs, across its attempts
-        self._attempt: AbstractContextManager[tuple[Group, ProgressWatchdog]] | None = None
-        self._group: Group | None = None
-        self._watchdog: ProgressWatchdog | None = None
+        self._formed = False
         self._closed = False
 
     @classmethod
@@ -79,9 +78,9 @@ class LiveGroup:
                 controller = live._controller
                 live._client = live._stack.enter_context(controller.connected(client))
                 live._claims = live._stack.enter_context(controller.gpu_claims(live._client))
-                live._form()
-        except BaseException:
-            live.close()
+                live._form(restarts=0)
+        except BaseException as exc:
+            live._close(exc)  # raises exc
             raise
         return live
 
@@ -92,107 +91,113 @@ class LiveGroup:
 
     @property
     def is_formed(self) -> bool:
-        """True while a group is up (not after a failure until ``reform()``)."""
-        return self._group is not None
+        """True while a group is up (not after a failure beyond a call's restarts)."""
+        return self._formed
 
-    def call(self, command: Command) -> Report:
+    def call(self, command: Command, restarts: int = 0, first: Command | None = None) -> Report:
         """Send ``command`` to every rank and return the report they answer it with.
 
+        Args:
+            restarts: After a rank fails, form a new group (resuming from the latest
+                checkpoint) and send the command again, this many times at most.
+            first: What a new group is sent before the command again (a state to load).
+
         Raises:
-            WorkerGroupError: A rank failed; the group is stopped (see ``reform``).
+            WorkerGroupError: A rank failed (beyond ``restarts``); the group is stopped.
             KeyboardInterrupt: Ctrl-C; the group is stopped.
         """
-        if self._group is None or self._watchdog is None:
-            raise RuntimeError("The live group is not formed; call reform() first.")
+        if not self._formed:
+            raise RuntimeError("The live group's ranks were stopped after a failure.")
         with InterruptWatch():
-            self._watchdog.resume()
-            self._group.send(command)
-            return self._next_report()
-
-    def reform(self) -> None:
-        """Form a new group after a failure; its ranks resume from the latest checkpoint."""
-        if self._closed:
-            raise RuntimeError("The live group is closed.")
-        self._end_attempt()
-        with InterruptWatch():
-            self._form()
+            try:
+                self._controller.allow_restarts(restarts)
+                while not self._answered(command):
+                    while not self._ready() or (first is not None and not self._answered(first)):
+                        pass  # failed again while re-forming, within the restarts
+                return self._answers.reports[-1]
+            except BaseException:
+                self._end_attempt()
+                raise
 
     def close(self) -> None:
         """Ask every rank to end, stop those that do not within a bound, release the
         cluster (closed if this group started it). Safe to call twice."""
+        self._close(None)
+        logger.info("Run %s closed", self._controller.name)
+
+    def _close(self, error: BaseException | None) -> None:
+        """End the run (``error``: what ended it, raised once everything is released)."""
         if self._closed:
             return
         self._closed = True
-        error: BaseException | None = None
         try:
-            with InterruptWatch():
-                self._shut_down_ranks()
+            if error is None:
+                with InterruptWatch():
+                    self._shut_down_ranks()
         except BaseException as exc:
             error = exc
         finally:
-            self._end_attempt()
             try:
-                self._controller.end(error)
+                self._end_attempt()
+                self._stack.close()  # the cluster, released as a run releases it
             finally:
-                self._stack.close()
-        logger.info("Run %s closed", self._controller.name)
+                self._controller.conclude(error)
 
-    def _form(self) -> None:
-        assert self._client is not None and self._claims is not None, "connected before forming"
-        self._attempt = self._controller.attempt(self._client, self._claims)
-        self._group, self._watchdog = self._attempt.__enter__()
-        self._next_report()  # the ranks' first report: set up and waiting for commands
-
-    def _next_report(self) -> Report:
-        """Poll the group until the ranks complete their next report; on a failure end the
-        attempt."""
-        assert self._group is not None
-        expected = len(self._answers.reports) + 1
+    def _form(self, restarts: int) -> None:
+        """Form a group and wait for its ranks' first report."""
+        self._controller.allow_restarts(restarts)
         try:
-            while len(self._answers.reports) < expected:
-                status = self._poll()
-                if status.failures:
-                    raise self._controller.fail(dict(self._group.stop().failures))
-                if status.all_ended:
-                    raise TrainingFailedError(
-                        f"The ranks of run {self._controller.name} ended without answering; "
-                        "their loop must answer every command with one report()."
-                    )
+            while not self._ready():
+                pass
         except BaseException:
             self._end_attempt()
             raise
-        return self._answers.reports[-1]
 
-    def _poll(self) -> GroupStatus:
-        """One poll of the group (Ctrl-C raised), hung ranks among the failures."""
-        assert self._group is not None
-        InterruptWatch.check()
-        status = self._group.poll(POLL_S)
-        if hung := self._hang_check():
-            status = self._group.fail(hung)
-        return status
+    def _ready(self) -> bool:
+        """Step the run to its next group and wait for the ranks' first report (set up and
+        waiting for commands); False when they failed and the controller restarts."""
+        self._formed = True
+        self._step()  # from a restart, a failure or the start: the next group
+        return self._next_report()
+
+    def _answered(self, command: Command) -> bool:
+        """Send ``command`` and step until its report is complete; False when a rank failed
+        and the controller restarts (the command is lost with the group)."""
+        self._controller.send(command)
+        return self._next_report()
+
+    def _next_report(self) -> bool:
+        """Step until the ranks complete their next report (True), or the controller
+        restarts after a failure (False)."""
+        expected = len(self._answers.reports) + 1
+        while len(self._answers.reports) < expected:
+            if self._step():
+                raise TrainingFailedError(
+                    f"The ranks of run {self._controller.name} ended without answering; "
+                    "their loop must answer every command with one report()."
+                )
+            if self._controller.restarting:
+                return False
+        return True
+
+    def _step(self) -> bool:
+        return self._controller.step(self._client, self._claims)
 
     def _shut_down_ranks(self) -> None:
-        """Send SHUTDOWN and wait (bounded) until every rank has ended."""
-        if self._group is None or self._watchdog is None:
+        """Send SHUTDOWN and step (bounded) until every rank has ended; a rank that fails
+        meanwhile is only logged."""
+        if not self._formed:
             return
-        self._group.send(Command(SHUTDOWN))
+        self._controller.allow_restarts(0)
+        self._controller.send(Command(SHUTDOWN))
         deadline = time.monotonic() + SHUTDOWN_TIMEOUT_S
-        while time.monotonic() <= deadline and not self._poll().all_ended:
-            pass
-
-    def _hang_check(self) -> dict[int, RankFailure]:
-        """The hung ranks, when ``hang_timeout_s`` is set. The watchdog's automatic timeout
-        (from the intervals between reports) does not fit calls of very different lengths (a
-        ``validate()``, then a long ``train()``): without a timeout there is no check."""
-        assert self._watchdog is not None
-        if self._plan.run_config.failure_config.hang_timeout_s is None:
-            return {}
-        return self._watchdog.check()
+        try:
+            while not self._step() and time.monotonic() <= deadline:
+                pass
+        except WorkerGroupError as error:
+            logger.warning("A rank failed while shutting down: %s", error.root_cause.one_line())
 
     def _end_attempt(self) -> None:
         """Stop the current group's ranks (if any) and release their tasks."""
-        attempt, self._attempt = self._attempt, None
-        self._group = self._watchdog = None
-        if attempt is not None:
-            attempt.__exit__(None, None, None)
+        self._formed = False
+        self._controller.end_attempt()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import logging
 import os
 import shutil
 import weakref
@@ -24,8 +23,6 @@ from trainlib.torch_config import TorchConfig
 
 if TYPE_CHECKING:
     from distributed import Client
-
-logger = logging.getLogger(__name__)
 
 
 class PyTorchTrainer:
@@ -157,17 +154,13 @@ class PyTorchTrainer:
             raise ConfigError(
                 f"train(checkpoint={checkpoint!r}) must be 'auto' or a file written by save()."
             )
+        first = None  # what a new group loads before the pass again
         if max_retries and checkpoint == "auto":
-            self._call(Command(_runner.SAVE_STATE))
-        for retry in range(max_retries + 1):
-            try:
-                return self._call(Command(_runner.TRAIN)).metrics
-            except WorkerGroupError as error:
-                if retry == max_retries:
-                    raise
-                logger.warning("train() failed (%s); retrying.", error.root_cause.one_line())
-                self._reform(None if checkpoint == "auto" else checkpoint)
-        raise AssertionError("unreachable")
+            self._call(Command(_runner.SAVE_STATE))  # a new group resumes from it
+        elif max_retries:
+            with open(checkpoint, "rb") as file:
+                first = Command(_runner.LOAD_STATE, file.read())
+        return self._call(Command(_runner.TRAIN), max_retries, first).metrics
 
     def validate(self) -> dict[str, Any]:
         """One pass over the validation data on every rank.
@@ -215,25 +208,18 @@ class PyTorchTrainer:
         """Stop every rank (and the cluster this trainer started). Safe to call twice."""
         self._close()
 
-    def _call(self, command: Command) -> Report:
+    def _call(self, command: Command, restarts: int = 0, first: Command | None = None) -> Report:
         group = self._usable_group()
         try:
-            return group.call(command)
+            return group.call(command, restarts, first)
         except WorkerGroupError as error:
             self._failure = error
             raise
 
-    def _reform(self, state_file: str | None) -> None:
-        group = self._usable_group(reforming=True)
-        group.reform()
-        self._failure = None
-        if state_file is not None:
-            self.restore(state_file)
-
-    def _usable_group(self, reforming: bool = False) -> LiveGroup:
+    def _usable_group(self) -> LiveGroup:
         if self._group is None or not self._close.alive:
             raise RuntimeError("This PyTorchTrainer was shut down; create a new one.")
-        if not reforming and not self._group.is_formed:
+        if not self._group.is_formed:
             raise RuntimeError(
                 "This PyTorchTrainer's ranks were stopped after a failure "
                 f"({self._failure.root_cause.one_line() if self._failure else 'interrupted'}); "

@@ -131,6 +131,18 @@ def test_sgd_train_with_retries_survives_a_rank_sigkill(
     assert not before & {p.pid for p in rank_processes()}  # a new group
 
 
+def test_sgd_train_with_retries_loads_the_state_file_given_into_the_new_group(
+    trainer: PyTorchTrainer, out_dir: Path, tmp_path: Path
+) -> None:
+    saved = trainer.save(str(tmp_path / "state.pt"))
+    epoch = trainer.train()["epoch"]  # the file holds the epoch before this one
+    trainer.save(str(tmp_path / "later.pt"))  # the run's latest checkpoint: after that pass
+    (out_dir / "kill").touch()
+    stats = trainer.train(max_retries=1, checkpoint=saved)
+    assert not (out_dir / "kill").exists()
+    assert stats["epoch"] == epoch  # the pass ran again from the file's state
+
+
 def test_sgd_shutdown_stops_every_rank(dask_client: Client, tmp_path: Path) -> None:
     before = {p.pid for p in rank_processes()}
     trainable = PyTorchTrainable(

@@ -19,7 +19,7 @@ from contextlib import AbstractContextManager, ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from trainlib._internal.common.messages import DriverMessage
+from trainlib._internal.common.messages import DriverMessage, ToRank
 from trainlib._internal.driver.controller_state import Resizing, Restarting, Running, Scheduling
 from trainlib._internal.driver.failure_policy import FailureDecision, Pending
 from trainlib._internal.driver.interrupt import InterruptWatch
@@ -30,7 +30,6 @@ from trainlib._internal.driver.run_record import RunCancelled as RunCancelled  #
 from trainlib._internal.driver.run_record import RunRecord
 from trainlib._internal.driver.watchdog import ProgressWatchdog
 from trainlib.callbacks import GroupInfo
-from trainlib.errors import RankFailure, WorkerGroupError
 from trainlib.result import Result
 
 if TYPE_CHECKING:
@@ -73,13 +72,18 @@ def run_training(plan: RunPlan, client: Client | None = None) -> Result:
 
 class TrainController:
     """Runs a ``RunRecord``'s attempts on a Dask cluster, its concerns on the lifecycle's hooks
-    (``controller_callbacks``). Front ends that drive a group themselves (``trainlib.sgd``'s
-    live group) use ``connected``, ``gpu_claims``, ``attempt``, ``fail`` and ``end``. Where the
-    ranks run is the ``placement``'s (the run's Dask cluster unless given)."""
+    (``controller_callbacks``). A front end that steps the run itself (``trainlib.sgd``'s live
+    group) uses ``connected``, ``gpu_claims``, ``step``, ``send``, ``allow_restarts``,
+    ``restarting`` and ``conclude``. Where the ranks run is the ``placement``'s (the run's Dask
+    cluster unless given); ``automatic_hang_timeout=False`` checks hangs only with a
+    ``hang_timeout_s`` (calls of very different lengths)."""
 
-    def __init__(self, plan: RunPlan, placement: Placement | None = None) -> None:
+    def __init__(
+        self, plan: RunPlan, placement: Placement | None = None, automatic_hang_timeout: bool = True
+    ) -> None:
         self.record = RunRecord(plan)
         self.plan = plan
+        self._automatic_hang_timeout = automatic_hang_timeout
         self.placement: Placement = placement or DaskPlacement()
         self._current: _Attempt | None = None
         self.name = self.record.name
@@ -136,9 +140,9 @@ class TrainController:
         decisions on it; restarting or resizing, the group stopped and the next one formed
         (from the run's start, the first). True once training ended well."""
         state = self.record.lifecycle.state
-        if isinstance(state, Running):
+        if isinstance(state, Running) and self._current is not None:
             return self._watch()
-        self.end_attempt()  # restarting or resizing: the ranks were stopped
+        self.end_attempt()  # restarting or resizing, or a live group's failure: ranks stopped
         self.record.lifecycle.enter(Scheduling(self.record.attempt))
         self._form(client, claims)
         return False
@@ -229,7 +233,8 @@ class TrainController:
         for callback in self.callbacks:
             callback.before_worker_group_start(client, slots)
         record.lifecycle.enter(Running(record.attempt, len(slots), str(resume_from or "scratch")))
-        watchdog = ProgressWatchdog(self.plan.run_config.failure_config.hang_timeout_s, slots)
+        timeout = self.plan.run_config.failure_config.hang_timeout_s
+        watchdog = ProgressWatchdog(timeout, slots, automatic=self._automatic_hang_timeout)
         record.collector.start_attempt(len(slots), start_index, watchdog)
         start = AttemptStart(
             self.plan,
@@ -265,13 +270,29 @@ class TrainController:
         """A message of a rank: to the run's report collector."""
         self.record.collector.handle(message)
 
-    def fail(self, failures: dict[int, RankFailure]) -> WorkerGroupError:
-        """Count a failed attempt that no restart follows; the error to raise."""
-        return self.record.failure_policy.record(failures)
+    @property
+    def restarting(self) -> bool:
+        """The failure policy restarts the run: the next step forms a new group."""
+        return isinstance(self.record.lifecycle.state, Restarting)
 
-    def end(self, error: BaseException | None) -> Result:
-        """Tell the callbacks the run ended (``error``: what ended it); its Result."""
-        return self.record.end(error)
+    def allow_restarts(self, restarts: int) -> None:
+        """Restart at most ``restarts`` more times from now on, whatever the failure (a live
+        group's call)."""
+        self.record.failure_policy.allow_restarts(restarts)
+
+    def send(self, message: ToRank) -> None:
+        """Send ``message`` to every rank of the running group (a live group's command); the
+        hang watchdog's clock restarts now."""
+        current = self._current
+        assert current is not None, "a running attempt has a group"
+        current.watchdog.resume()
+        current.group.send(message)
+
+    def conclude(self, error: BaseException | None) -> Result:
+        """End the run: its terminal state, the callbacks told; its Result (``error``, what
+        ended it, raised)."""
+        self.end_attempt()
+        return self.record.conclude(error)
 
     def poll(self) -> None:
         """Raise to stop the run: ``KeyboardInterrupt`` after Ctrl-C; ``RunCancelled`` once the

@@ -62,6 +62,13 @@ class FailurePolicy:
         self.failures: list[RankFailure] = []  # every failed attempt's root cause
         self.preemptions = 0  # of those, the preemptions max_preemption_failures covered
         self._grace: PreemptionGrace | None = None
+        self._allowance: int | None = None  # restarts left of a live group's call
+
+    def allow_restarts(self, restarts: int) -> None:
+        """From now on, restart at most ``restarts`` more times, whatever the failure (a
+        preemption too): a live group's call, ``train(max_retries=)``, instead of the
+        ``FailureConfig`` budgets."""
+        self._allowance = restarts
 
     def start_attempt(self, grace: PreemptionGrace | None) -> None:
         """A new attempt starts; ``grace`` says how long its survivors of a preemption go on
@@ -92,6 +99,11 @@ class FailurePolicy:
     def _count(self, failures: dict[int, RankFailure]) -> FailureDecision:
         """Count a failed attempt and decide whether the run restarts."""
         error = self.record(failures)
+        if self._allowance is not None:
+            restart = self._allowance > 0
+            self._allowance = max(self._allowance - 1, 0)
+            counted = len(self.failures) - self.preemptions
+            return FailureDecision(restart, "failure", counted, self._allowance, error)
         budget = self._config.max_preemption_failures
         if error.root_cause.kind == "preempted" and (budget == -1 or self.preemptions < budget):
             self.preemptions += 1

@@ -24,8 +24,10 @@ class ProgressWatchdog:
         timeout_s: float | None,
         slots: list[WorkerSlot],
         clock: Callable[[], float] = time.monotonic,
+        automatic: bool = True,
     ) -> None:
         self._timeout_s = timeout_s
+        self._automatic = automatic
         self._slots = slots
         self._clock = clock
         self._last_progress = clock()
@@ -36,10 +38,11 @@ class ProgressWatchdog:
 
     @property
     def timeout_s(self) -> float | None:
-        """The timeout in force: the configured one, else derived from report intervals."""
+        """The timeout in force: the configured one, else (``automatic``) derived from report
+        intervals."""
         if self._timeout_s is not None:
             return self._timeout_s
-        if self._completed == 0:
+        if self._completed == 0 or not self._automatic:
             return None
         return max(AUTO_MINIMUM_S, AUTO_FACTOR * self._longest_interval)
 
