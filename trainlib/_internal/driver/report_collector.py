@@ -1,4 +1,7 @@
-"""Collects the ranks' reports on the driver: commits checkpoints, keeps history, calls back."""
+"""Collects the ranks' reports on the driver: a report is complete once every (required) rank
+made it; its checkpoint is committed, its metrics kept, and it goes to the report callbacks in
+turn (``report_callbacks``: watchdog, retention, validations, the run's callbacks). Also
+answers the ranks' queries for the committed checkpoints."""
 
 from __future__ import annotations
 
@@ -18,9 +21,17 @@ from trainlib._internal.common.messages import (
 )
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.checkpoint_manager import CheckpointManager
+from trainlib._internal.driver.report_callbacks import (
+    CompleteReport,
+    HangWatch,
+    ReportCallback,
+    Retention,
+    UserReports,
+    ValidationRequests,
+)
 from trainlib._internal.driver.validation_queue import Validations
 from trainlib._internal.driver.watchdog import ProgressWatchdog
-from trainlib.callbacks import Callback, Report
+from trainlib.callbacks import Callback
 from trainlib.errors import TrainingFailedError
 from trainlib.validation import ValidationConfig
 
@@ -42,13 +53,18 @@ class ReportCollector:
     ) -> None:
         self._storage = storage
         self._manager = manager
-        self._callbacks = callbacks
         self.validations = Validations(validation, self._validated)
+        # the run's report callbacks, in turn; the attempt's watchdog first (``start_attempt``)
+        self._run_callbacks: list[ReportCallback] = [
+            Retention(manager),
+            ValidationRequests(self.validations),
+            UserReports(callbacks),
+        ]
+        self._report_callbacks = list(self._run_callbacks)
         self._history: list[tuple[int, dict[str, Any]]] = []
         self._pending: dict[int, list[ReportMessage]] = defaultdict(list)
         self._world_size = 0
         self._required: set[int] | None = None  # None: every rank (see ``relax_to``)
-        self._watchdog: ProgressWatchdog | None = None
         self._processed = -1  # every report up to this index is complete
         self._queries: list[CheckpointsQuery] = []
         self._reply: Reply | None = None
@@ -62,7 +78,7 @@ class ReportCollector:
         """Forget reports newer than the checkpoint this attempt resumes from."""
         self._world_size = world_size
         self._required = None
-        self._watchdog = watchdog
+        self._report_callbacks = [HangWatch(watchdog), *self._run_callbacks]
         self._pending.clear()
         self._history = [(i, m) for i, m in self._history if i < start_index]
         self._processed = start_index - 1
@@ -90,8 +106,8 @@ class ReportCollector:
         committed checkpoints, or a rank-0 log record."""
         if isinstance(message, RankStarted):
             logger.info("Joined the group: %s", message.describe())
-            if self._watchdog is not None:
-                self._watchdog.on_started(message.world_rank)
+            for callback in self._report_callbacks:
+                callback.after_rank_started(message.world_rank)
             return
         if isinstance(message, RankLog):
             # Already filtered by level in the rank; hand it to this process's handlers as
@@ -106,8 +122,8 @@ class ReportCollector:
             return  # a preempted rank's late part of a report its survivors completed
         reports = self._pending[message.index]
         reports.append(message)
-        if self._watchdog is not None:
-            self._watchdog.on_report(message.world_rank, message.index)
+        for callback in self._report_callbacks:
+            callback.after_rank_report(message.world_rank, message.index)
         self._finish_ready()
 
     def _finish_ready(self) -> None:
@@ -117,8 +133,6 @@ class ReportCollector:
 
     def _finish_report(self, index: int) -> None:
         reports = self._pending.pop(index)
-        if self._watchdog is not None:
-            self._watchdog.on_complete()
         self._complete(index, reports)
         self._processed = max(self._processed, index)
         self._answer_queries()
@@ -168,20 +182,17 @@ class ReportCollector:
                 f"Report {index} put its checkpoint under different names on different ranks "
                 f"({', '.join(names)}); pass the same checkpoint_dir_name on every rank."
             )
-        checkpoint = None
         self._history.append((index, metrics))
+        committed, validation = None, None
         if any(r.files is not None for r in reports):
             name = next(r.dir_name for r in reports if r.files is not None)
             ranked = sorted(reports, key=lambda r: r.world_rank)
             asked = [r.validation for r in ranked if r.validation is not None]
             validation = asked[0] if asked else None  # the lowest rank's, if several ask
             committed = self._storage.commit(index, files, metrics, name, differing, validation)
-            self._manager.register(committed, validating=validation is not None)
-            checkpoint = committed.checkpoint
-            if validation is not None:
-                self.validations.request(committed, validation)
-        for callback in self._callbacks:
-            callback.on_report(Report(index, metrics, checkpoint))
+        report = CompleteReport(index, metrics, committed, validation)
+        for callback in self._report_callbacks:
+            callback.after_report(report)
 
 
 def _merged_files(reports: Sequence[ReportMessage]) -> tuple[dict[str, FileEntry], set[str]]:
