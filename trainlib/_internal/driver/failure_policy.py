@@ -77,13 +77,13 @@ class FailurePolicy:
 
     def decide(self, status: GroupStatus) -> FailureDecision | Pending | None:
         """What a poll of the attempt's ranks means: None while no rank failed; ``Pending``
-        while some still run; once every rank ended after a failure, the failed attempt
-        counted and the decision to restart or raise."""
+        until the group was stopped (every rank's end named); then the failed attempt counted
+        and the decision to restart or raise."""
         if self._grace is not None and status.retiring:
             self._grace.notice(set(status.retiring))
         if status.healthy:
             return None
-        if not status.all_ended:
+        if not status.stopped:
             failed, grace = set(status.failures), self._grace
             if grace is not None and failed <= status.retiring and grace.holds(failed):
                 return Pending.WAIT

@@ -19,12 +19,15 @@ class GroupStatus:
         ended: The ranks whose process ended (well or not).
         failures: Of those, the ranks that failed, by world rank.
         retiring: The ranks whose Dask worker retires gracefully (a preemption), ended or not.
+        stopped: The group was stopped: every rank ended, and the end of a preempted worker's
+            rank is named a preemption.
     """
 
     size: int
     ended: frozenset[int] = frozenset()
     failures: Mapping[int, RankFailure] = field(default_factory=dict)
     retiring: frozenset[int] = frozenset()
+    stopped: bool = False
 
     @property
     def all_ended(self) -> bool:

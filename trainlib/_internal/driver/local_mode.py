@@ -125,16 +125,18 @@ class LocalGroup:
                 self._failures[0] = _failure(self._slot.host, exc)
         return self.status()
 
-    def status(self) -> GroupStatus:
+    def status(self, stopped: bool = False) -> GroupStatus:
         ended = frozenset({0}) if self._ended else frozenset()
-        return GroupStatus(1, ended, dict(self._failures))
+        return GroupStatus(1, ended, dict(self._failures), stopped=stopped)
 
     def fail(self, failures: dict[int, RankFailure]) -> GroupStatus:
         """A function that ended cannot hang: nothing changes."""
         return self.status()
 
     def stop(self) -> GroupStatus:
-        return self.status()
+        """Nothing runs between polls: the status, final."""
+        self._ended = True
+        return self.status(stopped=True)
 
     def send(self, message: ToRank) -> None:
         self.send_to(0, message)

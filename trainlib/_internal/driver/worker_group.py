@@ -121,14 +121,13 @@ class WorkerGroup:
             self._drain()
         return self.status()
 
-    def status(self) -> GroupStatus:
+    def status(self, stopped: bool = False) -> GroupStatus:
         """How the ranks are, as last seen; a worker of a failed rank that retired gracefully
         is taken for retiring (its rank preempted)."""
         failures = self._failures()
         self._retirements.ended(set(failures))
-        return GroupStatus(
-            len(self._slots), frozenset(self._outcomes), failures, self._retirements.ranks
-        )
+        ranks, retiring = len(self._slots), self._retirements.ranks
+        return GroupStatus(ranks, frozenset(self._outcomes), failures, retiring, stopped)
 
     def fail(self, failures: dict[int, RankFailure]) -> GroupStatus:
         """Take these ranks for failed (the hang watchdog named them); the status now."""
@@ -143,7 +142,7 @@ class WorkerGroup:
         self._retirements.mark_preempted(self._outcomes)
         self._mail.flush()
         self._drain()
-        return self.status()
+        return self.status(stopped=True)
 
     def send(self, message: ToRank) -> None:
         """Deliver ``message`` to every rank (through its supervisor), in rank order.

@@ -88,7 +88,9 @@ class ScriptedGroup:
         stopped = RankFailure(0, "host", "stopped", "stopped after another rank failed")
         for rank in range(self.size):
             self._failures.setdefault(rank, stopped)
-        return GroupStatus(self.size, frozenset(range(self.size)), dict(self._failures))
+        return GroupStatus(
+            self.size, frozenset(range(self.size)), dict(self._failures), stopped=True
+        )
 
     def send(self, message: Any) -> None:
         pass

@@ -17,9 +17,9 @@ def failure(rank: int = 0, kind: str = "exception") -> RankFailure:
 
 
 def ended(kind: str = "exception") -> GroupStatus:
-    """A group of two whose rank 0 failed and rank 1 was stopped: every rank ended."""
+    """A group of two, stopped, whose rank 0 failed and rank 1 was stopped."""
     failures = {0: failure(0, kind), 1: failure(1, "stopped")}
-    return GroupStatus(2, frozenset({0, 1}), failures)
+    return GroupStatus(2, frozenset({0, 1}), failures, stopped=True)
 
 
 def decide(policy: FailurePolicy, status: GroupStatus) -> FailureDecision:
@@ -93,16 +93,20 @@ RANKS = st.sets(st.integers(0, 3))
     failed=RANKS,
     retiring=RANKS,
     grace=st.none() | st.booleans(),
+    stopped=st.booleans(),
 )
-def test_a_poll_while_ranks_run_waits_only_within_a_grace_for_preempted_ranks(
-    ended_ranks: set[int], failed: set[int], retiring: set[int], grace: bool | None
+def test_a_poll_waits_only_within_a_grace_and_decides_once_the_group_was_stopped(
+    ended_ranks: set[int], failed: set[int], retiring: set[int], grace: bool | None, stopped: bool
 ) -> None:
     failed &= ended_ranks
+    if stopped:
+        ended_ranks = {0, 1, 2, 3}
     status = GroupStatus(
         4,
         frozenset(ended_ranks),
         {rank: failure(rank, "exit") for rank in failed},
         frozenset(retiring),
+        stopped,
     )
     policy = FailurePolicy(FailureConfig(max_failures=0))
     scripted = None if grace is None else Grace(holds=grace)
@@ -112,10 +116,10 @@ def test_a_poll_while_ranks_run_waits_only_within_a_grace_for_preempted_ranks(
         assert scripted.noticed == retiring  # told of every retiring rank
     if not failed:
         assert decision is None
-    elif len(ended_ranks) < 4:
+    elif not stopped:  # however many ended: a preempted worker's rank is named when stopped
         held = scripted is not None and failed <= retiring and grace
         assert decision is (Pending.WAIT if held else Pending.STOP)
-        assert policy.failures == []  # nothing counted before every rank ended
+        assert policy.failures == []  # nothing counted before the group was stopped
     else:
         assert isinstance(decision, FailureDecision) and not decision.restart
         assert len(policy.failures) == 1
