@@ -8,8 +8,10 @@ and failures into the controller's handler. Storage is a real run directory.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +81,13 @@ class ScriptedGroup:
             self._failures = self._script(self._handle, self._storage)
         self.polls += 1
         ended = frozenset(self._failures) if self._failures else frozenset(range(self.size))
-        return GroupStatus(self.size, ended, dict(self._failures))
+        # a preempted rank's end is named when the group is stopped: until then its process
+        # exited on a worker seen retiring
+        retiring = frozenset(r for r, f in self._failures.items() if f.kind == "preempted")
+        seen = {
+            r: replace(f, kind="exit") if r in retiring else f for r, f in self._failures.items()
+        }
+        return GroupStatus(self.size, ended, seen, retiring)
 
     def fail(self, failures: dict[int, RankFailure]) -> GroupStatus:
         raise AssertionError("the scripts hang no rank")
@@ -109,6 +117,7 @@ class Attempts:
         self._unresponsive = list(unresponsive)
         self.specs: list[list[RankSpec]] = []
         self.selections: list[frozenset[str]] = []
+        self.groups: list[ScriptedGroup] = []
 
     @contextmanager
     def connect(self, plan: Any, client: Any) -> Iterator[Any]:
@@ -133,7 +142,9 @@ class Attempts:
         self.specs.append(specs)
         unresponsive = self._unresponsive.pop(0) if self._unresponsive else set()
         script = self._scripts.pop(0)
-        yield ScriptedGroup(script, specs[0].storage, handle, unresponsive, len(slots))
+        group = ScriptedGroup(script, specs[0].storage, handle, unresponsive, len(slots))
+        self.groups.append(group)
+        yield group
 
 
 class Client:
@@ -169,12 +180,17 @@ def fail(handle: Handle, storage: RunStorage) -> dict[int, RankFailure]:
     return {1: RankFailure(1, "host", "exception", "RuntimeError: boom", time=0.0)}
 
 
+def preempted(handle: Handle, storage: RunStorage) -> dict[int, RankFailure]:
+    return {1: RankFailure(1, "host", "preempted", "Dask worker tcp://w1 retired", time=0.0)}
+
+
 def run(
     tmp_path: Path,
     attempts: Attempts,
     max_failures: int = 0,
     lease: Any = None,
     recorder: Recorder | None = None,
+    failure_config: FailureConfig | None = None,
 ) -> tuple[Result, Recorder]:
     recorder = recorder or Recorder()
     plan = RunPlan(
@@ -183,7 +199,7 @@ def run(
         run_config=RunConfig(
             name="run",
             storage_path=str(tmp_path / "runs"),
-            failure_config=FailureConfig(max_failures=max_failures),
+            failure_config=failure_config or FailureConfig(max_failures=max_failures),
             callbacks=[recorder],
         ),
         torch_config=TorchConfig(),
@@ -311,3 +327,24 @@ def test_controller_resumes_a_run_directory_that_has_checkpoints(
     resumed = recorder.starts[0].resumed_from
     assert resumed is not None and resumed.index == 4 and resumed.metrics == {"loss": 0.3}
     assert result.metrics == {"loss": 0.2}
+
+
+def test_controller_waits_out_the_preemption_grace_then_restarts_counting_a_preemption(
+    tmp_path: Path,
+) -> None:
+    config = FailureConfig(max_preemption_failures=1, preemption_grace_s=0.3)
+    attempts = Attempts(preempted, report(0, {"loss": 1.0}))
+    started = time.monotonic()
+    result, _ = run(tmp_path, attempts, failure_config=config)
+    assert time.monotonic() - started >= 0.3  # the survivor was given the grace
+    assert attempts.groups[0].polls > 1  # polled again while waiting
+    assert [f.kind for f in result.failures] == ["preempted"]  # within its own budget
+    assert result.metrics == {"loss": 1.0}
+
+
+def test_controller_without_a_grace_stops_the_others_at_once(tmp_path: Path) -> None:
+    config = FailureConfig(max_preemption_failures=1)
+    attempts = Attempts(preempted, report(0, {"loss": 1.0}))
+    result, _ = run(tmp_path, attempts, failure_config=config)
+    assert attempts.groups[0].polls == 1
+    assert [f.kind for f in result.failures] == ["preempted"]
