@@ -236,15 +236,8 @@ class TrainController:
         timeout = self.plan.run_config.failure_config.hang_timeout_s
         watchdog = ProgressWatchdog(timeout, slots, automatic=self._automatic_hang_timeout)
         record.collector.start_attempt(len(slots), start_index, watchdog)
-        start = AttemptStart(
-            self.plan,
-            self.name,
-            record.storage,
-            start_index,
-            resume_from,
-            slots,
-            record.setup_payload,
-        )
+        plan, storage, payload = self.plan, record.storage, record.setup_payload
+        start = AttemptStart(plan, self.name, storage, start_index, resume_from, slots, payload)
         build = functools.partial(rank_launch, start)
         resources = dict(self.plan.scaling.resources_per_worker or {}) or None
         group: Group | None = None
