@@ -153,3 +153,30 @@ def test_local_mode_cannot_be_searched() -> None:
     local = TorchTrainer(train_three_epochs, scaling_config=ScalingConfig(num_workers=0))
     with pytest.raises(ConfigError, match=r"local mode runs one run in this process"):
         tune.Tuner(local)
+
+
+class RaisesOnReport(trainlib.Callback):
+    def on_report(self, report: trainlib.Report) -> None:
+        raise ConnectionError("the dashboard refused the report")
+
+
+def test_local_mode_raises_what_a_callback_raised_never_counting_it_a_failure(
+    tmp_path: Path,
+) -> None:
+    """A callback's error stops the run as in any run: raised by ``fit()`` as it is, the
+    training function not run again however many failures the FailureConfig allows."""
+    trainer = TorchTrainer(
+        train_three_epochs,
+        train_loop_config={"epochs": 3},
+        scaling_config=ScalingConfig(num_workers=0),
+        run_config=RunConfig(
+            name="local",
+            storage_path=str(tmp_path),
+            failure_config=FailureConfig(max_failures=2),
+            callbacks=[RaisesOnReport()],
+        ),
+    )
+    with pytest.raises(ConnectionError, match="the dashboard refused the report"):
+        trainer.fit()
+    restored = trainlib.Result.from_path(tmp_path / "local")
+    assert [m["epoch"] for m in restored.metrics_history] == [0]  # ran once, stopped at once

@@ -176,13 +176,13 @@ class TrainController:
         """Start the next attempt (``attempt``), with its preemption grace and scaling
         policy."""
         record = self.record
-        stack = ExitStack()
-        group, watchdog = stack.enter_context(self.attempt(client, claims))
-        grace = PreemptionGrace(
-            self.plan.run_config.failure_config, record.collector, record.manager, group.size
-        )
-        record.failure_policy.start_attempt(grace)
-        self._current = _Attempt(group, watchdog, self._scaling_policy(client, group.size), stack)
+        with ExitStack() as stack:  # the group stopped if anything below raises
+            group, watchdog = stack.enter_context(self.attempt(client, claims))
+            failure_config = self.plan.run_config.failure_config
+            grace = PreemptionGrace(failure_config, record.collector, record.manager, group.size)
+            record.failure_policy.start_attempt(grace)
+            scaling = self._scaling_policy(client, group.size)
+            self._current = _Attempt(group, watchdog, scaling, stack.pop_all())
 
     def end_attempt(self) -> None:
         """Stop the current attempt's ranks, if any (safe to call twice)."""

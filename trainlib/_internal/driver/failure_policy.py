@@ -85,7 +85,8 @@ class FailurePolicy:
             return None
         if not status.stopped:
             failed, grace = set(status.failures), self._grace
-            if grace is not None and failed <= status.retiring and grace.holds(failed):
+            waiting = not status.all_ended and failed <= status.retiring  # survivors, preempted
+            if waiting and grace is not None and grace.holds(failed):
                 return Pending.WAIT
             return Pending.STOP
         return self._count(dict(status.failures))

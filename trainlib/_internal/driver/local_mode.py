@@ -121,6 +121,8 @@ class LocalGroup:
             self._ended = True
             try:
                 self._run()
+            except _DriverError as driver_side:  # a callback stopped the run, as it would any
+                raise driver_side.error from None
             except Exception as exc:
                 self._failures[0] = _failure(self._slot.host, exc)
         return self.status()
@@ -159,9 +161,7 @@ class LocalGroup:
                 cloudpickle.loads(spec.setup_payload)()
             cloudpickle.loads(spec.train_func_payload)()
             session.uploads.wait()
-        except _DriverError as driver_side:  # a callback stopped the run, as it would any run
-            raise driver_side.error from None
-        except Exception:
+        except Exception:  # not a _DriverError: the controller's, raised by poll
             session.uploads.abandon()
             raise
         finally:

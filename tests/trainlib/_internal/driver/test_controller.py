@@ -80,7 +80,8 @@ class ScriptedGroup:
         if self.polls == 0:
             self._failures = self._script(self._handle, self._storage)
         self.polls += 1
-        ended = frozenset(self._failures) if self._failures else frozenset(range(self.size))
+        everyone = not self._failures or getattr(self._script, "others_ended", False)
+        ended = frozenset(range(self.size)) if everyone else frozenset(self._failures)
         # a preempted rank's end is named when the group is stopped: until then its process
         # exited on a worker seen retiring
         retiring = frozenset(r for r, f in self._failures.items() if f.kind == "preempted")
@@ -182,6 +183,13 @@ def fail(handle: Handle, storage: RunStorage) -> dict[int, RankFailure]:
 
 def preempted(handle: Handle, storage: RunStorage) -> dict[int, RankFailure]:
     return {1: RankFailure(1, "host", "preempted", "Dask worker tcp://w1 retired", time=0.0)}
+
+
+def preempted_the_others_ended(handle: Handle, storage: RunStorage) -> dict[int, RankFailure]:
+    return preempted(handle, storage)
+
+
+preempted_the_others_ended.others_ended = True  # type: ignore[attr-defined]
 
 
 def run(
@@ -348,3 +356,16 @@ def test_controller_without_a_grace_stops_the_others_at_once(tmp_path: Path) -> 
     result, _ = run(tmp_path, attempts, failure_config=config)
     assert attempts.groups[0].polls == 1
     assert [f.kind for f in result.failures] == ["preempted"]
+
+
+def test_controller_waits_for_no_grace_once_every_rank_ended(tmp_path: Path) -> None:
+    """The survivors of a preemption ended before their grace did: nothing is left to wait
+    for, so the attempt is decided on at once."""
+    config = FailureConfig(max_preemption_failures=1, preemption_grace_s=60)
+    attempts = Attempts(preempted_the_others_ended, report(0, {"loss": 1.0}))
+    started = time.monotonic()
+    result, _ = run(tmp_path, attempts, failure_config=config)
+    assert time.monotonic() - started < 30  # not the grace's 60 s
+    assert attempts.groups[0].polls == 1
+    assert [f.kind for f in result.failures] == ["preempted"]
+    assert result.metrics == {"loss": 1.0}

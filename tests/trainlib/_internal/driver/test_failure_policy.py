@@ -4,7 +4,7 @@ with the reason and the budget left, preemptions counted apart while their budge
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from trainlib import FailureConfig, RankFailure
@@ -95,6 +95,9 @@ RANKS = st.sets(st.integers(0, 3))
     grace=st.none() | st.booleans(),
     stopped=st.booleans(),
 )
+@example(  # the survivors ended too, before the grace did: nothing to wait for
+    ended_ranks={0, 1, 2, 3}, failed={1}, retiring={1}, grace=True, stopped=False
+)
 def test_a_poll_waits_only_within_a_grace_and_decides_once_the_group_was_stopped(
     ended_ranks: set[int], failed: set[int], retiring: set[int], grace: bool | None, stopped: bool
 ) -> None:
@@ -117,7 +120,8 @@ def test_a_poll_waits_only_within_a_grace_and_decides_once_the_group_was_stopped
     if not failed:
         assert decision is None
     elif not stopped:  # however many ended: a preempted worker's rank is named when stopped
-        held = scripted is not None and failed <= retiring and grace
+        everyone_ended = len(ended_ranks) == 4  # nobody left to wait for
+        held = scripted is not None and failed <= retiring and grace and not everyone_ended
         assert decision is (Pending.WAIT if held else Pending.STOP)
         assert policy.failures == []  # nothing counted before the group was stopped
     else:
