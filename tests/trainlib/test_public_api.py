@@ -166,14 +166,15 @@ def test_public_api_matches_documented_names() -> None:
 
 @pytest.mark.integration  # starts a process (tests/process_guard.py)
 def test_public_api_import_does_not_load_dask() -> None:
-    """Rank processes import the user's module (and so trainlib.torch): keep them light."""
+    """Rank processes import the user's module (and so trainlib.torch): keep them light. A
+    tracker's package is imported only when its integration is used."""
     import subprocess
     import sys
 
     code = (
         "import sys, trainlib, trainlib.torch, trainlib.data, trainlib.air, trainlib.sgd, "
-        "trainlib.tune, trainlib.collective; "
-        "print('distributed' in sys.modules or 'dask' in sys.modules or 'optuna' in sys.modules)"
+        "trainlib.tune, trainlib.collective, trainlib.air.integrations.mlflow; "
+        "print(any(m in sys.modules for m in ('distributed', 'dask', 'optuna', 'mlflow')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
