@@ -8,7 +8,7 @@ from typing import Literal
 
 from trainlib import ray_hints
 from trainlib.errors import ConfigError
-from trainlib.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+from trainlib.tune.schedulers import FIFOScheduler, TrialScheduler
 from trainlib.tune.search import (
     BasicVariantGenerator,
     ConcurrencyLimiter,
@@ -33,7 +33,8 @@ class TuneConfig:
             cluster's free workers allow (a trial needs its ``num_workers``).
         search_alg: Proposes each trial's parameters (TPE by default; random without a
             metric).
-        scheduler: Stops unpromising trials early (ASHA by default; none without a metric).
+        scheduler: Stops unpromising trials early: none by default (``FIFOScheduler``, Ray's
+            default); ``ASHAScheduler()`` stops the worst early.
         study_storage: Optuna storage URL of the study (e.g. ``postgresql://...``).
             ``None``: a sqlite file ``study.db`` in the experiment directory, which must
             then be local.
@@ -49,7 +50,7 @@ class TuneConfig:
     num_samples: int = 1
     max_concurrent_trials: int | None = None
     search_alg: Searcher | None = None
-    scheduler: TrialScheduler = field(default_factory=ASHAScheduler)
+    scheduler: TrialScheduler = field(default_factory=FIFOScheduler)
     study_storage: str | None = None
     seed: int | None = None
     time_budget_s: float | timedelta | None = None
@@ -107,8 +108,6 @@ class TuneConfig:
         return min(given) if given else None
 
     def _check_without_metric(self) -> None:
-        if self.scheduler == ASHAScheduler():  # the default: nothing to stop trials on
-            object.__setattr__(self, "scheduler", FIFOScheduler())
         if not isinstance(self.scheduler, FIFOScheduler):
             raise ConfigError(
                 f"TuneConfig(scheduler={type(self.scheduler).__name__}(...)) stops trials on a "

@@ -12,7 +12,7 @@ from trainlib.ray_hints import SyncConfig
 from trainlib.torch.trainer import TorchTrainer
 from trainlib.tune.config import TuneConfig
 from trainlib.tune.result_grid import ResultGrid
-from trainlib.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
+from trainlib.tune.schedulers import FIFOScheduler, TrialScheduler
 from trainlib.tune.search import Searcher
 from trainlib.tune.stopper import Stop
 from trainlib.tune.tuner import Tuner
@@ -62,7 +62,7 @@ def run(
         num_samples=num_samples,
         max_concurrent_trials=max_concurrent_trials,
         search_alg=search_alg,
-        scheduler=scheduler or _default_scheduler(metric),
+        scheduler=scheduler or FIFOScheduler(),  # Ray's default: no trial stopped early
         time_budget_s=time_budget_s,
         reuse_actors=reuse_actors,
     )
@@ -85,8 +85,3 @@ def run(
         client=client,
     )
     return tuner.fit()
-
-
-def _default_scheduler(metric: str | None) -> TrialScheduler:
-    """ASHA, as TuneConfig's default; nothing stops trials early in a search without a metric."""
-    return ASHAScheduler() if metric is not None else FIFOScheduler()

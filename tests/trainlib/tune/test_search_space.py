@@ -69,6 +69,8 @@ def test_tune_config_takes_metric_and_mode_together_or_neither() -> None:
     plain = tune.TuneConfig(num_samples=2)  # Ray's default: trials run, not compared
     assert isinstance(plain.scheduler, tune.FIFOScheduler)
     assert isinstance(plain.searcher, tune.BasicVariantGenerator)
+    compared = tune.TuneConfig(metric="loss", mode="min")  # Ray's default: no trial stopped
+    assert isinstance(compared.scheduler, tune.FIFOScheduler)
     with pytest.raises(ConfigError, match="stops trials on a metric"):
         tune.TuneConfig(scheduler=tune.ASHAScheduler(max_t=5))
     with pytest.raises(ConfigError, match="learns from a metric"):
