@@ -23,8 +23,12 @@ run: $(STAMP)
 run-offline: $(STAMP)
 	CIFAR_FRESH_LOAD_ENV=$${CIFAR_FRESH_LOAD_ENV:-installed} $(VENV)/bin/train-cifar --synthetic $(ARGS)
 
+# Two pytest-xdist workers (TEST_WORKERS=), each taking whole files: most integration tests
+# wait on servers, timeouts and heartbeats, so two run side by side on 2 cores. Each worker
+# starts its own session services (PostgreSQL, Prefect, SLURM, S3) on free ports.
+TEST_WORKERS ?= 2
 test: $(STAMP) slurm postgres model-env
-	$(VENV)/bin/python -m pytest
+	$(VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The clean environment the release gate fresh_load loads the pipeline's versions in (their
 # declared requirements alone; mlops/model_env.py): built once, about 2.5 minutes and 6 GB,

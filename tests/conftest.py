@@ -51,11 +51,17 @@ STARTS_SERVERS = {
 }
 
 
+# Files that take minutes, run first: `make test` spreads files over two pytest-xdist workers,
+# and one started last would run alone at the end.
+LONGEST = ("test_soak_integration", "test_alerts_integration")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if item.path.stem.endswith("_integration") or fixtures & STARTS_SERVERS:
             item.add_marker(pytest.mark.integration)
+    items.sort(key=lambda item: item.path.stem not in LONGEST)  # stable: the rest keep order
 
 
 @pytest.fixture(autouse=True)

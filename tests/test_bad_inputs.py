@@ -564,11 +564,15 @@ def test_s3_storage_with_wrong_credentials(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong_secret)
     monkeypatch.setenv("AWS_ENDPOINT_URL_S3", checked_s3.endpoint)
     # fsspec reuses a filesystem made with the same arguments: one made earlier in this process
-    # carries the credentials and endpoint the environment had then (a new process has none).
+    # carries the credentials and endpoint the environment had then (a new process has none);
+    # the one made here, with the wrong secret, is not left to a later test.
     s3fs.S3FileSystem.clear_instance_cache()
-    outcome = train_cifar(
-        capsys, *_train_args(workspace, "--storage-path", f"s3://{s3_rig.BUCKET}/cifar")
-    )
+    try:
+        outcome = train_cifar(
+            capsys, *_train_args(workspace, "--storage-path", f"s3://{s3_rig.BUCKET}/cifar")
+        )
+    finally:
+        s3fs.S3FileSystem.clear_instance_cache()
     _assert_failed(
         outcome, f"Cannot write under storage_path s3://{s3_rig.BUCKET}/cifar", "credentials"
     )

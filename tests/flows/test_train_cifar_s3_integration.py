@@ -39,10 +39,14 @@ def s3_env(s3_filesystem: s3fs.S3FileSystem) -> Iterator[dict[str, str]]:
         "AWS_DEFAULT_REGION": "us-east-1",
     }
     s3_filesystem.mkdir(MLFLOW_BUCKET)
+    # fsspec reuses a filesystem made with the same arguments: one an earlier test made in this
+    # process carries the credentials and endpoint the environment had then
+    s3fs.S3FileSystem.clear_instance_cache()
     with pytest.MonkeyPatch.context() as patch:
         for key, value in env.items():
             patch.setenv(key, value)
         yield env
+    s3fs.S3FileSystem.clear_instance_cache()
 
 
 @pytest.fixture(scope="module")
