@@ -51,13 +51,14 @@ class ReportedCheckpoint:
 
 
 def report(
-    metrics: Mapping[str, Any],
+    metrics: Mapping[str, Any] | None = None,
     checkpoint: Checkpoint | None = None,
     *,
     checkpoint_dir_name: str | None = None,
     checkpoint_upload_mode: CheckpointUploadMode | Literal["sync", "async"] = "sync",
     delete_local_checkpoint_after_upload: bool | None = None,
     validation: bool | ValidationTaskConfig = False,
+    **named_metrics: Any,
 ) -> None:
     """Report metrics, and optionally a checkpoint, from every rank.
 
@@ -80,6 +81,8 @@ def report(
             ``ValidationConfig`` once it is committed, while training goes on: True with its
             default arguments, a ``ValidationTaskConfig`` with some of them overridden. One
             rank asking is enough (Ray's guide asks on rank 0).
+        named_metrics: Metrics as keywords, Ray Tune 1.x's form (``tune.report(loss=0.3)``),
+            added to ``metrics``.
 
     Raises:
         RuntimeError: Called outside a training function.
@@ -89,6 +92,8 @@ def report(
         CheckpointError: The storage refused the upload, or an earlier async upload failed.
     """
     session = current_session("report()")
+    if named_metrics and (metrics is None or isinstance(metrics, Mapping)):
+        metrics = {**(metrics or {}), **named_metrics}
     if not isinstance(metrics, Mapping) or not all(isinstance(k, str) for k in metrics):
         raise TypeError(f"report() needs a dict of metrics keyed by str, got {metrics!r}.")
     mode = _mode(checkpoint_upload_mode)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -14,6 +15,9 @@ from trainlib.errors import CheckpointError, RankFailure
 
 if TYPE_CHECKING:
     import pandas as pd
+
+PARAMS_FILE = "params.json"  # a Tune trial's config (trainlib.tune.logger writes them)
+RESULT_FILE = "result.json"  # a Tune trial's results, a JSON object a line
 
 
 @dataclass(frozen=True)
@@ -61,10 +65,12 @@ class Result:
     ) -> Result:
         """The Result of a finished run, read back from its run directory (as Ray's).
 
-        What storage keeps is what it has: ``metrics`` are the latest checkpoint's,
-        ``best_checkpoints`` every committed checkpoint (newest first: the run's
-        ``CheckpointConfig`` is not stored), ``metrics_history`` the checkpoints' metrics,
-        oldest first. ``error`` is None.
+        What storage keeps is what it has: a Tuner trial's ``metrics_history`` is every result
+        its ``result.json`` holds (``trainlib.tune.logger``), its ``config`` its
+        ``params.json``; elsewhere ``metrics_history`` is the checkpoints' metrics, oldest
+        first. ``metrics`` is the last of those, ``best_checkpoints`` every committed
+        checkpoint (newest first: the run's ``CheckpointConfig`` is not stored). ``error`` is
+        None.
 
         Args:
             path: The run directory, ``{storage_path}/{name}`` (a path or fsspec URL).
@@ -84,13 +90,18 @@ class Result:
             )
         committed = storage.list_committed()
         latest = committed[-1] if committed else None
+        logged = _read_json(storage_filesystem, f"{storage.run_dir}/{RESULT_FILE}", lines=True)
+        history = _latest_per_iteration(
+            [{k: v for k, v in r.items() if k != "config"} for r in logged]
+        )
         return cls(
-            metrics=dict(latest.metrics) if latest else {},
+            metrics=history[-1] if history else dict(latest.metrics) if latest else {},
             checkpoint=latest.checkpoint if latest else None,
             best_checkpoints=[(c.checkpoint, c.metrics) for c in reversed(committed)],
             path=storage.run_dir,
             filesystem=storage_filesystem,
-            metrics_history=[c.metrics for c in committed],
+            metrics_history=history or [c.metrics for c in committed],
+            config=_read_json(storage_filesystem, f"{storage.run_dir}/{PARAMS_FILE}") or {},
         )
 
     def get_best_checkpoint(self, metric: str, mode: str) -> Checkpoint | None:
@@ -119,3 +130,33 @@ class Result:
             )
         choose = max if mode == "max" else min
         return choose(scored, key=lambda entry: entry[1][metric])[0]
+
+
+def _read_json(filesystem: AbstractFileSystem, path: str, lines: bool = False) -> Any:
+    """The JSON document at ``path`` (with ``lines``: a list, one a line), or None if there is
+    none. A line cut short by a crash while it was written is left out."""
+    try:
+        text = filesystem.cat_file(path).decode()
+    except FileNotFoundError:
+        return [] if lines else None
+    if not lines:
+        return json.loads(text)
+    rows = []
+    for line in text.splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rows
+
+
+def _latest_per_iteration(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows by ``training_iteration``, the last written of each: a trial restarted from a
+    checkpoint reported its later iterations again."""
+    if not all(isinstance(row.get("training_iteration"), int) for row in rows):
+        return rows
+    return sorted({row["training_iteration"]: row for row in rows}.values(), key=_iteration)
+
+
+def _iteration(row: dict[str, Any]) -> int:
+    return int(row["training_iteration"])

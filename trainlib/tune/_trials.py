@@ -30,6 +30,7 @@ from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.errors import CheckpointError, NotEnoughWorkersError
 from trainlib.tune._study import Study, state_name, told_value
 from trainlib.tune.callback import Trial
+from trainlib.tune.search_events import SearchEvents
 from trainlib.tune.trial_callback import Exploiting, Pruned, Stopped, TrialCallback, TrialSetup
 from trainlib.tune.worker_leases import WorkerBook, WorkerLease
 
@@ -49,6 +50,7 @@ class TrialRunner:
         self._client = client
         self._study = study
         self._setup = setup
+        self._events = setup.events or SearchEvents([], setup.filesystem, setup.experiment_dir)
         self._book = WorkerBook()
         self._threads: dict[str, threading.Thread] = {}
         self._ended = threading.Event()
@@ -176,26 +178,28 @@ class TrialRunner:
         if population is not None:
             config = population.add(run_name, config)
         callback = TrialCallback(self._study, trial, run_name, setup, self.judge)
+        seen = self._events.trial(trial.number, run_name, config)
         try:
             plan = self._plan(config, run_name, lease, callback)
             logger.info("Trial %s starting with %s", run_name, config)
-            for search_callback in setup.callbacks:
-                search_callback.on_trial_start(Trial(trial.number, run_name, config, "running"))
+            self._events.started(seen)
             outcome = self._run(plan)
             while isinstance(outcome, Exploiting):
                 config = self._exploit(trial, run_name, outcome) or config
+                seen.config = config
                 outcome = self._run(self._plan(config, run_name, lease, callback))
-            ended = self._finish(trial, run_name, config, callback, outcome)
+            ended = self._finish(trial, seen, callback, outcome)
         except BaseException as exc:  # recorded with the trial; the search goes on
-            ended = self._finish(trial, run_name, config, callback, exc)
+            ended = self._finish(trial, seen, callback, exc)
         finally:
             if population is not None:
                 population.remove(run_name)
             self._book.release(lease.owner)
             self._ended.set()
         if ended is not None:
-            for search_callback in setup.callbacks:
-                search_callback.on_trial_end(ended)
+            self._events.ended(ended)
+        else:
+            self._events.left(seen)
 
     def _plan(
         self,
@@ -250,14 +254,14 @@ class TrialRunner:
     def _finish(
         self,
         trial: optuna.Trial,
-        run_name: str,
-        config: dict[str, Any],
+        seen: Trial,
         callback: TrialCallback,
         error: BaseException | None,
     ) -> Trial | None:
         if isinstance(error, KeyboardInterrupt):
             return None  # left RUNNING: the next fit() with this name resumes it
-        result = replace(callback.result or self._setup.no_result(), config=config)
+        run_name = seen.name
+        result = replace(callback.result or self._setup.no_result(), config=seen.config)
         if callback.reports:  # Ray's: with its auto-filled fields, across PBT's exploits
             history = [callback.reports[index] for index in sorted(callback.reports)]
             result = replace(result, metrics=result.metrics or history[-1], metrics_history=history)
@@ -284,10 +288,10 @@ class TrialRunner:
                 self.stop_search(f"trial {run_name} failed (FailureConfig(fail_fast=True))")
         result = replace(result, error=error)
         self._study.finish(trial, state, value, result.metrics, error)
-        ended = Trial(trial.number, run_name, config, state_name(state), result)
+        seen.state, seen.result = state_name(state), result
         with self._lock:
-            self.outcomes.append(ended)
-        return ended
+            self.outcomes.append(seen)
+        return seen
 
     def _not_enough_workers(self) -> NotEnoughWorkersError:
         needs = self._setup.needs(self._next[2] if self._next is not None else {})

@@ -6,7 +6,7 @@ stopper, to Optuna (its pruner) and to PBT; when one says so, the callback raise
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -15,7 +15,6 @@ from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.callbacks import Callback, Report
 from trainlib.config import ScalingConfig
 from trainlib.result import Result
-from trainlib.tune import callback as search
 from trainlib.tune._study import Study, metric_value
 from trainlib.tune.schedulers.population import Exploit, Population
 from trainlib.tune.stopper import Stopper
@@ -23,6 +22,8 @@ from trainlib.tune.stopper import Stopper
 if TYPE_CHECKING:
     import optuna
     from fsspec import AbstractFileSystem
+
+    from trainlib.tune.search_events import SearchEvents
 
 
 class Pruned(Exception):
@@ -57,7 +58,7 @@ class TrialSetup:
     max_t: int | None
     max_concurrent: int | None
     worker_timeout_s: float
-    callbacks: Sequence[search.Callback] = ()
+    events: SearchEvents | None = None  # the search's callbacks hear its trials
     use_gpu: bool = False  # only workers with a GPU of their own run trials
     stopper: Stopper | None = None  # RunConfig(stop=...), TuneConfig(time_budget_s=...)
     fail_fast: bool | str = False  # FailureConfig(fail_fast=...)
@@ -101,6 +102,7 @@ class TrialCallback(Callback):
         self._max_t = setup.max_t
         self._judge = judge
         self._population = setup.population
+        self._events = setup.events
         self._started = self._last = time.monotonic()
         self.result: Result | None = None
         self.auto: dict[str, Any] = {}  # Ray's auto-filled fields of the last result
@@ -122,6 +124,8 @@ class TrialCallback(Callback):
         for rolled_back in [i for i in self.reports if i >= report.index]:  # a restarted run
             del self.reports[rolled_back]
         self.reports[report.index] = {**report.metrics, **self.auto}
+        if self._events is not None:
+            self._events.result(self._trial_id, self.reports[report.index], report.checkpoint)
         if self._judge(self._trial_id, self.reports[report.index]):
             raise Stopped(f"its stopper stopped it after {step} reports")
         if self._metric is not None:

@@ -18,10 +18,11 @@ from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError
 from trainlib.torch.trainer import TorchTrainer
 from trainlib.tune import saved_search
-from trainlib.tune.callback import Callback, Trial
+from trainlib.tune.callback import Trial
 from trainlib.tune.config import TuneConfig
 from trainlib.tune.flat_space import flatten
 from trainlib.tune.result_grid import ResultGrid
+from trainlib.tune.search_events import SearchEvents
 from trainlib.tune.stopper import as_stopper, combined
 from trainlib.tune.trainable import as_trainer, check_trainer_space, sized, trial_sizes
 from trainlib.tune.trial_results import result_grid
@@ -192,8 +193,11 @@ class Tuner:
             cluster.connect(trainer.dask_config, self._cluster_size(), trainer.client) as client,
         ):
             plugins.install(client)  # fork servers start now
-            runner = TrialRunner(client, study, self._setup(experiment))
+            events = SearchEvents.of(self._run_config.callbacks, experiment)
+            runner = TrialRunner(client, study, self._setup(experiment, events))
+            events.setup(self._run_config.stop, self._tune_config.num_samples, self._num_trials())
             outcomes = runner.run(max(0, self._num_trials() - study.counted_trials()))
+            events.experiment_ended()
         self._results = self._grid(study, outcomes, experiment)
         return self._results
 
@@ -255,7 +259,7 @@ class Tuner:
         concurrent = self._tune_config.concurrency or max(1, usable_cores() // self._num_workers())
         return self._num_workers() * min(concurrent, self._num_trials())
 
-    def _setup(self, experiment: RunStorage) -> TrialSetup:
+    def _setup(self, experiment: RunStorage, events: SearchEvents) -> TrialSetup:
         from trainlib.tune.schedulers.population import Population
         from trainlib.tune.trial_callback import TrialSetup
 
@@ -273,7 +277,7 @@ class Tuner:
             max_t=config.scheduler.max_t,
             max_concurrent=config.concurrency,
             worker_timeout_s=self._trainer.dask_config.worker_timeout_s,
-            callbacks=[c for c in self._run_config.callbacks if isinstance(c, Callback)],
+            events=events,
             stopper=combined(self._run_config.stop, config.time_budget_s),
             fail_fast=self._run_config.failure_config.fail_fast,
             population=Population.of(

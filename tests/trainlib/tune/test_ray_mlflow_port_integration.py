@@ -232,7 +232,9 @@ def test_ray_tune_mlflow_example_runs_with_imports_swapped(tmp_path: Path) -> No
     assert failed.info.status == "FAILED"
     assert history(client, failed.info.run_id, "mean_loss") == [(1, 1.0)]
     uploaded = {a.path for a in client.list_artifacts(failed.info.run_id)}
-    (checkpoint_dir,) = uploaded  # the trial's directory: its one checkpoint
+    # the trial's directory: its one checkpoint and the default loggers' files
+    (checkpoint_dir,) = [path for path in uploaded if path.startswith("checkpoint_")]
+    assert {"result.json", "progress.csv", "params.json"} <= uploaded
     files = {a.path for a in client.list_artifacts(failed.info.run_id, checkpoint_dir)}
     assert f"{checkpoint_dir}/model.pt" in files
     assert {p.pid for p in trainlib_processes()} <= before

@@ -35,6 +35,7 @@ from trainlib.tune import _trials
 from trainlib.tune._study import Study, StudySettings
 from trainlib.tune._trials import TrialRunner
 from trainlib.tune.callback import Callback, Trial
+from trainlib.tune.search_events import SearchEvents
 from trainlib.tune.stopper import Stopper, as_stopper
 from trainlib.tune.trial_callback import TrialSetup
 
@@ -140,7 +141,7 @@ def search(
         max_t=max_t,
         max_concurrent=max_concurrent,
         worker_timeout_s=0.5,
-        callbacks=callbacks,
+        events=SearchEvents(list(callbacks), LocalFileSystem(), str(tmp_path)),
         stopper=stopper,
         fail_fast=fail_fast,
     )
