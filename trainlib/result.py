@@ -155,8 +155,5 @@ def _latest_per_iteration(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     checkpoint reported its later iterations again."""
     if not all(isinstance(row.get("training_iteration"), int) for row in rows):
         return rows
-    return sorted({row["training_iteration"]: row for row in rows}.values(), key=_iteration)
-
-
-def _iteration(row: dict[str, Any]) -> int:
-    return int(row["training_iteration"])
+    by_iteration = {row["training_iteration"]: row for row in rows}
+    return [by_iteration[iteration] for iteration in sorted(by_iteration)]

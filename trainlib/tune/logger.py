@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from numbers import Number
 from pathlib import Path
 from typing import IO, Any
@@ -80,13 +80,15 @@ def _as_text(value: Any) -> Any:
         return repr(value)
 
 
-def _flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one level, keys joined with ``/`` (as Ray logs results and configs)."""
     flat: dict[str, Any] = {}
     for key, value in values.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}/"))
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}/"))
         else:
-            flat[f"{prefix}{key}"] = value
+            flat[name] = value
     return flat
 
 
@@ -135,7 +137,7 @@ class CSVLoggerCallback(_FileLogger):
         self._writers: dict[Trial, csv.DictWriter[str]] = {}
 
     def log_trial_result(self, iteration: int, trial: Trial, result: dict[str, Any]) -> None:
-        row = _flatten({k: v for k, v in result.items() if k != "config"})
+        row = flatten({k: v for k, v in result.items() if k != "config"})
         handle = self._open(trial)
         writer = self._writers.get(trial)
         if writer is None:
@@ -175,7 +177,7 @@ class TBXLoggerCallback(LoggerCallback):
         if writer is None:
             writer = self._writers[trial] = self._writer_class(trial.local_path, flush_secs=30)
         step = result.get("timesteps_total") or result.get("training_iteration") or iteration
-        values = _flatten({k: v for k, v in result.items() if k != "config"})
+        values = flatten({k: v for k, v in result.items() if k != "config"})
         for key, value in values.items():
             if isinstance(value, Number) and not isinstance(value, bool):
                 writer.add_scalar(f"ray/tune/{key}", value, global_step=step)
@@ -187,11 +189,11 @@ class TBXLoggerCallback(LoggerCallback):
             return
         params = {
             k: v if isinstance(v, (Number, str, bool)) else str(v)
-            for k, v in _flatten(trial.config).items()
+            for k, v in flatten(trial.config).items()
         }
         metrics = {
             f"ray/tune/{k}": v
-            for k, v in _flatten(trial.last_result).items()
+            for k, v in flatten(trial.last_result).items()
             if k != "config" and not k.startswith("config/")
             if isinstance(v, Number) and not isinstance(v, bool)
         }

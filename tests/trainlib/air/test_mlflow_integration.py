@@ -19,14 +19,10 @@ from mlflow.tracking import MlflowClient
 
 import trainlib
 from trainlib import RunConfig, ScalingConfig, WorkerGroupError
-from trainlib.air.integrations._mlflow_store import (
-    experiment_id_of,
-    flatten,
-    is_transient,
-    numeric,
-)
+from trainlib.air.integrations._mlflow_store import experiment_id_of, is_transient, numeric
 from trainlib.air.integrations.mlflow import MLflowLoggerCallback, setup_mlflow
 from trainlib.torch import TorchTrainer
+from trainlib.tune.logger import flatten
 
 
 @pytest.fixture(scope="module")

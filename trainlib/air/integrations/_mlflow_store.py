@@ -1,6 +1,6 @@
-"""What both MLflow integrations (``trainlib.air.integrations.mlflow``) share: parameters and
-metrics as MLflow holds them, the experiment chosen as Ray chooses it, and which errors mean
-MLflow is out of reach."""
+"""What both MLflow integrations (``trainlib.air.integrations.mlflow``) share: metrics as
+MLflow holds them (configs are flattened by ``trainlib.tune.logger.flatten``), the experiment
+chosen as Ray chooses it, and which errors mean MLflow is out of reach."""
 
 from __future__ import annotations
 
@@ -9,22 +9,12 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from trainlib.tune.logger import flatten
+
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 TRANSIENT_MLFLOW = frozenset({"TEMPORARILY_UNAVAILABLE", "REQUEST_LIMIT_EXCEEDED"})
-
-
-def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested dicts as one level, keys joined with ``/`` (as Ray logs a config)."""
-    flat: dict[str, Any] = {}
-    for key, value in values.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{name}/"))
-        else:
-            flat[name] = value
-    return flat
 
 
 def numeric(metrics: Mapping[str, Any]) -> dict[str, float]:

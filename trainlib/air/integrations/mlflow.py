@@ -27,15 +27,11 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from trainlib.air.integrations._mlflow_store import (
-    experiment_id_of,
-    flatten,
-    is_transient,
-    numeric,
-)
+from trainlib.air.integrations._mlflow_store import experiment_id_of, is_transient, numeric
 from trainlib.callbacks import Report, RunInfo, TrackingCallback
 from trainlib.result import Result
 from trainlib.tune import callback as search
+from trainlib.tune.logger import flatten
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
