@@ -22,8 +22,10 @@ from trainlib.errors import (
     CheckpointError,
     ClusterError,
     ConfigError,
+    ControllerError,
     DatasetError,
     NotEnoughWorkersError,
+    RankError,
     RankFailure,
     TrainingFailedError,
     TrainlibError,
@@ -41,6 +43,7 @@ from trainlib.reporting import (
 )
 from trainlib.result import Result
 from trainlib.torch_config import TorchConfig
+from trainlib.user_callback import TrainRunContext, UserCallback
 from trainlib.validation import (
     CheckpointConsistencyMode,
     ReportedCheckpointStatus,
@@ -58,6 +61,7 @@ __all__ = [
     "CheckpointUploadMode",
     "ClusterError",
     "ConfigError",
+    "ControllerError",
     "DaskConfig",
     "DataConfig",
     "DatasetError",
@@ -65,6 +69,7 @@ __all__ = [
     "GroupInfo",
     "NotEnoughWorkersError",
     "PreemptionInfo",
+    "RankError",
     "RankFailure",
     "RankPlacement",
     "Report",
@@ -78,8 +83,10 @@ __all__ = [
     "TorchConfig",
     "TrackingCallback",
     "TrainContext",
+    "TrainRunContext",
     "TrainingFailedError",
     "TrainlibError",
+    "UserCallback",
     "ValidationConfig",
     "ValidationFn",
     "ValidationTaskConfig",

@@ -5,11 +5,13 @@
     TrainlibError
     ├── ConfigError              (also a ValueError)
     ├── DatasetError             (also a ValueError)
-    ├── ClusterError
-    │   └── NotEnoughWorkersError
     ├── CheckpointError
+    ├── RankError                (one rank's failure, as Ray's worker_failures hold it)
     └── TrainingFailedError
-        └── WorkerGroupError
+        ├── WorkerGroupError     (ranks failed)
+        └── ControllerError      (the driver could not run the group)
+            └── ClusterError
+                └── NotEnoughWorkersError
 
 Every error survives pickling, because Dask ships errors between processes.
 """
@@ -33,7 +35,23 @@ class DatasetError(TrainlibError, ValueError):
     """A dataset given to ``TorchTrainer(datasets=...)`` cannot be trained on as it is."""
 
 
-class ClusterError(TrainlibError):
+class TrainingFailedError(TrainlibError):
+    """The training run failed: ``WorkerGroupError`` (its ranks failed, after
+    ``FailureConfig.max_failures``) or ``ControllerError`` (the driver could not run them)."""
+
+
+class ControllerError(TrainingFailedError):
+    """The run failed in the driver, not in a rank (Ray Train v2's ``ControllerError``): the
+    cluster cannot run the group (``ClusterError``), or what the ranks reported breaks the
+    run's rules (reports made by some ranks only, a validation with no validation function)."""
+
+    @property
+    def controller_failure(self) -> BaseException:
+        """The error behind it (Ray's attribute): the one this was raised from, else itself."""
+        return self.__cause__ or self
+
+
+class ClusterError(ControllerError):
     """The Dask cluster cannot run the training job."""
 
 
@@ -105,10 +123,6 @@ class CheckpointError(TrainlibError):
     """A checkpoint cannot be written, found or read."""
 
 
-class TrainingFailedError(TrainlibError):
-    """The training run failed and used up ``FailureConfig.max_failures``."""
-
-
 FailureKind = Literal["exception", "exit", "worker_lost", "preempted", "hang", "stopped"]
 
 
@@ -144,6 +158,20 @@ class RankFailure:
         return f"rank {self.world_rank} ({self.host}): {self.summary}"
 
 
+class RankError(TrainlibError):
+    """One rank's failure as an exception, where Ray hands out the exception a worker raised
+    (``WorkerGroupError.worker_failures``, ``UserCallback.after_exception``). trainlib ships a
+    failure as text between processes: ``failure`` holds its type and message, its traceback
+    and where it ran."""
+
+    def __init__(self, failure: RankFailure) -> None:
+        super().__init__(failure)
+        self.failure = failure
+
+    def __str__(self) -> str:
+        return self.failure.one_line()
+
+
 class WorkerGroupError(TrainingFailedError):
     """One or more ranks failed; shows the root cause once and the other ranks one line each."""
 
@@ -153,9 +181,10 @@ class WorkerGroupError(TrainingFailedError):
         self.num_restarts = num_restarts
 
     @property
-    def worker_failures(self) -> dict[int, RankFailure]:
-        """The failures by world rank, under Ray Train v2's name (``failures``)."""
-        return self.failures
+    def worker_failures(self) -> dict[int, RankError]:
+        """Each failed rank's error by world rank, as Ray Train v2 gives them (``failures``
+        holds the same as plain data)."""
+        return {rank: RankError(failure) for rank, failure in self.failures.items()}
 
     @property
     def root_cause(self) -> RankFailure:

@@ -45,7 +45,10 @@ def test_worker_group_error_survives_pickling() -> None:
     copy = pickle.loads(pickle.dumps(error))
     assert str(copy) == str(error)
     assert copy.failures == error.failures
-    assert copy.worker_failures == error.failures  # Ray's name for them
+    # Ray's name for them: each rank's failure as an exception, which survives pickling too
+    assert {r: e.failure for r, e in copy.worker_failures.items()} == error.failures
+    again = pickle.loads(pickle.dumps(copy.worker_failures[0]))
+    assert again.failure == error.failures[0] and str(again) == error.failures[0].one_line()
 
 
 def test_not_enough_workers_error_names_counts_address_and_fix() -> None:

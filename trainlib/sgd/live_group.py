@@ -23,7 +23,7 @@ from trainlib._internal.driver.controller import TrainController
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.callbacks import Callback, Report
-from trainlib.errors import TrainingFailedError, WorkerGroupError
+from trainlib.errors import ControllerError, WorkerGroupError
 
 if TYPE_CHECKING:
     from distributed import Client
@@ -172,7 +172,7 @@ class LiveGroup:
         expected = len(self._answers.reports) + 1
         while len(self._answers.reports) < expected:
             if self._step():
-                raise TrainingFailedError(
+                raise ControllerError(
                     f"The ranks of run {self._controller.name} ended without answering; "
                     "their loop must answer every command with one report()."
                 )

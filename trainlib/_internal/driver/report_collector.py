@@ -32,7 +32,7 @@ from trainlib._internal.driver.report_callbacks import (
 from trainlib._internal.driver.validation_queue import Validations
 from trainlib._internal.driver.watchdog import ProgressWatchdog
 from trainlib.callbacks import Callback
-from trainlib.errors import TrainingFailedError
+from trainlib.errors import ControllerError
 from trainlib.validation import ValidationConfig
 
 logger = logging.getLogger(__name__)
@@ -168,7 +168,7 @@ class ReportCollector:
         if self._pending:
             index = min(self._pending)
             ranks = sorted(m.world_rank for m in self._pending[index])
-            raise TrainingFailedError(
+            raise ControllerError(
                 f"Report {index} was made by ranks {ranks} only, out of {self._world_size}; "
                 "every rank must call trainlib.report() the same number of times."
             )
@@ -178,7 +178,7 @@ class ReportCollector:
         files, differing = _merged_files(reports)
         names = sorted({str(r.dir_name) for r in reports if r.files is not None})
         if len(names) > 1:
-            raise TrainingFailedError(
+            raise ControllerError(
                 f"Report {index} put its checkpoint under different names on different ranks "
                 f"({', '.join(names)}); pass the same checkpoint_dir_name on every rank."
             )

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from trainlib._internal.worker.validation_task import validate_checkpoint
-from trainlib.errors import TrainingFailedError
+from trainlib.errors import ControllerError
 from trainlib.validation import ValidationConfig
 
 if TYPE_CHECKING:
@@ -50,10 +50,10 @@ class Validations:
         """Validate ``committed`` with the config's arguments updated by ``overrides``.
 
         Raises:
-            TrainingFailedError: The trainer was given no ``ValidationConfig``.
+            ControllerError: The trainer was given no ``ValidationConfig``.
         """
         if self._config is None:
-            raise TrainingFailedError(
+            raise ControllerError(
                 f"report(validation=...) asked to validate {committed.checkpoint}, but the "
                 "trainer has no validation function: pass validation_config="
                 "trainlib.ValidationConfig(fn=...) to the trainer."

@@ -1,5 +1,5 @@
 """``ray.train.v2.api.exceptions``."""
 
-from trainlib.errors import TrainingFailedError, WorkerGroupError
+from trainlib.errors import ControllerError, TrainingFailedError, WorkerGroupError
 
-__all__ = ["TrainingFailedError", "WorkerGroupError"]
+__all__ = ["ControllerError", "TrainingFailedError", "WorkerGroupError"]
