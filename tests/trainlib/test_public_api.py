@@ -148,6 +148,7 @@ DOCUMENTED_TUNE = {
     "sample_from",
     "uniform",
     "with_parameters",
+    "PlacementGroupFactory",
     "with_resources",
 }
 

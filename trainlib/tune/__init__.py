@@ -13,7 +13,7 @@ from trainlib.tune.class_api import Trainable
 from trainlib.tune.config import TuneConfig
 from trainlib.tune.context import TuneContext, get_context
 from trainlib.tune.parameters import with_parameters
-from trainlib.tune.resources import with_resources
+from trainlib.tune.resources import PlacementGroupFactory, with_resources
 from trainlib.tune.result_grid import ResultGrid
 from trainlib.tune.run import run
 from trainlib.tune.schedulers import (
@@ -57,6 +57,7 @@ __all__ = [
     "JupyterNotebookReporter",
     "MedianStoppingRule",
     "OptunaSearch",
+    "PlacementGroupFactory",
     "ResultGrid",
     "RunConfig",
     "Searcher",

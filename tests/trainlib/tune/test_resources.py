@@ -41,3 +41,36 @@ def test_resources_without_a_dask_counterpart_are_refused_naming_the_alternative
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         tune.with_resources(_trial, resources)
+
+
+@pytest.mark.parametrize(
+    ("given", "needed"),
+    [  # Ray's spellings, as its docs pass them
+        ({"CPU": 2, "GPU": 1}, {"cpu": 2, "gpu": 1}),
+        (tune.PlacementGroupFactory([{"CPU": 1, "GPU": 1}]), {"cpu": 1, "gpu": 1}),
+        (  # a head bundle and its workers' bundles: one trial needs their sum
+            tune.PlacementGroupFactory([{"CPU": 1}, {"CPU": 2}, {"CPU": 2, "fast_disk": 1}]),
+            {"cpu": 5, "fast_disk": 1},
+        ),
+        (tune.PlacementGroupFactory([{}, {"CPU": 3}]), {"cpu": 3}),
+    ],
+)
+def test_resources_in_rays_names_and_placement_groups_need_the_same(
+    given: Any, needed: dict[str, float]
+) -> None:
+    wrapped = tune.with_resources(_trial, given)
+    assert wrapped.resources == needed
+    assert wrapped.scaling.use_gpu is (needed.get("gpu") == 1)
+    custom = {k: v for k, v in needed.items() if k not in ("cpu", "gpu")}
+    assert wrapped.scaling.resources_per_worker == (custom or None)
+
+
+def test_placement_group_factory_as_ray_describes_it() -> None:
+    factory = tune.PlacementGroupFactory([{}, {"CPU": 2, "GPU": 1}], strategy="PACK")
+    assert factory.head_bundle_is_empty
+    assert factory.required_resources == {"CPU": 2, "GPU": 1}
+    assert factory.bundles == [{}, {"CPU": 2, "GPU": 1}]
+    with pytest.raises(ConfigError, match="at most one GPU"):  # two GPUs over two bundles
+        tune.with_resources(_trial, tune.PlacementGroupFactory([{"GPU": 1}, {"GPU": 1}]))
+    with pytest.raises(ConfigError, match="non-empty list of dicts"):
+        tune.PlacementGroupFactory([])
