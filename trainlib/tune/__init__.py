@@ -8,6 +8,8 @@ from trainlib.checkpoint import Checkpoint
 from trainlib.config import CheckpointConfig, FailureConfig, RunConfig
 from trainlib.ray_hints import CLIReporter, JupyterNotebookReporter, SyncConfig
 from trainlib.reporting import get_checkpoint, report
+from trainlib.result import Result
+from trainlib.tune.analysis import ExperimentAnalysis
 from trainlib.tune.callback import Callback, Trial
 from trainlib.tune.class_api import Trainable
 from trainlib.tune.config import TuneConfig
@@ -51,6 +53,7 @@ __all__ = [
     "Callback",
     "Checkpoint",
     "CheckpointConfig",
+    "ExperimentAnalysis",
     "FIFOScheduler",
     "FailureConfig",
     "HyperBandScheduler",
@@ -58,6 +61,7 @@ __all__ = [
     "MedianStoppingRule",
     "OptunaSearch",
     "PlacementGroupFactory",
+    "Result",
     "ResultGrid",
     "RunConfig",
     "Searcher",

@@ -10,8 +10,8 @@ from trainlib.config import DEFAULT_STORAGE_PATH, FailureConfig, RunConfig
 from trainlib.dask_config import DaskConfig
 from trainlib.ray_hints import SyncConfig
 from trainlib.torch.trainer import TorchTrainer
+from trainlib.tune.analysis import ExperimentAnalysis
 from trainlib.tune.config import TuneConfig
-from trainlib.tune.result_grid import ResultGrid
 from trainlib.tune.schedulers import FIFOScheduler, TrialScheduler
 from trainlib.tune.search import Searcher
 from trainlib.tune.stopper import Stop
@@ -43,14 +43,15 @@ def run(
     reuse_actors: bool | None = None,
     sync_config: SyncConfig | None = None,
     log_to_file: bool | str | tuple[str, str] = False,
-) -> ResultGrid:
+) -> ExperimentAnalysis:
     """``Tuner(run_or_experiment, param_space=config, ...).fit()`` in one call.
 
     ``stop`` is ``RunConfig(stop=...)``: a dict of results to reach, a function
-    ``(trial_id, result) -> bool`` or a ``tune.Stopper``. Returns the ``ResultGrid`` (Ray
-    returns an ``ExperimentAnalysis``; use ``get_best_result().config`` for its
-    ``best_config``). ``verbose``, ``progress_reporter``, ``reuse_actors``, ``sync_config`` and
-    ``log_to_file`` are Ray's, accepted for ported scripts (``trainlib.ray_hints``).
+    ``(trial_id, result) -> bool`` or a ``tune.Stopper``. Returns an ``ExperimentAnalysis``, as
+    Ray's (``best_config``, ``best_trial``, ``dataframe()``...), which is a ``ResultGrid``
+    too (``get_best_result()``). ``verbose``, ``progress_reporter``, ``reuse_actors``,
+    ``sync_config`` and ``log_to_file`` are Ray's, accepted for ported scripts
+    (``trainlib.ray_hints``).
 
     Example:
         >>> grid = tune.run(train_fn, config={"lr": tune.loguniform(1e-4, 1e-1)},
@@ -84,4 +85,4 @@ def run(
         dask_config=dask_config,
         client=client,
     )
-    return tuner.fit()
+    return ExperimentAnalysis.of(tuner.fit())

@@ -7,7 +7,7 @@ import logging
 import posixpath
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
@@ -16,6 +16,9 @@ from trainlib._locations import locate
 from trainlib.config import RunConfig
 from trainlib.errors import ConfigError
 from trainlib.tune.config import TuneConfig
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
 
 logger = logging.getLogger(__name__)
 
@@ -47,13 +50,16 @@ def exists(path: str) -> bool:
     return bool(filesystem.exists(posixpath.join(directory, TUNER_FILE)))
 
 
-def read(path: str) -> dict[str, Any]:
-    """The saved search at ``path``: ``param_space``, ``tune_config`` and ``run_config``.
+def read(path: str, filesystem: AbstractFileSystem | None = None) -> dict[str, Any]:
+    """The saved search at ``path`` (on ``filesystem``, else inferred): ``param_space``,
+    ``tune_config`` and ``run_config``, the run config storing where ``path`` is now (a search
+    directory may have been moved or copied since).
 
     Raises:
         ConfigError: No search is saved there.
     """
-    filesystem, directory = locate(path)
+    given = filesystem
+    filesystem, directory = locate(path, filesystem)
     saved_file = posixpath.join(directory, TUNER_FILE)
     if not filesystem.exists(saved_file):
         raise ConfigError(
@@ -61,4 +67,12 @@ def read(path: str) -> dict[str, Any]:
             "search's directory, {storage_path}/{name}, of a Tuner that was fit() before."
         )
     saved: dict[str, Any] = cloudpickle.loads(filesystem.cat_file(saved_file))
+    location, name = posixpath.split(directory.rstrip("/"))
+    run_config: RunConfig = saved["run_config"]
+    saved["run_config"] = replace(
+        run_config,
+        name=name,
+        storage_path=str(filesystem.unstrip_protocol(location)),
+        storage_filesystem=given or run_config.storage_filesystem,
+    )
     return saved

@@ -29,6 +29,7 @@ from trainlib.tune.trial_results import result_grid
 
 if TYPE_CHECKING:
     from distributed import Client
+    from fsspec import AbstractFileSystem
 
     from trainlib.tune._study import Failed, Study
     from trainlib.tune.trial_callback import TrialSetup
@@ -118,32 +119,31 @@ class Tuner:
         resume_errored: bool = False,
         restart_errored: bool = False,
         param_space: Mapping[str, Any] | None = None,
+        storage_filesystem: AbstractFileSystem | None = None,
         dask_config: DaskConfig | None = None,
         client: Client | None = None,
     ) -> Tuner:
-        """The search stored at ``path`` (``{storage_path}/{name}``), as Ray's
-        ``Tuner.restore``: its param space, TuneConfig and RunConfig as its first ``fit()``
-        saved them (``tuner.pkl``), with ``trainable`` given again. Its ``fit()`` keeps the
-        trials that ended and runs the rest.
+        """The search stored at ``path`` (``{storage_path}/{name}``, on
+        ``storage_filesystem`` if given), as Ray's ``Tuner.restore``: its param space,
+        TuneConfig and RunConfig as its first ``fit()`` saved them (``tuner.pkl``), with
+        ``trainable`` given again, stored on at ``path`` (which may have moved). Its ``fit()``
+        keeps the trials that ended and runs the rest.
 
         Args:
             resume_unfinished: Trials interrupted (Ctrl-C, a dead driver) resume from their
                 latest checkpoint; False ends them as failed.
-            resume_errored: Failed trials run again, resuming from their latest checkpoint
-                (their run, their name).
-            restart_errored: Failed trials run again from scratch, under a new run name (the
-                failed run's directory stays as it was).
+            resume_errored: Failed trials resume from their latest checkpoint (same run).
+            restart_errored: Failed trials run again from scratch, under a new run name.
 
         Raises:
-            ConfigError: No search is stored at ``path``, or both ``resume_errored`` and
-                ``restart_errored``.
+            ConfigError: No search at ``path``, or both resume_errored and restart_errored.
         """
         if resume_errored and restart_errored:
             raise ConfigError(
                 "Tuner.restore(resume_errored=True, restart_errored=True): choose one: resume "
                 "failed trials from their checkpoints, or restart them from scratch."
             )
-        saved = saved_search.read(path)
+        saved = saved_search.read(path, storage_filesystem)
         tuner = cls(
             trainable,
             param_space=saved["param_space"] if param_space is None else param_space,

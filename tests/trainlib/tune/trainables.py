@@ -249,3 +249,16 @@ def population_member(config: dict[str, Any]) -> None:
             }
             trainlib.report(metrics, checkpoint=trainlib.Checkpoint.from_directory(directory))
         trainlib.get_all_reported_checkpoints()  # returns once the driver processed the report
+
+
+CURVES = {"dip": [5.0, 1.0, 4.0], "flat": [3.0, 3.0, 3.0]}
+
+
+def report_a_curve(config: dict[str, Any]) -> None:
+    """Reports the losses of the curve ``config["shape"]`` names, a checkpoint with each."""
+    for loss in CURVES[config["shape"]]:
+        with tempfile.TemporaryDirectory() as directory:
+            Path(directory, "loss").write_text(str(loss))
+            trainlib.report(
+                {"loss": loss}, checkpoint=trainlib.Checkpoint.from_directory(directory)
+            )
