@@ -59,11 +59,24 @@ DOCUMENTED_TRAINLIB = {
 }
 DOCUMENTED_COLLECTIVE = {"barrier", "broadcast_from_rank_zero"}
 DOCUMENTED_DATA = {
+    "ActorPoolStrategy",
     "DataConfig",
     "DataIterator",
+    "Dataset",
     "ExecutionOptions",
     "ExecutionResources",
+    "Schema",
+    "from_dask",
+    "from_items",
+    "from_numpy",
+    "from_pandas",
+    "from_torch",
     "get_dataset_shard",
+    "range",
+    "read_csv",
+    "read_images",
+    "read_json",
+    "read_parquet",
 }
 DOCUMENTED_AIR = {
     "Checkpoint",

@@ -3,9 +3,8 @@ and ``train_cifar_10`` unchanged but for the imports, its dataset built with Das
 
 SEED_EXAMPLE is the example's step 3 as published, with what this offline CPU machine needs
 marked ``# offline:`` (a local Parquet dataset in the example's schema, 2 CPU ranks, a temporary
-storage path). Ray Data's ``read_parquet(...).map(transform_cifar)`` becomes
-``dd.read_parquet(...).map_partitions(...)`` applying the example's own ``transform_cifar`` to
-each row, as docs/porting-from-ray.md shows.
+storage path). Ray Data's ``ray.data.read_parquet(...).map(transform_cifar)`` stays as written
+(``trainlib.data``: Dask reads and maps the blocks).
 """
 
 from __future__ import annotations
@@ -35,7 +34,8 @@ from torchvision.models import VisionTransformer
 from torchvision.transforms import Normalize, ToTensor
 from tqdm import tqdm
 
-import dask.dataframe as dd
+import ray
+import ray.data
 import ray.train
 from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
@@ -50,16 +50,8 @@ def transform_cifar(row: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
     return row
 
 
-def map_rows(frame: pd.DataFrame) -> pd.DataFrame:
-    # Ray Data's .map(fn) applies fn to every row; here, to every row of a partition.
-    rows = [{"image": np.stack([np.stack(line) for line in image]), "label": label}
-            for image, label in zip(frame["image"], frame["label"])]
-    return pd.DataFrame([transform_cifar(row) for row in rows])
-
-
-meta = {"image": object, "label": "i8"}
-train_dataset = dd.read_parquet(f"{STORAGE_PATH}/train").map_partitions(map_rows, meta=meta)
-test_dataset = dd.read_parquet(f"{STORAGE_PATH}/test").map_partitions(map_rows, meta=meta)
+train_dataset = ray.data.read_parquet(f"{STORAGE_PATH}/train").map(transform_cifar)
+test_dataset = ray.data.read_parquet(f"{STORAGE_PATH}/test").map(transform_cifar)
 
 
 def train_func_per_worker(config: Dict):
@@ -174,8 +166,10 @@ if __name__ == "__main__":
 
 
 def swap_imports(source: str) -> str:
-    """What a user porting from Ray changes: ``ray.train`` becomes ``trainlib``."""
-    return source.replace("ray.train", "trainlib")
+    """What a user porting from Ray changes: ``ray.train`` becomes ``trainlib``, ``ray.data``
+    ``trainlib.data``."""
+    swapped = source.replace("ray.train", "trainlib").replace("ray.data", "trainlib.data")
+    return swapped.replace("import ray\n", "import trainlib\n")
 
 
 CLASS_PATTERNS = np.random.default_rng(1234).integers(0, 256, size=(10, 32, 32, 3))

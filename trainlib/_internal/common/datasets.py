@@ -58,6 +58,10 @@ def _source(name: str, value: Any, split: bool) -> DatasetSource:
         parts = value.to_delayed(optimize_graph=True)
         blocks = tuple(delayed(frame_to_block, pure=True)(part) for part in parts)
         return DatasetSource(name, blocks, split, dask_internals.known_lengths(value))
+    frames = getattr(value, "frame_partitions", None)  # trainlib.data.Dataset, Ray Data's
+    if callable(frames):
+        blocks = tuple(delayed(frame_to_block, pure=True)(part) for part in frames())
+        return DatasetSource(name, blocks, split, None)
     arrays = isinstance(value, Mapping) and all(isinstance(a, da.Array) for a in value.values())
     if arrays and value:
         return _array_source(name, dict(value), split)
@@ -67,8 +71,9 @@ def _source(name: str, value: Any, split: bool) -> DatasetSource:
             f"datasets={{{name!r}: {{'x': array}}}} (a batch is then {{'x': tensor}})."
         )
     raise ConfigError(
-        f"datasets[{name!r}] is of type {type(value).__name__}; give a dask.dataframe.DataFrame "
-        "(e.g. dd.read_parquet(...)) or a dict of dask arrays with the same number of rows, e.g. "
+        f"datasets[{name!r}] is of type {type(value).__name__}; give a trainlib.data.Dataset "
+        "(e.g. trainlib.data.read_parquet(...)), a dask.dataframe.DataFrame or a dict of dask "
+        "arrays with the same number of rows, e.g. "
         '{"image": da.Array (N, 3, 32, 32), "label": da.Array (N,)}.'
     )
 

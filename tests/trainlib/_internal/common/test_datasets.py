@@ -55,7 +55,7 @@ def test_datasets_parquet_lengths_come_from_metadata(tmp_path: object) -> None:
 
 
 def test_datasets_wrong_type_names_what_works() -> None:
-    with pytest.raises(ConfigError, match=r"\['train'\] is of type list; give a dask.dataframe"):
+    with pytest.raises(ConfigError, match=r"\[.train.\] is of type list; give a trainlib.data"):
         sources_from({"train": [1, 2, 3]}, DataConfig())
 
 
