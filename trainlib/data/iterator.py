@@ -89,7 +89,7 @@ class DataIterator:
             )
             return _prefetched(formatted(batches), prefetch_batches)
 
-        return _Passes(start)
+        return Passes(start)
 
     def iter_torch_batches(
         self,
@@ -151,7 +151,7 @@ class DataIterator:
             )
             return _delivered((convert(b) for b in batches), prefetch_batches, stager)
 
-        return _Passes(start)
+        return Passes(start)
 
     def _numpy_batches(
         self,
@@ -212,7 +212,7 @@ class DataIterator:
         )
 
 
-class _Passes(Iterable[T]):
+class Passes(Iterable[T]):
     """An iterable that starts a new pass every time it is iterated."""
 
     def __init__(self, start: Callable[[], Iterator[T]]) -> None:

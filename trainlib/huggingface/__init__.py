@@ -1,0 +1,1 @@
+"""Hugging Face integrations, as Ray's ``ray.train.huggingface`` (``.transformers``)."""
