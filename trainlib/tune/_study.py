@@ -19,13 +19,15 @@ from __future__ import annotations
 import json
 import math
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from trainlib.errors import ConfigError
+from trainlib.tune.logger import flatten as flat
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -54,6 +56,9 @@ class StudySettings:
     direction: Literal["minimize", "maximize"]
     sampler: optuna.samplers.BaseSampler
     pruner: optuna.pruners.BasePruner
+    space: dict[str, Any] = field(default_factory=dict)  # the searcher's own distributions
+    define: Callable[[optuna.Trial], Any] | None = None  # the searcher's define-by-run space
+    points: list[dict[str, Any]] = field(default_factory=list)  # tried first, flat
 
     @classmethod
     def of(cls, config: TuneConfig, name: str, experiment: RunStorage) -> StudySettings:
@@ -66,15 +71,24 @@ class StudySettings:
             direction="minimize" if config.mode == "min" else "maximize",
             sampler=config.searcher.optuna_sampler(),
             pruner=config.scheduler.optuna_pruner(),
+            space=config.searcher.optuna_space(),
+            define=config.searcher.define_by_run(),
+            points=[flat(point) for point in config.searcher.points_to_evaluate or []],
         )
 
 
 class Study:
     """The study of one Tuner; every method may be called from any of the driver's threads."""
 
-    def __init__(self, study: optuna.Study, distributions: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        study: optuna.Study,
+        distributions: dict[str, Any],
+        define: Callable[[optuna.Trial], Any] | None = None,
+    ) -> None:
         self._study = study
         self._distributions = distributions
+        self._define = define
         self._lock = threading.Lock()
 
     @classmethod
@@ -106,6 +120,8 @@ class Study:
                 "Tuner a new RunConfig(name=...) or the same TuneConfig as before."
             ) from exc
         if not study.user_attrs.get(_GRID_QUEUED):
+            for point in settings.points:  # points_to_evaluate: first, once
+                study.enqueue_trial(point, skip_if_exists=True)
             for _ in range(num_samples):
                 for point in grid_points:
                     if point:
@@ -131,7 +147,7 @@ class Study:
             study.tell(trial.number, state=TrialState.FAIL)
             kept = {k: trial.user_attrs[k] for k in (RUN_NAME, CONFIG) if k in trial.user_attrs}
             study.enqueue_trial(trial.params, user_attrs=kept)
-        return cls(study, distributions)
+        return cls(study, {**distributions, **settings.space}, settings.define)
 
     def counted_trials(self) -> int:
         """Trials asked so far that count towards ``num_samples``."""
@@ -148,6 +164,9 @@ class Study:
         """The next trial with its parameters, and the name of the run it trains."""
         with self._lock:
             trial = self._study.ask(self._distributions)
+            if self._define is not None:  # define-by-run: it suggests, it may return constants
+                for path, value in flat(self._define(trial) or {}).items():
+                    trial.suggest_categorical(path, (value,))  # a param: the config has it
             run_name = trial.user_attrs.get(RUN_NAME) or default_run_name.format(trial.number)
             trial.set_user_attr(RUN_NAME, run_name)
         return trial, run_name

@@ -50,8 +50,12 @@ def test_tune_config_bayesopt_search_proposes_with_a_gaussian_process() -> None:
         config = space.config(trial.params)
         study.tell(trial, (config["width"] - 5) ** 2 + config["height"] * 0.1)
     assert len(study.trials) == 6
-    with pytest.raises(ConfigError, match="param_space"):
-        BayesOptSearch(space={"width": (0, 20)})
+    # Ray's BayesOptSearch(space={name: (low, high)}) joins the Tuner's param_space
+    bounded = BayesOptSearch(space={"width": (0, 20)}, points_to_evaluate=[{"width": 5.0}])
+    assert bounded.optuna_space() == {"width": optuna.distributions.FloatDistribution(0.0, 20.0)}
+    assert bounded.points_to_evaluate == [{"width": 5.0}]
+    with pytest.raises(ConfigError, match=r"\(low, high\), low < high"):
+        BayesOptSearch(space={"width": (20, 0)})
 
 
 def _result(history: list[dict[str, float]]) -> Result:

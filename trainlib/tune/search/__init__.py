@@ -10,7 +10,8 @@ other parameters. ``ConcurrencyLimiter`` caps the trials one searcher has runnin
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainlib.errors import ConfigError
@@ -24,28 +25,88 @@ logger = logging.getLogger(__name__)
 @dataclass(frozen=True, kw_only=True)
 class Searcher:
     """Base class: proposes each trial's parameters. ``metric`` and ``mode`` may be given
-    here instead of in ``TuneConfig`` (as Ray allows), not in both."""
+    here instead of in ``TuneConfig`` (as Ray allows), not in both. ``points_to_evaluate``:
+    configs (whole or in part, nested as the config) the first trials take, in order; what a
+    point leaves out is searched."""
 
     seed: int | None = None
     metric: str | None = None
     mode: Literal["min", "max"] | None = None
+    points_to_evaluate: list[dict[str, Any]] | None = None
 
     def optuna_sampler(self) -> optuna.samplers.BaseSampler:
         """The Optuna sampler doing this searcher's job."""
         raise NotImplementedError
 
+    def optuna_space(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        """Parameters this searcher defines itself (besides the Tuner's ``param_space``)."""
+        return {}
 
-@dataclass(frozen=True, kw_only=True)
+    def define_by_run(self) -> Callable[[optuna.Trial], dict[str, Any] | None] | None:
+        """A function that suggests each trial's parameters itself (Optuna's define-by-run)."""
+        return None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.metric, (list, tuple)):
+            raise ConfigError(
+                f"{type(self).__name__}(metric={self.metric!r}): a search here optimises one "
+                "metric; combine them into one reported value (e.g. a weighted sum), or report "
+                "the others and compare them with ResultGrid.get_dataframe()."
+            )
+
+
+@dataclass(frozen=True)
 class OptunaSearch(Searcher):
     """Optuna's sampler (TPE unless ``sampler`` is given), as Ray's ``OptunaSearch``.
 
     Args:
+        space: The parameters to search, as Ray's: a dict of Optuna distributions
+            (``{"lr": optuna.distributions.FloatDistribution(1e-4, 1e-1, log=True)}``), or a
+            define-by-run function that calls ``trial.suggest_*`` and may return a dict of
+            constants; either joins the Tuner's ``param_space``. Keys and suggested names are
+            config paths (``"model/width"`` nests).
         sampler: An Optuna sampler, e.g. ``optuna.samplers.RandomSampler(seed=0)``; ``None``
             is ``TPESampler(seed=seed)``.
         seed: Seed of the default TPE sampler.
+        points_to_evaluate: Configs the first trials take (see ``Searcher``).
+        evaluated_rewards: Ray's results of ``points_to_evaluate`` already run: not taken
+            (give the points to run them).
     """
 
-    sampler: optuna.samplers.BaseSampler | None = None
+    space: dict[str, Any] | Callable[[optuna.Trial], dict[str, Any] | None] | None = None
+    sampler: optuna.samplers.BaseSampler | None = field(default=None, kw_only=True)
+    evaluated_rewards: list[Any] | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.evaluated_rewards is not None:
+            raise ConfigError(
+                "OptunaSearch(evaluated_rewards=...) is not taken: trials here are runs with "
+                "their own directories; give the points as points_to_evaluate to run them."
+            )
+        if isinstance(self.space, dict):
+            import optuna.distributions as dist
+
+            wrong = {
+                k: v for k, v in self.space.items() if not isinstance(v, dist.BaseDistribution)
+            }
+            if wrong:
+                raise ConfigError(
+                    f"OptunaSearch(space=...) holds {wrong!r}: give Optuna distributions "
+                    "(optuna.distributions.FloatDistribution(...)), or tune.uniform(...) and "
+                    "friends in the Tuner's param_space."
+                )
+        elif self.space is not None and not callable(self.space):
+            raise ConfigError(
+                f"OptunaSearch(space={self.space!r}) must be a dict of Optuna distributions or "
+                "a define-by-run function of an optuna.Trial."
+            )
+
+    def optuna_space(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        return dict(self.space) if isinstance(self.space, dict) else {}
+
+    def define_by_run(self) -> Callable[[optuna.Trial], dict[str, Any] | None] | None:
+        return None if isinstance(self.space, dict) else self.space
 
     def optuna_sampler(self) -> optuna.samplers.BaseSampler:
         import optuna
@@ -65,7 +126,7 @@ class BasicVariantGenerator(Searcher):
         return optuna.samplers.RandomSampler(seed=self.seed)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class BayesOptSearch(Searcher):
     """Gaussian-process Bayesian optimisation, as Ray's ``BayesOptSearch``: Optuna's
     ``GPSampler`` (log expected improvement), which also takes integer and categorical
@@ -76,23 +137,26 @@ class BayesOptSearch(Searcher):
         random_search_steps: Random trials before the Gaussian process proposes (Ray's 10).
         utility_kwargs: Ray's acquisition settings (UCB's ``kappa`` ...): GPSampler has its
             own acquisition, so they are noted in the log and not used.
-        space, points_to_evaluate: Not taken: give the space as the Tuner's
-            ``param_space``, and known-good points as ``grid_search`` values.
+        space: Ray's bounds of each parameter, ``{"x": (low, high)}`` (floats); it joins the
+            Tuner's ``param_space``.
+        points_to_evaluate: Configs the first trials take (see ``Searcher``).
     """
 
-    random_state: int = 42
-    random_search_steps: int = 10
-    utility_kwargs: dict[str, Any] | None = None
-    space: Any = None
-    points_to_evaluate: Any = None
+    space: dict[str, tuple[float, float]] | None = None
+    random_state: int = field(default=42, kw_only=True)
+    random_search_steps: int = field(default=10, kw_only=True)
+    utility_kwargs: dict[str, Any] | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
-        if self.space is not None or self.points_to_evaluate is not None:
-            raise ConfigError(
-                "BayesOptSearch(space=..., points_to_evaluate=...) are not taken: give the "
-                "search space as Tuner(param_space=...), and points to try first as "
-                "tune.grid_search values."
-            )
+        super().__post_init__()
+        for name, bounds in (self.space or {}).items():
+            if not (
+                isinstance(bounds, (tuple, list)) and len(bounds) == 2 and bounds[0] < bounds[1]
+            ):
+                raise ConfigError(
+                    f"BayesOptSearch(space={{{name!r}: {bounds!r}}}): each parameter's bounds "
+                    "are (low, high), low < high, as Ray's."
+                )
         if self.random_search_steps < 1:
             raise ConfigError(
                 f"BayesOptSearch(random_search_steps={self.random_search_steps}) must be >= 1."
@@ -103,6 +167,14 @@ class BayesOptSearch(Searcher):
                 "acquisition (log expected improvement); these are not used",
                 self.utility_kwargs,
             )
+
+    def optuna_space(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        import optuna.distributions as dist
+
+        return {
+            name: dist.FloatDistribution(float(low), float(high))
+            for name, (low, high) in (self.space or {}).items()
+        }
 
     def optuna_sampler(self) -> optuna.samplers.BaseSampler:
         import optuna
@@ -129,6 +201,7 @@ class ConcurrencyLimiter(Searcher):
     batch: bool = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not isinstance(self.searcher, Searcher):
             raise ConfigError(
                 f"ConcurrencyLimiter(searcher={self.searcher!r}) must wrap a trainlib.tune "
@@ -143,9 +216,15 @@ class ConcurrencyLimiter(Searcher):
                 "ConcurrencyLimiter(batch=True) is not supported: trials start one by one as "
                 "workers free up; use batch=False."
             )
-        for name in ("metric", "mode", "seed"):  # the wrapped searcher's
+        for name in ("metric", "mode", "seed", "points_to_evaluate"):  # the wrapped searcher's
             if getattr(self, name) is None:
                 object.__setattr__(self, name, getattr(self.searcher, name))
 
     def optuna_sampler(self) -> optuna.samplers.BaseSampler:
         return self.searcher.optuna_sampler()
+
+    def optuna_space(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        return self.searcher.optuna_space()
+
+    def define_by_run(self) -> Callable[[optuna.Trial], dict[str, Any] | None] | None:
+        return self.searcher.define_by_run()

@@ -1,0 +1,123 @@
+"""Ray Tune's "Running Tune experiments with Optuna" by import swap: OptunaSearch with
+points_to_evaluate, a dict of Optuna distributions as its space, and a define-by-run space that
+returns constants (doc/source/tune/examples/optuna_example.ipynb, its sizes cut for 2 CPUs:
+3 steps a trial instead of 100, no sleep; ``import ray`` and ``ray.init`` left out)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.helpers import trainlib_processes
+from tests.trainlib.tune.test_ray_tune_port_integration import run_ported
+from trainlib import ConfigError
+from trainlib.tune.search import ConcurrencyLimiter, OptunaSearch
+
+RAY_OPTUNA_EXAMPLE = """
+from typing import Any, Dict, Optional
+
+import optuna
+from ray import tune
+from ray.tune.search import ConcurrencyLimiter
+from ray.tune.search.optuna import OptunaSearch
+
+
+def evaluate(step, width, height, activation):
+    activation_boost = 10 if activation == "relu" else 0
+    return (0.1 + width * step / 100) ** (-1) + height * 0.1 + activation_boost
+
+
+def objective(config):
+    for step in range(config["steps"]):
+        score = evaluate(step, config["width"], config["height"], config["activation"])
+        tune.report({"iterations": step, "mean_loss": score})
+
+
+search_space = {
+    "steps": 3,
+    "width": tune.uniform(0, 20),
+    "height": tune.uniform(-100, 100),
+    "activation": tune.choice(["relu", "tanh"]),
+}
+
+initial_params = [
+    {"width": 1, "height": 2, "activation": "relu"},
+    {"width": 4, "height": 2, "activation": "relu"},
+]
+searcher = OptunaSearch(points_to_evaluate=initial_params)
+algo = ConcurrencyLimiter(searcher, max_concurrent=2)
+tuner = tune.Tuner(
+    objective,
+    tune_config=tune.TuneConfig(
+        metric="mean_loss", mode="min", search_alg=algo, num_samples=3,
+    ),
+    param_space=search_space,
+)
+results = tuner.fit()
+first = sorted((r.config for r in results), key=lambda c: (c["width"], c["height"]))
+
+
+def define_by_run_func(trial) -> Optional[Dict[str, Any]]:
+    activation = trial.suggest_categorical("activation", ["relu", "tanh"])
+    trial.suggest_float("width", 0, 20)
+    trial.suggest_float("height", -100, 100)
+    if activation == "relu":
+        trial.suggest_float("mult", 1, 2)
+    return {"steps": 3}
+
+
+searcher = OptunaSearch(space=define_by_run_func, metric="mean_loss", mode="min")
+tuner = tune.Tuner(objective, tune_config=tune.TuneConfig(search_alg=searcher, num_samples=3))
+defined = [r.config for r in tuner.fit()]
+
+space = {
+    "width": optuna.distributions.FloatDistribution(0, 20),
+    "height": optuna.distributions.FloatDistribution(-100, 100),
+    "activation": optuna.distributions.CategoricalDistribution(["relu", "tanh"]),
+}
+searcher = OptunaSearch(space, metric="mean_loss", mode="min")
+tuner = tune.Tuner(
+    objective,
+    tune_config=tune.TuneConfig(search_alg=searcher, num_samples=2),
+    param_space={"steps": 3},
+)
+from_dict = [r.config for r in tuner.fit()]
+"""
+
+PRINT_RESULT = """
+import json
+print("RESULT", json.dumps({"first": first, "defined": defined, "from_dict": from_dict}))
+"""
+
+
+def test_ray_optuna_example_runs_with_imports_swapped(tmp_path: Path) -> None:
+    before = {p.pid for p in trainlib_processes()}
+    result = run_ported(tmp_path, RAY_OPTUNA_EXAMPLE, PRINT_RESULT)
+    first = result["first"]
+    assert len(first) == 3
+    # the two points to evaluate, as given, then one the searcher chose
+    assert {"width": 1, "height": 2, "activation": "relu", "steps": 3} in first
+    assert {"width": 4, "height": 2, "activation": "relu", "steps": 3} in first
+    for config in result["defined"]:  # the function's suggestions and its constants
+        assert config["steps"] == 3 and 0 <= config["width"] <= 20
+        assert ("mult" in config) == (config["activation"] == "relu")
+    assert len(result["defined"]) == 3
+    for config in result["from_dict"]:
+        assert set(config) == {"steps", "width", "height", "activation"}
+        assert -100 <= config["height"] <= 100
+    assert {p.pid for p in trainlib_processes()} <= before
+
+
+def test_optuna_search_refuses_what_it_cannot_take() -> None:
+    with pytest.raises(ConfigError, match="give Optuna distributions"):
+        OptunaSearch(space={"x": (0, 1)})
+    with pytest.raises(ConfigError, match="evaluated_rewards"):
+        OptunaSearch(points_to_evaluate=[{"x": 1}], evaluated_rewards=[0.5])
+    with pytest.raises(ConfigError, match="optimises one metric"):
+        OptunaSearch(metric=["loss", "accuracy"], mode=["min", "max"])  # type: ignore[arg-type]
+    wrapped = ConcurrencyLimiter(
+        OptunaSearch(space={"x": optuna.distributions.FloatDistribution(0, 1)}), max_concurrent=1
+    )
+    assert list(wrapped.optuna_space()) == ["x"]
