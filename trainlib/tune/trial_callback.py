@@ -14,9 +14,11 @@ from typing import TYPE_CHECKING, Any
 from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.callbacks import Callback, Report
 from trainlib.config import ScalingConfig
+from trainlib.errors import ConfigError
 from trainlib.result import Result
 from trainlib.tune._study import Study, metric_value
 from trainlib.tune.schedulers.population import Exploit, Population
+from trainlib.tune.schedulers.trial_scheduler import TIME_ATTR
 from trainlib.tune.stopper import Stopper
 
 if TYPE_CHECKING:
@@ -64,6 +66,7 @@ class TrialSetup:
     fail_fast: bool | str = False  # FailureConfig(fail_fast=...)
     population: Population | None = None  # PopulationBasedTraining's view of the trials
     sized_by_config: bool = False  # each trial's config["scaling_config"] says its size
+    time_attr: str = TIME_ATTR  # the scheduler's: the result that counts a trial's progress
 
     def no_result(self) -> Result:
         """The Result of a trial whose run ended before it made one."""
@@ -100,6 +103,7 @@ class TrialCallback(Callback):
         self._trial_id = trial_id
         self._metric = setup.metric
         self._max_t = setup.max_t
+        self._time_attr = setup.time_attr
         self._judge = judge
         self._population = setup.population
         self._events = setup.events
@@ -128,12 +132,13 @@ class TrialCallback(Callback):
             self._events.result(self._trial_id, self.reports[report.index], report.checkpoint)
         if self._judge(self._trial_id, self.reports[report.index]):
             raise Stopped(f"its stopper stopped it after {step} reports")
+        progress = self._progress(self.reports[report.index])
         if self._metric is not None:
             value = metric_value(report.metrics, self._metric)
-            if self._study.report(self._trial, value, step):
+            if self._study.report(self._trial, value, progress):
                 raise Pruned(f"pruned at {self._metric}={value} after {step} reports")
-        if self._max_t is not None and step >= self._max_t:
-            raise Stopped(f"reached max_t={self._max_t}")
+        if self._max_t is not None and progress >= self._max_t:
+            raise Stopped(f"reached max_t={self._max_t} ({self._time_attr})")
         if self._population is not None:
             exploit = self._population.on_result(
                 self._trial_id, self.reports[report.index], report.checkpoint is not None
@@ -143,3 +148,14 @@ class TrialCallback(Callback):
 
     def on_end(self, result: Result) -> None:
         self.result = result
+
+    def _progress(self, result: dict[str, Any]) -> int:
+        """The trial's ``time_attr``, a whole number: the step Optuna's pruner is told."""
+        value = result.get(self._time_attr)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(
+                f"The scheduler's time_attr={self._time_attr!r} is not a number in this "
+                f"result ({sorted(result)}); report it at every step, or give the scheduler "
+                f"time_attr={TIME_ATTR!r}."
+            )
+        return int(value)

@@ -275,6 +275,7 @@ class Tuner:
             filesystem=experiment.filesystem,
             metric=config.metric,
             max_t=config.scheduler.max_t,
+            time_attr=config.scheduler.time_attr,
             max_concurrent=config.concurrency,
             worker_timeout_s=self._trainer.dask_config.worker_timeout_s,
             events=events,

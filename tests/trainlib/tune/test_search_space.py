@@ -87,8 +87,9 @@ def test_schedulers_map_to_optuna_pruners() -> None:
     assert isinstance(tune.MedianStoppingRule().optuna_pruner(), optuna.pruners.MedianPruner)
     assert isinstance(tune.OptunaSearch().optuna_sampler(), optuna.samplers.TPESampler)
     assert isinstance(tune.BasicVariantGenerator().optuna_sampler(), optuna.samplers.RandomSampler)
-    with pytest.raises(ConfigError, match="time_attr='training_iteration'"):
-        tune.ASHAScheduler(time_attr="time_total_s")
+    assert tune.ASHAScheduler(time_attr="time_total_s").time_attr == "time_total_s"  # Ray's
+    with pytest.raises(ConfigError, match="must name an increasing result"):
+        tune.ASHAScheduler(time_attr="")
 
 
 # Ray Tune's "Search Space API" (doc/source/tune/api/search_space.rst), its example config as

@@ -19,6 +19,7 @@ from tests.trainlib.tune.trainables import (
     fail_while_flagged,
     interrupted_once,
     record_and_meet_a_partner,
+    report_epochs,
     report_threads,
     report_tune_context,
     report_until_pruned,
@@ -112,6 +113,35 @@ def test_median_stopping_rule_stops_a_trial_below_the_median(
     ).fit()
     assert grid.trial_states == ["complete", "complete", "pruned"]
     assert len(grid[2].metrics_history) < 10  # of the 100 steps x == 0 would run
+    assert rank_processes() == []
+
+
+def test_scheduler_counts_progress_in_its_time_attr(dask_client: Client, tmp_path: Path) -> None:
+    """Ray's ASHAScheduler(time_attr="epoch", max_t=6): a trial reporting epochs 2, 4, 6 ...
+    ends at epoch 6, its third report; a trial whose results lack the epoch fails saying so.
+    Every trial scores the same, so the pruner, told epochs, keeps each at every rung."""
+    grid = tune.Tuner(
+        report_epochs,
+        param_space={
+            "x": 1.0,
+            "copy": tune.grid_search([0, 1]),
+            "no_epoch": tune.grid_search([False, True]),
+        },
+        tune_config=tune.TuneConfig(
+            metric="score",
+            mode="max",
+            scheduler=tune.ASHAScheduler(time_attr="epoch", max_t=6, grace_period=2),
+        ),
+        run_config=RunConfig(storage_path=str(tmp_path / "runs")),
+        client=dask_client,
+    ).fit()
+    by_config = {(r.config["copy"], r.config["no_epoch"]): r for r in grid}
+    for copy in (0, 1):
+        kept = by_config[(copy, False)]
+        assert kept.error is None
+        assert [m["epoch"] for m in kept.metrics_history] == [2, 4, 6]
+        failed = by_config[(copy, True)]
+        assert "time_attr='epoch' is not a number in this result" in str(failed.error)
     assert rank_processes() == []
 
 

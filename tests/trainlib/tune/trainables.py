@@ -262,3 +262,14 @@ def report_a_curve(config: dict[str, Any]) -> None:
             trainlib.report(
                 {"loss": loss}, checkpoint=trainlib.Checkpoint.from_directory(directory)
             )
+
+
+def report_epochs(config: dict[str, Any]) -> None:
+    """Reports ``score = x`` at epochs 2, 4, ... 20 (``epoch`` missing with ``no_epoch``)."""
+    for epoch in range(2, 21, 2):
+        metrics = (
+            {"score": config["x"]}
+            if config.get("no_epoch")
+            else {"score": config["x"], "epoch": epoch}
+        )
+        trainlib.report(metrics)

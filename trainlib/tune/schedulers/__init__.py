@@ -11,10 +11,11 @@ Ray Tune                          Optuna
 ``PopulationBasedTraining``       none: its own exploit and explore (``pbt``)
 ================================  =========================================
 
-The step a trial reports to Optuna is Ray's ``training_iteration``: the number of
-``report()`` calls so far, 1-based. ``time_attr`` must be ``"training_iteration"`` (PBT's may be
-any increasing result, as Ray's). Like
-Ray, ``max_t`` ends a trial (as complete) once it has made that many reports.
+The step a trial reports to Optuna is its result's ``time_attr``, rounded down to a whole
+number: Ray's default ``training_iteration`` (the number of ``report()`` calls so far,
+1-based), ``time_total_s``, or any increasing result the trial reports (``epoch``); a trial
+whose result lacks it fails, saying so. ``grace_period`` and ``max_t`` count in its units; like
+Ray, ``max_t`` ends a trial (as complete) once its ``time_attr`` reaches it.
 """
 
 from __future__ import annotations

@@ -30,10 +30,10 @@ class TrialScheduler:
             raise ConfigError(f"{type(self).__name__}(max_t={self.max_t}) must be >= 1.")
 
     def _check_time_attr(self) -> None:
-        if self.time_attr != TIME_ATTR:
+        if not isinstance(self.time_attr, str) or not self.time_attr:
             raise ConfigError(
-                f"{type(self).__name__}(time_attr={self.time_attr!r}) is not supported; "
-                f"use time_attr={TIME_ATTR!r} (trials are stepped by their report count)."
+                f"{type(self).__name__}(time_attr={self.time_attr!r}) must name an increasing "
+                f"result, e.g. {TIME_ATTR!r} (the report count) or 'time_total_s'."
             )
 
     def optuna_pruner(self) -> optuna.pruners.BasePruner:
