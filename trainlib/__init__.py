@@ -31,6 +31,7 @@ from trainlib.errors import (
     TrainlibError,
     WorkerGroupError,
 )
+from trainlib.logging_config import LoggingConfig
 from trainlib.preemption import PreemptionInfo
 from trainlib.ray_hints import SyncConfig
 from trainlib.reporting import (
@@ -67,6 +68,7 @@ __all__ = [
     "DatasetError",
     "FailureConfig",
     "GroupInfo",
+    "LoggingConfig",
     "NotEnoughWorkersError",
     "PreemptionInfo",
     "RankError",

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from trainlib import ray_hints
 from trainlib.errors import ConfigError
+from trainlib.logging_config import LoggingConfig
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
@@ -248,6 +249,8 @@ class RunConfig:
         checkpoint_config: Checkpoint retention.
         failure_config: Restarts after failures.
         callbacks: Receive run start, every report, and the end (see ``trainlib.Callback``).
+        logging_config: The level of trainlib's loggers in the driver and the ranks (None:
+            as this process sets them; the ranks' at INFO).
         stop: When a Tuner's trials stop (see ``trainlib.tune.stopper``): a dict of results
             to reach (``{"training_iteration": 10, "mean_accuracy": 0.98}``), a function
             ``(trial_id, result) -> bool`` or a ``tune.Stopper``. A single run ends when its
@@ -263,6 +266,7 @@ class RunConfig:
     checkpoint_config: CheckpointConfig = field(default_factory=CheckpointConfig)
     failure_config: FailureConfig = field(default_factory=FailureConfig)
     callbacks: Sequence[Callback] = ()
+    logging_config: LoggingConfig | None = None
     stop: Any = None  # trainlib.tune.stopper.Stop, checked by the Tuner (this module is below it)
     sync_config: ray_hints.SyncConfig | None = None
     verbose: Any = None

@@ -26,6 +26,7 @@ DOCUMENTED_TRAINLIB = {
     "DatasetError",
     "FailureConfig",
     "GroupInfo",
+    "LoggingConfig",
     "NotEnoughWorkersError",
     "PreemptionInfo",
     "RankError",
@@ -201,7 +202,13 @@ def test_public_api_import_does_not_load_dask() -> None:
 
 
 RAY_TRAIN_V2_PATHS = {
-    "trainlib.v2.api.config": {"CheckpointConfig", "FailureConfig", "RunConfig", "ScalingConfig"},
+    "trainlib.v2.api.config": {
+        "CheckpointConfig",
+        "FailureConfig",
+        "LoggingConfig",
+        "RunConfig",
+        "ScalingConfig",
+    },
     "trainlib.v2.api.context": {"TrainContext"},
     "trainlib.v2.api.data_parallel_trainer": {"DataParallelTrainer"},
     "trainlib.v2.api.callback": {"UserCallback"},

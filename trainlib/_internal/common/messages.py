@@ -57,6 +57,7 @@ class RankSpec:
     setup_payload: bytes | None = None  # ScalingConfig.worker_setup, pickled
     data_cache: dict[str, CachePlan] = field(default_factory=dict)  # DataConfig.cache_shards
     device_index: int = 0  # with use_gpu: the rank's own CUDA device among those it sees
+    log_level: int = logging.INFO  # RunConfig.logging_config: the trainlib logger's level
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from trainlib._internal.driver.run_record import RunCancelled as RunCancelled  #
 from trainlib._internal.driver.run_record import RunRecord
 from trainlib._internal.driver.watchdog import ProgressWatchdog
 from trainlib.callbacks import GroupInfo
+from trainlib.logging_config import LoggingConfig
 from trainlib.result import Result
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ def run_training(plan: RunPlan, client: Client | None = None) -> Result:
     """
     from trainlib._internal.driver.local_mode import LocalPlacement
 
-    with InterruptWatch():
+    with InterruptWatch(), LoggingConfig.of(plan.run_config.logging_config).applied():
         local = plan.scaling.worker_range[1] == 0
         return TrainController(plan, LocalPlacement(plan) if local else None).run(client)
 

@@ -20,6 +20,7 @@ from trainlib._internal.driver.ranks import device_index
 from trainlib.checkpoint import Checkpoint
 from trainlib.config import RunConfig, ScalingConfig
 from trainlib.data_config import DataConfig
+from trainlib.logging_config import LoggingConfig
 from trainlib.torch_config import TorchConfig
 from trainlib.validation import ValidationConfig
 
@@ -159,6 +160,7 @@ def rank_launch(
         setup_payload=attempt.setup_payload,
         data_cache=cache_plans(plan.data_config, plan.datasets, slot.world_rank),
         device_index=device_index(slot),
+        log_level=(plan.run_config.logging_config or LoggingConfig()).level,
     )
     environment = rank_environment(
         world_rank=slot.world_rank,

@@ -44,6 +44,7 @@ from trainlib._internal.rank import backend, fork_server
 from trainlib._internal.rank.process_globals import RANK
 from trainlib._internal.rank.session import Session
 from trainlib.errors import RankFailure
+from trainlib.logging_config import LOGGER
 
 _EXIT_FAILED = 1
 _EXIT_ORPHANED = 70
@@ -69,9 +70,11 @@ def _receive_until_orphaned(connection: Connection, session: Session) -> None:
         os._exit(_EXIT_ORPHANED)
 
 
-def _forward_logs(session: Session) -> None:
+def _forward_logs(session: Session, trainlib_level: int) -> None:
+    """Rank 0's records to the driver: the training function's at INFO and above, trainlib's
+    at its ``LoggingConfig`` level."""
     handler = logging.handlers.QueueHandler(_LogForwarder(session))  # type: ignore[arg-type]
-    handler.setLevel(logging.INFO)
+    handler.setLevel(min(logging.INFO, trainlib_level))
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.INFO)
@@ -93,8 +96,9 @@ def _run(spec: RankSpec, session: Session) -> None:
     # Unpickling imports the user's modules, which may configure logging (Prefect does), so
     # rank 0 starts forwarding its log records only afterwards.
     train_func = cloudpickle.loads(spec.train_func_payload)
+    logging.getLogger(LOGGER).setLevel(spec.log_level)
     if spec.world_rank == 0:
-        _forward_logs(session)
+        _forward_logs(session, spec.log_level)
     if spec.setup_payload is not None:
         cloudpickle.loads(spec.setup_payload)()  # before the group: it may set NCCL's variables
     backend.init_process_group(
