@@ -88,11 +88,14 @@ class TuneConfig:
         for part in (self.search_alg, self.scheduler):
             if part is None or (part.metric is None and part.mode is None):
                 continue
+            if (part.metric, part.mode) == (self.metric, self.mode):
+                continue  # the same in both places, as Ray's examples write it
             if self.metric is not None or self.mode is not None:
                 raise ConfigError(
                     f"TuneConfig(metric={self.metric!r}, mode={self.mode!r}) and "
                     f"{type(part).__name__}(metric={part.metric!r}, mode={part.mode!r}): give "
-                    "them in one place only (TuneConfig, or the searcher or scheduler)."
+                    "the same ones, or in one place only (TuneConfig, or the searcher or "
+                    "scheduler)."
                 )
             object.__setattr__(self, "metric", part.metric)
             object.__setattr__(self, "mode", part.mode)

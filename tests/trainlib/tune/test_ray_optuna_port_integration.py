@@ -1,6 +1,7 @@
 """Ray Tune's "Running Tune experiments with Optuna" by import swap: OptunaSearch with
 points_to_evaluate, a dict of Optuna distributions as its space, and a define-by-run space that
-returns constants (doc/source/tune/examples/optuna_example.ipynb, its sizes cut for 2 CPUs:
+returns constants (doc/source/tune/examples/optuna_example.ipynb), then Ray's HyperOpt
+example with points to evaluate (hyperopt_example.ipynb); sizes cut for 2 CPUs:
 3 steps a trial instead of 100, no sleep; ``import ray`` and ``ray.init`` left out)."""
 
 from __future__ import annotations
@@ -84,11 +85,34 @@ tuner = tune.Tuner(
     param_space={"steps": 3},
 )
 from_dict = [r.config for r in tuner.fit()]
+
+# Ray's HyperOpt example (doc/source/tune/examples/hyperopt_example.ipynb), the same objective
+from ray.tune.search.hyperopt import HyperOptSearch
+
+initial_params = [
+    {"width": 1, "height": 2, "activation": "relu"},
+    {"width": 4, "height": 2, "activation": "tanh"},
+]
+algo = HyperOptSearch(points_to_evaluate=initial_params)
+algo = ConcurrencyLimiter(algo, max_concurrent=4)
+tuner = tune.Tuner(
+    objective,
+    tune_config=tune.TuneConfig(
+        metric="mean_loss",
+        mode="min",
+        search_alg=algo,
+        num_samples=3,
+    ),
+    param_space=search_space,
+)
+hyperopt = [r.config for r in tuner.fit()]
 """
 
 PRINT_RESULT = """
 import json
-print("RESULT", json.dumps({"first": first, "defined": defined, "from_dict": from_dict}))
+print("RESULT", json.dumps(
+    {"first": first, "defined": defined, "from_dict": from_dict, "hyperopt": hyperopt}
+))
 """
 
 
@@ -104,6 +128,10 @@ def test_ray_optuna_example_runs_with_imports_swapped(tmp_path: Path) -> None:
         assert config["steps"] == 3 and 0 <= config["width"] <= 20
         assert ("mult" in config) == (config["activation"] == "relu")
     assert len(result["defined"]) == 3
+    hyperopt = result["hyperopt"]
+    assert {"width": 1, "height": 2, "activation": "relu", "steps": 3} in hyperopt
+    assert {"width": 4, "height": 2, "activation": "tanh", "steps": 3} in hyperopt
+    assert len(hyperopt) == 3
     for config in result["from_dict"]:
         assert set(config) == {"steps", "width", "height", "activation"}
         assert -100 <= config["height"] <= 100

@@ -10,8 +10,11 @@ from fsspec.implementations.local import LocalFileSystem
 
 from trainlib import ConfigError, Result, tune
 from trainlib.tune.flat_space import flatten
+from trainlib.tune.schedulers.hb_bohb import HyperBandForBOHB
 from trainlib.tune.search import BayesOptSearch, ConcurrencyLimiter, OptunaSearch
 from trainlib.tune.search.bayesopt import BayesOptSearch as AtRaysPath
+from trainlib.tune.search.bohb import TuneBOHB
+from trainlib.tune.search.hyperopt import HyperOptSearch
 from trainlib.tune.tune_config import TuneConfig
 
 
@@ -20,10 +23,42 @@ def test_tune_config_takes_metric_and_mode_from_the_searcher_or_the_scheduler() 
     assert (by_searcher.metric, by_searcher.mode) == ("loss", "min")
     by_scheduler = TuneConfig(scheduler=tune.HyperBandScheduler(metric="acc", mode="max"))
     assert (by_scheduler.metric, by_scheduler.mode) == ("acc", "max")
-    with pytest.raises(ConfigError, match="in one place only"):
+    both = TuneConfig(  # the same in both places, as Ray's HyperOpt page writes them
+        metric="loss", mode="min", search_alg=HyperOptSearch(metric="loss", mode="min")
+    )
+    assert (both.metric, both.mode) == ("loss", "min")
+    with pytest.raises(ConfigError, match="the same ones, or in one place only"):
         TuneConfig(
-            metric="loss", mode="min", scheduler=tune.ASHAScheduler(metric="loss", mode="min")
+            metric="loss", mode="min", scheduler=tune.ASHAScheduler(metric="loss", mode="max")
         )
+
+
+def test_hyperopt_and_bohb_are_optunas_tpe_and_hyperband() -> None:
+    """Ray's HyperOptSearch, TuneBOHB and HyperBandForBOHB at Ray's paths: Optuna's TPE with
+    HyperOpt's settings, multivariate TPE and Hyperband; what they cannot take is named."""
+    hyperopt = HyperOptSearch(
+        metric="loss",
+        mode="min",
+        n_initial_points=5,
+        random_state_seed=7,
+        points_to_evaluate=[{"lr": 0.1}],
+    )
+    sampler = hyperopt.optuna_sampler()
+    assert isinstance(sampler, optuna.samplers.TPESampler)
+    assert sampler._n_startup_trials == 5 and sampler._n_ei_candidates == 24
+    assert TuneConfig(search_alg=hyperopt).searcher.points_to_evaluate == [{"lr": 0.1}]
+    bohb = TuneBOHB(metric="loss", mode="min", seed=3).optuna_sampler()
+    assert isinstance(bohb, optuna.samplers.TPESampler) and bohb._multivariate
+    pruner = HyperBandForBOHB(max_t=9, reduction_factor=3).optuna_pruner()
+    assert isinstance(pruner, optuna.pruners.HyperbandPruner)
+    config = TuneConfig(search_alg=TuneBOHB(), scheduler=HyperBandForBOHB(metric="acc", mode="max"))
+    assert (config.metric, config.mode) == ("acc", "max")
+    with pytest.raises(ConfigError, match=r"hp\.\* expressions is not taken"):
+        HyperOptSearch({"lr": object()})
+    with pytest.raises(ConfigError, match="ConfigSpace is not taken"):
+        TuneBOHB(space={"lr": (0, 1)})
+    with pytest.raises(ConfigError, match="ConcurrencyLimiter"):
+        TuneBOHB(max_concurrent=4)
 
 
 def test_tune_config_concurrency_limiter_caps_the_trials_at_once() -> None:

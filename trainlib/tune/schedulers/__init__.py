@@ -6,6 +6,7 @@ Ray Tune                          Optuna
 ``ASHAScheduler`` (the default;   ``SuccessiveHalvingPruner``
 ``AsyncHyperBandScheduler``)
 ``HyperBandScheduler``            ``HyperbandPruner``
+``HyperBandForBOHB``              ``HyperbandPruner`` (with ``TuneBOHB``)
 ``MedianStoppingRule``            ``MedianPruner``
 ``FIFOScheduler``                 ``NopPruner`` (every trial runs to its end)
 ``PopulationBasedTraining``       none: its own exploit and explore (``pbt``)
@@ -35,6 +36,7 @@ __all__ = [
     "ASHAScheduler",
     "AsyncHyperBandScheduler",
     "FIFOScheduler",
+    "HyperBandForBOHB",
     "HyperBandScheduler",
     "MedianStoppingRule",
     "PopulationBasedTraining",
@@ -109,6 +111,14 @@ class HyperBandScheduler(TrialScheduler):
             max_resource=self.max_t or 1,
             reduction_factor=int(self.reduction_factor),
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class HyperBandForBOHB(HyperBandScheduler):
+    """Ray's ``HyperBandForBOHB``: Hyperband (Optuna's pruner) to pair with ``TuneBOHB``.
+    ``stop_last_trials`` is Ray's: trials of the last bracket run to ``max_t`` here too."""
+
+    stop_last_trials: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
