@@ -160,16 +160,33 @@ class Study:
         with self._lock:
             return _ended(self._study, (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
 
-    def ask(self, default_run_name: str) -> tuple[optuna.Trial, str]:
-        """The next trial with its parameters, and the name of the run it trains."""
+    def ask(self, default_run_name: str) -> tuple[optuna.Trial, str, bool]:
+        """The next trial with its parameters, the name of the run it trains, and whether
+        that name is new (else the trial resumes a run)."""
         with self._lock:
             trial = self._study.ask(self._distributions)
             if self._define is not None:  # define-by-run: it suggests, it may return constants
                 for path, value in flat(self._define(trial) or {}).items():
                     trial.suggest_categorical(path, (value,))  # a param: the config has it
-            run_name = trial.user_attrs.get(RUN_NAME) or default_run_name.format(trial.number)
+            named = trial.user_attrs.get(RUN_NAME)
+            run_name = named or default_run_name.format(trial.number)
             trial.set_user_attr(RUN_NAME, run_name)
-        return trial, run_name
+        return trial, run_name, named is None
+
+    def rename(self, trial: optuna.Trial, run_name: str) -> None:
+        """Give a new trial the run name ``run_name`` (``trial_dirname_creator``'s).
+
+        Raises:
+            ConfigError: Another trial of the study has that name.
+        """
+        with self._lock:
+            for other in self._study.get_trials(deepcopy=False):
+                if other.number != trial.number and other.user_attrs.get(RUN_NAME) == run_name:
+                    raise ConfigError(
+                        f"trial_dirname_creator named trials {other.number} and {trial.number} "
+                        f"both {run_name!r}: include trial.trial_id in the name."
+                    )
+            trial.set_user_attr(RUN_NAME, run_name)
 
     def config(self, trial: optuna.Trial | FrozenTrial) -> dict[str, Any] | None:
         """The config PBT last gave the trial (its run resumes with it), if any."""

@@ -132,9 +132,7 @@ class TrialRunner:
         limit = self._setup.max_concurrent
         while remaining - started > 0 and (limit is None or len(self._threads) < limit):
             if self._next is None:
-                trial, run_name = self._study.ask("trial_{:05d}")
-                config = self._study.config(trial) or self._setup.config_of(trial.params, run_name)
-                self._next = (trial, run_name, config)
+                self._next = self._setup.next_trial(self._study)
             trial, run_name, config = self._next
             needs = self._setup.needs(config)
             owner = uuid.uuid4().hex

@@ -51,6 +51,7 @@ class Trial:
     path: str = ""
     local_path: str = ""
     last_result: dict[str, Any] = field(default_factory=dict)
+    trainable_name: str = ""  # Ray's: the trainable's name (a trial name creator may use it)
 
     @property
     def trial_id(self) -> str:

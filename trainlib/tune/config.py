@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from trainlib import ray_hints
 from trainlib.errors import ConfigError
@@ -15,6 +16,9 @@ from trainlib.tune.search import (
     OptunaSearch,
     Searcher,
 )
+
+if TYPE_CHECKING:
+    from trainlib.tune.callback import Trial
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +47,11 @@ class TuneConfig:
             result: then every running trial ends (as complete, with its last result) and no
             new one starts, as ``tune.stopper.TimeoutStopper`` does.
         reuse_actors: Ray's, accepted for ported scripts; no effect here.
+        trial_dirname_creator: Names each new trial's run directory (and the trial) from its
+            ``Trial`` (``trial_id``, ``config``, ``trainable_name``), as Ray's; a non-empty
+            name without '/', different for every trial.
+        trial_name_creator: Ray's trial name: here the same (a trial's name is its directory's);
+            ``trial_dirname_creator`` wins when both are given.
     """
 
     metric: str | None = None
@@ -55,6 +64,13 @@ class TuneConfig:
     seed: int | None = None
     time_budget_s: float | timedelta | None = None
     reuse_actors: bool | None = None  # Ray's; no effect (``trainlib.ray_hints``)
+    trial_name_creator: Callable[[Trial], str] | None = None
+    trial_dirname_creator: Callable[[Trial], str] | None = None
+
+    @property
+    def trial_naming(self) -> Callable[[Trial], str] | None:
+        """What names a new trial: ``trial_dirname_creator``, else ``trial_name_creator``."""
+        return self.trial_dirname_creator or self.trial_name_creator
 
     def __post_init__(self) -> None:
         ray_hints.accept("TuneConfig", "reuse_actors", self.reuse_actors, False)

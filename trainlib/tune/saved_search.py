@@ -20,6 +20,8 @@ from trainlib.tune.config import TuneConfig
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
+    from trainlib.tune._study import Failed
+
 logger = logging.getLogger(__name__)
 
 TUNER_FILE = "tuner.pkl"
@@ -76,3 +78,17 @@ def read(path: str, filesystem: AbstractFileSystem | None = None) -> dict[str, A
         storage_filesystem=given or run_config.storage_filesystem,
     )
     return saved
+
+
+def failed_trials(resume_errored: bool, restart_errored: bool) -> Failed:
+    """What a restored search does with its failed trials (``Tuner.restore``'s flags).
+
+    Raises:
+        ConfigError: Both flags.
+    """
+    if resume_errored and restart_errored:
+        raise ConfigError(
+            "Tuner.restore(resume_errored=True, restart_errored=True): choose one: resume "
+            "failed trials from their checkpoints, or restart them from scratch."
+        )
+    return "resume" if resume_errored else "restart" if restart_errored else "keep"

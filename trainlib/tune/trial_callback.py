@@ -17,6 +17,7 @@ from trainlib.config import ScalingConfig
 from trainlib.errors import ConfigError
 from trainlib.result import Result
 from trainlib.tune._study import Study, metric_value
+from trainlib.tune.callback import Trial
 from trainlib.tune.schedulers.population import Exploit, Population
 from trainlib.tune.schedulers.trial_scheduler import TIME_ATTR
 from trainlib.tune.stopper import Stopper
@@ -67,6 +68,23 @@ class TrialSetup:
     population: Population | None = None  # PopulationBasedTraining's view of the trials
     sized_by_config: bool = False  # each trial's config["scaling_config"] says its size
     time_attr: str = TIME_ATTR  # the scheduler's: the result that counts a trial's progress
+    naming: Callable[[Trial], str] | None = None  # TuneConfig's trial_dirname_creator
+    trainable_name: str = ""  # Ray's Trial.trainable_name: the trainable's name
+
+    def next_trial(self, study: Study) -> tuple[optuna.Trial, str, dict[str, Any]]:
+        """The study's next trial, its run name and its config. A new trial is named by
+        ``naming`` if given (from its config, sampled under its default name; the config is
+        kept, so a resumed trial gets it again)."""
+        trial, run_name, new = study.ask("trial_{:05d}")
+        config = study.config(trial) or self.config_of(trial.params, run_name)
+        if new and self.naming is not None:
+            seen = Trial(
+                trial.number, run_name, config, "running", trainable_name=self.trainable_name
+            )
+            run_name = checked_name(self.naming(seen))
+            study.rename(trial, run_name)
+            study.set_config(trial, config)
+        return trial, run_name, config
 
     def no_result(self) -> Result:
         """The Result of a trial whose run ended before it made one."""
@@ -84,6 +102,20 @@ class TrialSetup:
             use_gpu=self.use_gpu,
             resources_per_worker=self.resources,
         )
+
+
+def checked_name(name: object) -> str:
+    """A run name a trial name creator returned, if it can name a directory.
+
+    Raises:
+        ConfigError: Not a non-empty str without '/', or '.' or '..'.
+    """
+    if not isinstance(name, str) or not name or "/" in name or name in (".", ".."):
+        raise ConfigError(
+            f"trial_dirname_creator (or trial_name_creator) returned {name!r}: it must return "
+            "a non-empty str without '/', not '.' or '..' (it names the trial's directory)."
+        )
+    return name
 
 
 class TrialCallback(Callback):

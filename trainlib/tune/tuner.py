@@ -86,6 +86,7 @@ class Tuner:
         client: Client | None = None,
     ) -> None:
         self._is_function = not isinstance(trainable, TorchTrainer)
+        self._trainable_name = getattr(trainable, "__name__", type(trainable).__name__)
         self._trainer = as_trainer(trainable, param_space or {}, run_config, dask_config, client)
         self._param_space = dict(param_space or {})
         self._sizes: ScalingConfig | None = None  # param_space["scaling_config"] of a trainer
@@ -138,11 +139,7 @@ class Tuner:
         Raises:
             ConfigError: No search at ``path``, or both resume_errored and restart_errored.
         """
-        if resume_errored and restart_errored:
-            raise ConfigError(
-                "Tuner.restore(resume_errored=True, restart_errored=True): choose one: resume "
-                "failed trials from their checkpoints, or restart them from scratch."
-            )
+        failed = saved_search.failed_trials(resume_errored, restart_errored)
         saved = saved_search.read(path, storage_filesystem)
         tuner = cls(
             trainable,
@@ -152,8 +149,7 @@ class Tuner:
             dask_config=dask_config,
             client=client,
         )
-        tuner._failed = "resume" if resume_errored else "restart" if restart_errored else "keep"
-        tuner._resume_unfinished = resume_unfinished
+        tuner._failed, tuner._resume_unfinished = failed, resume_unfinished
         return tuner
 
     @classmethod
@@ -276,6 +272,8 @@ class Tuner:
             metric=config.metric,
             max_t=config.scheduler.max_t,
             time_attr=config.scheduler.time_attr,
+            naming=config.trial_naming,
+            trainable_name=self._trainable_name,
             max_concurrent=config.concurrency,
             worker_timeout_s=self._trainer.dask_config.worker_timeout_s,
             events=events,

@@ -409,11 +409,12 @@ def test_study_a_resumed_trial_gets_the_config_pbt_gave_it(tmp_path: Path) -> No
     )
     distributions = {"lr": optuna.distributions.FloatDistribution(0.01, 0.1)}
     study = Study.open(settings, distributions, [], 1)
-    trial, name = study.ask("trial_{:05d}")
+    trial, name, new = study.ask("trial_{:05d}")
+    assert new
     assert study.config(trial) is None
     study.set_config(trial, {"lr": 0.5, "note": "explored"})
     study.set_config(trial, {"lr": object()})  # not JSON: the last one JSON could hold stays
     reopened = Study.open(settings, distributions, [], 1)  # as the next fit() opens it
-    resumed, same_name = reopened.ask("trial_{:05d}")
-    assert same_name == name and resumed.number != trial.number
+    resumed, same_name, new = reopened.ask("trial_{:05d}")
+    assert same_name == name and resumed.number != trial.number and not new
     assert reopened.config(resumed) == {"lr": 0.5, "note": "explored"}

@@ -145,6 +145,49 @@ def test_scheduler_counts_progress_in_its_time_attr(dask_client: Client, tmp_pat
     assert rank_processes() == []
 
 
+def test_trial_dirname_creator_names_each_trial_and_its_directory(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    """Ray's TuneConfig(trial_dirname_creator=, trial_name_creator=): each new trial's run
+    directory (and name) is what the creator returns for it; a restored search finds them;
+    a creator naming two trials alike stops the search saying so."""
+
+    def named(trial: tune.Trial) -> str:
+        return f"{trial.trainable_name}_x={trial.config['x']}"
+
+    grid = tune.Tuner(
+        count_and_report,
+        param_space={"x": tune.grid_search([1, 2]), "out": str(tmp_path)},
+        tune_config=tune.TuneConfig(metric="score", mode="max", trial_dirname_creator=named),
+        run_config=RunConfig(name="named", storage_path=str(tmp_path / "runs")),
+        client=dask_client,
+    ).fit()
+    names = sorted(Path(r.path).name for r in grid)
+    assert names == ["count_and_report_x=1", "count_and_report_x=2"]
+    assert all((tmp_path / "runs" / "named" / name).is_dir() for name in names)
+    restored = tune.Tuner.restore(str(tmp_path / "runs" / "named"), count_and_report)
+    assert sorted(Path(r.path).name for r in restored.get_results()) == names
+    assert restored.get_results().get_best_result().config["x"] == 2
+
+    with pytest.raises(ConfigError, match="both 'same': include trial.trial_id"):
+        tune.Tuner(
+            count_and_report,
+            param_space={"x": tune.grid_search([1, 2]), "out": str(tmp_path)},
+            tune_config=tune.TuneConfig(trial_name_creator=lambda trial: "same"),
+            run_config=RunConfig(name="alike", storage_path=str(tmp_path / "runs")),
+            client=dask_client,
+        ).fit()
+    with pytest.raises(ConfigError, match="must return a non-empty str without '/'"):
+        tune.Tuner(
+            count_and_report,
+            param_space={"x": 1, "out": str(tmp_path)},
+            tune_config=tune.TuneConfig(trial_name_creator=lambda trial: "a/b"),
+            run_config=RunConfig(name="slash", storage_path=str(tmp_path / "runs")),
+            client=dask_client,
+        ).fit()
+    assert rank_processes() == []
+
+
 class TrialLog(tune.Callback):
     """Records every trial's state as it starts and ends."""
 
