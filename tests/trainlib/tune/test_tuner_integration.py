@@ -169,7 +169,7 @@ def test_trial_dirname_creator_names_each_trial_and_its_directory(
     assert sorted(Path(r.path).name for r in restored.get_results()) == names
     assert restored.get_results().get_best_result().config["x"] == 2
 
-    with pytest.raises(ConfigError, match="both 'same': include trial.trial_id"):
+    with pytest.raises(ConfigError, match=r"both 'same': include trial\.trial_id"):
         tune.Tuner(
             count_and_report,
             param_space={"x": tune.grid_search([1, 2]), "out": str(tmp_path)},
