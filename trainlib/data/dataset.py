@@ -194,10 +194,8 @@ class Dataset:
         return int(sum(self._compute([_blocks.delayed(len)(b) for b in self._blocks])))
 
     def schema(self) -> Schema:
-        first = next(self._iter_blocks(), None)
-        if first is None:
-            return Schema([], [])
-        return Schema([str(c) for c in first.columns], list(first.dtypes))
+        empty = self._empty_frame()
+        return Schema([str(c) for c in empty.columns], list(empty.dtypes))
 
     def columns(self) -> list[str]:
         return self.schema().names
@@ -237,12 +235,13 @@ class Dataset:
         """A Dask DataFrame of the blocks (its schema read from the first block)."""
         import dask.dataframe as dd
 
-        return dd.from_delayed(list(self._blocks), meta=self.schema_frame(), verify_meta=False)
+        return dd.from_delayed(list(self._blocks), meta=self._empty_frame(), verify_meta=False)
 
-    def schema_frame(self) -> pd.DataFrame:
-        first = next(self._iter_blocks(), None)
+    def _empty_frame(self) -> pd.DataFrame:
+        """The first block's columns and types, no rows (an empty frame without blocks)."""
         import pandas as pd
 
+        first = next(self._iter_blocks(), None)
         return first.iloc[:0] if first is not None else pd.DataFrame()
 
     def frame_partitions(self) -> list[Delayed]:

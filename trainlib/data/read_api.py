@@ -102,7 +102,9 @@ def _read(
     for path in [paths] if isinstance(paths, str) else list(paths):
         filesystem, root = fsspec.core.url_to_fs(path)
         if not filesystem.exists(root):
-            raise DatasetError(f"{path!r} does not exist: give a file, a folder or a URL.")
+            raise DatasetError(
+                f"{path!r} does not exist or cannot be reached: give a file, a folder or a URL."
+            )
         if filesystem.isdir(root):
             found = sorted(
                 f
