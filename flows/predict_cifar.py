@@ -6,6 +6,7 @@ from typing import Any
 
 from prefect import flow
 
+from flows.predict_output import check_output
 from flows.redirects import final_url
 from flows.run_policy import run_policy
 from flows.time_limit import time_limit
@@ -27,11 +28,13 @@ def predict_cifar(
 
     A worker's run policy confines ``input``, ``output``, ``mlflow_tracking_uri``, the model
     and its alias (``flows.run_policy``: the pipeline's own models, ``@champion`` and
-    ``@challenger``, unless the operator allows more).
+    ``@challenger``, unless the operator allows more); there ``output`` must be a new file
+    outside the pipeline's own folders (``flows.predict_output``).
 
     Args:
         input: A folder of images, an image or a CIFAR batch file (any fsspec URL).
-        output: Where the predictions go: CSV, or Parquet for ``.parquet``.
+        output: Where the predictions go: CSV, or Parquet for ``.parquet`` (images that
+            could not be read: ``<output without extension>.errors.csv``).
         registered_model_name: The model in MLflow's registry.
         alias: The version's alias.
         mlflow_tracking_uri: MLflow's server; default $MLFLOW_TRACKING_URI.
@@ -46,6 +49,7 @@ def predict_cifar(
             registered_model_name=registered_model_name,
             alias=alias,
         )
+        check_output(output, policy)
         input = final_url("input", input, policy)
         tracking_uri = resolve_tracking_uri(mlflow_tracking_uri)
         summary = predict_task(registered_model_name, alias, input, output, tracking_uri)

@@ -31,6 +31,9 @@ import fsspec
 
 from mlops.outages import ride_out
 
+# The folders the pipeline writes and reads back under a storage path (above): what a run's
+# other outputs may never write into (flows.predict_output)
+KEPT_FOLDERS = frozenset({"raw", "synthetic", "datasets", "runs", "owners", "cache"})
 STORAGE_PATH_VARIABLE = "CIFAR_STORAGE_PATH"  # where a deployment's work pool names the storage
 DEFAULT_STORAGE_PATH = "./cifar-data"
 CACHE_PATH_VARIABLE = "CIFAR_CACHE_PATH"

@@ -112,12 +112,17 @@ def write_predictions(
             table.to_csv(f, index=False)
     errors_uri = None
     if inputs.errors:
-        errors_uri = f"{output_uri.rsplit('.', 1)[0]}.errors.csv"
+        errors_uri = errors_beside(output_uri)
         with fsspec.open(errors_uri, "w") as f:
             pd.DataFrame(inputs.errors, columns=["file", "error"]).to_csv(f, index=False)
     return PredictionSummary(
         output_uri, errors_uri, len(table), len(inputs.errors), model_name, model_version
     )
+
+
+def errors_beside(output_uri: str) -> str:
+    """Where the images that could not be read are listed, beside the predictions."""
+    return f"{posixpath.splitext(output_uri)[0]}.errors.csv"  # a dot in a folder is no extension
 
 
 def predict(
