@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from prefect import task
@@ -147,7 +147,7 @@ def is_infrastructure_failure(task: object, task_run: object, state: State) -> b
     try:
         state.result()
     except WorkerGroupError as error:
-        return error.root_cause.kind in ("worker_lost", "preempted", "exit", "hang")
+        return error.root_cause.kind in ("worker_lost", "preempted", "exit", "hang", "fenced")
     except Exception:
         return False
     return False
@@ -163,5 +163,6 @@ def is_infrastructure_failure(task: object, task_run: object, state: State) -> b
 def train_task(request: TrainRequest) -> TrainedRun:
     """Train, with progress and per-epoch metrics shown as Prefect artifacts and logs, holding
     one of the cluster's training slots."""
-    with pipeline_info_logs(), training_slot(request.dask_config, request.run_name):
+    with pipeline_info_logs(), training_slot(request.dask_config, request.run_name) as fenced:
+        request = replace(request, dask_config=fenced)
         return train(request, callbacks=[PrefectProgressCallback(request.config.epochs)])

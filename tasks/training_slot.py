@@ -3,7 +3,12 @@ host's loopback clusters, by a lock of the host.
 
 The slot is a ``distributed.Semaphore`` on the cluster's scheduler, held by the training's Dask
 client while it trains: it lives as long as the training does, whatever the Prefect API does,
-and lapses about 30 s after its driver dies (``distributed.scheduler.locks.lease-timeout``).
+and lapses ``LEASE_TIMEOUT_S`` after its holder's last refresh (the lease timeout it registers;
+the scheduler keeps the first registration's until it restarts). A holder that stops refreshing
+without leaving (frozen, paused, cut off from the scheduler) is fenced: its training runs with
+``DaskConfig(driver_timeout_s=)`` half the lease, so its ranks stop themselves before the lease
+can lapse and let a queued training in, and the training fails (``fenced``) instead of going on
+without the slot; the train task's retry waits for the slot again and resumes.
 A cluster on loopback (a run's own ``LocalCluster``) shares this host's cores with every other
 one, and a run's own scheduler sees no other run: there the training also holds one of the
 host's slot files (``flock``, released by the kernel when its process ends, however it ends).
@@ -27,13 +32,15 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import dask
 from distributed import Client, Semaphore
 
 from trainlib import DaskConfig
-from trainlib._internal.common.scheduler_rpc import lease, scheduler_address
+from trainlib._internal.common.scheduler_rpc import lease, register_lease, scheduler_address
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +48,7 @@ SLOTS_VARIABLE = "CIFAR_TRAINING_SLOTS"  # the worker's: how many trainings at o
 LOCK_DIR_VARIABLE = "CIFAR_TRAINING_LOCK_DIR"  # the host's slot files; default in the temp dir
 SEMAPHORE = "cifar-training"
 WAIT_LOG_S = 60.0
+LEASE_TIMEOUT_S = 60.0  # the slot lapses this long after its holder's last refresh
 
 
 def training_slots() -> int:
@@ -55,16 +63,20 @@ def training_slots() -> int:
 
 
 @contextmanager
-def training_slot(dask_config: DaskConfig, run_name: str) -> Iterator[None]:
+def training_slot(
+    dask_config: DaskConfig, run_name: str, lease_timeout_s: float = LEASE_TIMEOUT_S
+) -> Iterator[DaskConfig]:
     """Hold one of the cluster's training slots while the block runs; wait for one first
-    (saying so every minute). ``dask_config`` names the running cluster (``attached_to``)."""
+    (saying so every minute). ``dask_config`` names the running cluster (``attached_to``);
+    the block trains with the config it is given: its ranks stop when the holder is silent
+    for half ``lease_timeout_s``."""
     with dask_config.connect() as client, contextlib.ExitStack() as held:
         if on_loopback(scheduler_address(client)):
             held.enter_context(_host_slot(run_name))
-        held.enter_context(_cluster_slot(client, run_name))
+        held.enter_context(_cluster_slot(client, run_name, lease_timeout_s))
         logger.info("Training %s holds the training slot", run_name)
         try:
-            yield
+            yield replace(dask_config, driver_timeout_s=lease_timeout_s / 2)
         finally:
             logger.info("Training %s releases the training slot", run_name)
 
@@ -85,8 +97,10 @@ def on_loopback(address: str) -> bool:
 
 
 @contextmanager
-def _cluster_slot(client: Client, run_name: str) -> Iterator[None]:
-    semaphore = lease(client, Semaphore, SEMAPHORE, training_slots())
+def _cluster_slot(client: Client, run_name: str, lease_timeout_s: float) -> Iterator[None]:
+    with dask.config.set({"distributed.scheduler.locks.lease-timeout": f"{lease_timeout_s}s"}):
+        semaphore = lease(client, Semaphore, SEMAPHORE, training_slots())  # refreshes: 1/5 of it
+        register_lease(client, semaphore)  # with this lease timeout, unless registered before
     started = time.monotonic()
     while not semaphore.acquire(timeout=WAIT_LOG_S):
         _waiting(run_name, "the cluster's training slot", started)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from mlflow.entities import RunStatus
@@ -248,8 +248,8 @@ def tune_task(request: TuneRequest) -> TunedSearch:
                 description="Trials: params, val_accuracy, state",
             )
 
-    with pipeline_info_logs(), training_slot(request.dask_config, request.name):
-        searched = run_search(request, on_table=show)
+    with pipeline_info_logs(), training_slot(request.dask_config, request.name) as fenced:
+        searched = run_search(replace(request, dask_config=fenced), on_table=show)
     best = ", ".join(f"{k}={searched.best_config[k]}" for k in ("model", "lr", "batch_size"))
     create_markdown_artifact(
         key=SUMMARY_KEY,

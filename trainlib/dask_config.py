@@ -35,6 +35,13 @@ class DaskConfig:
             cluster is scaled to ``num_workers``.
         worker_timeout_s: How long to wait for enough workers before raising
             ``NotEnoughWorkersError``.
+        driver_timeout_s: Ranks stop themselves once they have not heard from this process
+            (the driver) for this long: a driver frozen, paused or cut off from the scheduler
+            keeps its ranks' tasks, and anything it holds on the cluster by a lease (a
+            ``distributed.Semaphore``) lapses after that lease's timeout while they train on.
+            Set it below that timeout; the run then fails (``RankFailure.kind`` ``fenced``,
+            never restarted by the same driver) and resumes when run again. None: ranks stop
+            only when the driver's client leaves.
     """
 
     address: str | None = None
@@ -42,6 +49,7 @@ class DaskConfig:
     cluster_kwargs: Mapping[str, Any] = field(default_factory=dict)
     adapt_kwargs: Mapping[str, Any] | None = None
     worker_timeout_s: float = 60.0
+    driver_timeout_s: float | None = None
 
     def connect(
         self, num_workers: int = 1, *, wait: bool = False, warm_ranks: bool = False
@@ -88,6 +96,11 @@ class DaskConfig:
         if self.address and self.cluster_class:
             raise ConfigError(
                 "DaskConfig takes address or cluster_class, not both; drop one of them."
+            )
+        if self.driver_timeout_s is not None and not self.driver_timeout_s >= 2:
+            raise ConfigError(
+                f"DaskConfig(driver_timeout_s={self.driver_timeout_s}) must be 2 s or more "
+                "(the driver beats every quarter of it), or None."
             )
         if self.worker_timeout_s <= 0:
             raise ConfigError(

@@ -123,7 +123,7 @@ class CheckpointError(TrainlibError):
     """A checkpoint cannot be written, found or read."""
 
 
-FailureKind = Literal["exception", "exit", "worker_lost", "preempted", "hang", "stopped"]
+FailureKind = Literal["exception", "exit", "worker_lost", "preempted", "hang", "stopped", "fenced"]
 
 
 @dataclass(frozen=True)
@@ -136,8 +136,9 @@ class RankFailure:
         kind: ``exception`` (the train function raised), ``exit`` (the process died),
             ``worker_lost`` (its Dask worker left), ``preempted`` (its Dask worker retired
             gracefully: see ``FailureConfig.max_preemption_failures``), ``hang`` (no progress within
-            ``FailureConfig.hang_timeout_s``) or ``stopped`` (stopped by trainlib after
-            another rank failed).
+            ``FailureConfig.hang_timeout_s``), ``stopped`` (stopped by trainlib after
+            another rank failed) or ``fenced`` (stopped itself: its driver was silent for
+            ``DaskConfig.driver_timeout_s``; never restarted by the same driver).
         summary: One line: exception type and message, exit code or signal.
         traceback: The formatted traceback, for ``exception`` failures.
         time: Wall-clock time the failure was seen (seconds since the epoch).

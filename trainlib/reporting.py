@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from trainlib._internal.common import wire
 from trainlib._internal.rank.process_globals import current_session
 from trainlib._internal.rank.report_sender import reported_checkpoints, send_report
 from trainlib.checkpoint import Checkpoint
@@ -183,7 +184,11 @@ def _validation(
             "report(validation=...) validates the report's checkpoint, and this report has "
             "none: pass checkpoint= as well, or validation=False."
         )
-    return dict(validation.fn_kwargs) if isinstance(validation, ValidationTaskConfig) else {}
+    if not isinstance(validation, ValidationTaskConfig):
+        return {}
+    where = "report(validation=ValidationTaskConfig(fn_kwargs))"
+    kwargs: dict[str, Any] = wire.plain(validation.fn_kwargs, where=where, strict=True)
+    return kwargs
 
 
 def _mode(value: CheckpointUploadMode | str) -> CheckpointUploadMode:

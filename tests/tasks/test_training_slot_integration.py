@@ -1,12 +1,9 @@
 """The training slot, held by the cluster's Dask scheduler and, for loopback clusters, by the
 host (no Prefect involved): a second training waits for the first, on one cluster or on two
-runs' own LocalClusters, and a driver that dies frees it within the lease timeout."""
+runs' own LocalClusters (its lease: test_training_slot_lease_integration)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -16,15 +13,6 @@ from distributed import Client
 
 from tasks.training_slot import on_loopback, training_slot, training_slots
 from trainlib import DaskConfig
-
-HOLDER = """
-import sys, time
-from tasks.training_slot import training_slot
-from trainlib import DaskConfig
-with training_slot(DaskConfig(address=sys.argv[1]), "killed"):
-    print("holding", flush=True)
-    time.sleep(600)
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -58,31 +46,6 @@ def test_training_slot_a_second_training_waits_for_the_first(dask_client: Client
     second.join()
     assert not overlap.is_set()
     assert time.monotonic() - started >= 1.0  # the second waited for the first's 2 s
-
-
-def test_training_slot_of_a_killed_driver_frees_within_the_lease_timeout(
-    dask_client: Client, tmp_path: Path
-) -> None:
-    script = tmp_path / "holder.py"
-    script.write_text(textwrap.dedent(HOLDER))
-    repo = Path(__file__).resolve().parents[2]
-    holder = subprocess.Popen(
-        [sys.executable, str(script), dask_client.scheduler.address],
-        cwd=repo,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
-        holder.kill()
-        holder.wait()
-        killed = time.monotonic()
-        with training_slot(DaskConfig(address=dask_client.scheduler.address), "next"):
-            freed_after = time.monotonic() - killed
-    finally:
-        holder.kill()
-        holder.wait()
-    assert freed_after < 60.0  # lease-timeout 30 s, validated every 10 s
 
 
 def test_training_slot_count_comes_from_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -186,7 +186,7 @@ def test_ingest_a_column_of_lists_arrives_as_one_tensor(
         run_config=RunConfig(storage_path=str(tmp_path / "runs")),
         client=dask_client,
     ).fit()
-    assert result.metrics == {"shapes": [(3,)], "rows": 8, "intact": True}  # rank 0's half
+    assert result.metrics == {"shapes": [[3]], "rows": 8, "intact": True}  # rank 0's half, as JSON
 
 
 def test_ingest_fewer_rows_than_ranks_fails_before_any_rank_starts(

@@ -74,7 +74,7 @@ def test_local_mode_runs_in_this_process_and_commits_its_checkpoints(tmp_path: P
     result = _fit(tmp_path)
     assert [m["epoch"] for m in result.metrics_history] == [0, 1, 2]
     assert {m["pid"] for m in result.metrics_history} == {os.getpid()}
-    assert result.metrics["world"] == (0, 1)
+    assert result.metrics["world"] == [0, 1]  # a tuple reported: JSON's list
     assert [m["kept"] for m in result.metrics_history] == [0, 1, 2]  # the earlier reports'
     assert result.checkpoint is not None
     with result.checkpoint.as_directory() as directory:

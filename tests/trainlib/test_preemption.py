@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ def _notice_before_and_after(config: dict[str, Any]) -> None:
     assert RANK.session is not None
     RANK.session.deliver(PreemptionNotice(NOTICE))  # as the supervisor relays it
     after = trainlib.get_preemption_info()
-    trainlib.report({"before": before, "after": after})
+    assert after is not None
+    trainlib.report({"before": before, "after": asdict(after)})  # metrics travel as JSON data
 
 
 def test_preemption_notice_reaches_get_preemption_info(tmp_path: Path) -> None:
@@ -37,7 +39,7 @@ def test_preemption_notice_reaches_get_preemption_info(tmp_path: Path) -> None:
         scaling_config=ScalingConfig(num_workers=0),
         run_config=RunConfig(storage_path=str(tmp_path)),
     ).fit()
-    assert result.metrics == {"before": None, "after": NOTICE}
+    assert result.metrics == {"before": None, "after": asdict(NOTICE)}
 
 
 def test_preemption_info_outside_a_training_function_says_where_to_call_it() -> None:

@@ -93,6 +93,7 @@ class RankLaunch:
     # other ranks' devices: NCCL uses a direct link only to a GPU it can see)
     visible_devices: tuple[str, ...] = ()
     device_hold: str | None = None  # with use_gpu: the name it holds its GPU by on its host
+    driver_timeout_s: float | None = None  # DaskConfig's: stop once the driver is silent this long
 
 
 @dataclass(frozen=True)

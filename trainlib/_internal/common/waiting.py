@@ -11,13 +11,14 @@ a Dask queue is read by a thread of its own (``Mailbox``), with ``get()`` never 
 from __future__ import annotations
 
 import contextlib
-import pickle
 import queue
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from distributed import Future, Queue
+
+from trainlib._internal.common import wire
 
 _END = b""  # put on the queue to end the mailbox's thread
 _FLUSH = b"flush"  # put on the queue to learn that everything before it was taken
@@ -74,7 +75,7 @@ class Mailbox:
     def __init__(self, source: Queue, wake: Callable[[], None]) -> None:
         self._source = source
         self._wake = wake
-        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # unpickled messages
+        self._inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()  # decoded messages
         self._error: BaseException | None = None
         self._flushed = threading.Event()
         self._thread = threading.Thread(target=self._receive, name="trainlib-mail", daemon=True)
@@ -86,7 +87,7 @@ class Mailbox:
                 if item == _FLUSH:
                     self._flushed.set()
                     continue
-                self._inbox.put(pickle.loads(item))
+                self._inbox.put(wire.decode(item))
                 self._wake()
         except BaseException as exc:  # the scheduler went away: tell the driver loop
             self._error = exc
@@ -105,7 +106,7 @@ class Mailbox:
         taken = []
         while not self._inbox.empty():
             taken.append(self._inbox.get())
-        if not taken and self._error is not None and not self._thread.is_alive():
+        if not taken and self._error is not None:  # set after every message before it
             raise self._error
         return taken
 

@@ -4,7 +4,9 @@ on), stop the other ranks, and once every rank ended restart or raise, with the 
 budget left, from ``FailureConfig``.
 
 A preemption is counted against ``max_preemption_failures`` while it lasts, then as an
-ordinary failure against ``max_failures`` (``-1``: unlimited, for either).
+ordinary failure against ``max_failures`` (``-1``: unlimited, for either). A fenced attempt
+(the driver was silent past ``DaskConfig.driver_timeout_s``) is never restarted: whatever the
+driver held on the cluster may have lapsed meanwhile.
 """
 
 from __future__ import annotations
@@ -100,17 +102,18 @@ class FailurePolicy:
     def _count(self, failures: dict[int, RankFailure]) -> FailureDecision:
         """Count a failed attempt and decide whether the run restarts."""
         error = self.record(failures)
+        counted = len(self.failures) - self.preemptions
+        if any(f.kind == "fenced" for f in failures.values()):  # what it held may have lapsed
+            return FailureDecision(False, "failure", counted, 0, error)
         if self._allowance is not None:
             restart = self._allowance > 0
             self._allowance = max(self._allowance - 1, 0)
-            counted = len(self.failures) - self.preemptions
             return FailureDecision(restart, "failure", counted, self._allowance, error)
         budget = self._config.max_preemption_failures
         if error.root_cause.kind == "preempted" and (budget == -1 or self.preemptions < budget):
             self.preemptions += 1
             left = None if budget == -1 else budget - self.preemptions
             return FailureDecision(True, "preemption", self.preemptions, left, error)
-        counted = len(self.failures) - self.preemptions
         limit = self._config.max_failures
         left = None if limit == -1 else max(limit - counted, 0)
         restart = limit == -1 or counted <= limit

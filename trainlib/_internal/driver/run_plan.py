@@ -47,6 +47,9 @@ class ClusterOptions(Protocol):
     @property
     def worker_timeout_s(self) -> float: ...
 
+    @property
+    def driver_timeout_s(self) -> float | None: ...
+
 
 class WorkerLease(Protocol):
     """The workers a run may choose its ranks from (a Tuner trial's share of the cluster)."""
@@ -183,6 +186,7 @@ def rank_launch(
         feed=_feed_plan(attempt, slot),
         visible_devices=slot.visible_devices,
         device_hold=slot.device_hold,
+        driver_timeout_s=plan.dask_config.driver_timeout_s,
     )
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from distributed import Client, Event, Future, Queue
 
+from trainlib._internal.common.driver_pulse import PulseSender, fence_summary
 from trainlib._internal.common.messages import (
     DriverMessage,
     RankLaunch,
@@ -47,8 +48,10 @@ class WorkerGroup:
         queue: Queue,
         stop: Event,
         handle: MessageHandler,
+        pulse: PulseSender | None = None,
     ) -> None:
         self._client = client
+        self._pulse = pulse
         self._slots = slots
         self._futures = futures
         self._queue = queue
@@ -81,21 +84,27 @@ class WorkerGroup:
             find_free_port, workers=[rank0.address], allow_other_workers=False, pure=False
         )
         port = result_within(port_future, STOP_TIMEOUT_S, give_up=lambda: True)
+        launches = [build_launch(slot, rank0.host, port) for slot in slots]
+        timeout_s = launches[0].driver_timeout_s
+        pulse = None
+        if timeout_s is not None:
+            pulse = PulseSender(client, f"trainlib-pulse-{token}", timeout_s)
         futures = [
             client.submit(
                 supervise_rank,
-                build_launch(slot, rank0.host, port),
+                launch,
                 queue.name,
                 stop.name,
+                pulse.name if pulse is not None else None,
                 key=f"trainlib-rank-{slot.world_rank}-{token}",
                 workers=[slot.address],
                 allow_other_workers=False,
                 pure=False,
                 resources=resources,
             )
-            for slot in slots
+            for slot, launch in zip(slots, launches, strict=True)
         ]
-        group = cls(client, slots, futures, queue, stop, handle)
+        group = cls(client, slots, futures, queue, stop, handle, pulse)
         try:
             yield group
         finally:
@@ -164,7 +173,17 @@ class WorkerGroup:
         )
 
     def _failures(self) -> dict[int, RankFailure]:
-        return {r: o.failure for r, o in self._outcomes.items() if o.failure is not None}
+        """The ranks' failures; once the driver missed its own pulse (it was frozen: its ranks
+        stopped themselves, or will), every rank that did not end well is taken for fenced."""
+        failures = {r: o.failure for r, o in self._outcomes.items() if o.failure is not None}
+        if self._pulse is None or (lapsed := self._pulse.lapsed()) is None:
+            return failures
+        summary = fence_summary(lapsed, self._pulse.timeout_s)
+        return {
+            s.world_rank: RankFailure(s.world_rank, s.host, "fenced", summary, time=time.time())
+            for s in self._slots
+            if s.world_rank not in self._outcomes or s.world_rank in failures
+        }
 
     def _drain(self) -> None:
         for message in self._mail.take_all():
@@ -245,6 +264,8 @@ class WorkerGroup:
         if len(self._outcomes) < len(self._futures):
             self._stop_all()
         self._client.cancel(self._futures)
+        if self._pulse is not None:
+            self._pulse.close()
         self._mail.close()
         self._queue.close()
         self._stop.clear()

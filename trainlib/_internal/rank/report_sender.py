@@ -13,6 +13,7 @@ import queue
 from collections.abc import Mapping
 from typing import Any
 
+from trainlib._internal.common import wire
 from trainlib._internal.common.messages import CheckpointsQuery, ReportMessage
 from trainlib._internal.rank import uploads
 from trainlib._internal.rank.session import Session
@@ -43,7 +44,7 @@ def send_report(
     index = session.next_index
     session.next_index += 1
     rank = session.spec.world_rank
-    own_metrics = dict(metrics) if rank == 0 else None
+    own_metrics = wire.plain(metrics, where="report(metrics)") if rank == 0 else None
     if checkpoint is None:
         session.uploads.send(ReportMessage(rank, index, own_metrics, None))
         return

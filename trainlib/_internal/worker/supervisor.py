@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import signal
 import subprocess
 import threading
@@ -21,8 +20,9 @@ from typing import Any
 
 from distributed import Event, Queue, get_client, get_worker, secede
 
-from trainlib._internal.common import device_holds
+from trainlib._internal.common import device_holds, wire
 from trainlib._internal.common.devices import pinned_to_own_cores, usable_cores
+from trainlib._internal.common.driver_pulse import PulseWatch, fence_summary
 from trainlib._internal.common.messages import (
     DataRequest,
     DriverMessage,
@@ -53,15 +53,22 @@ class RankOutcome:
     failure: RankFailure | None
 
 
-def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) -> RankOutcome:
+def supervise_rank(
+    launch: RankLaunch, queue_name: str, stop_event_name: str, pulse_name: str | None = None
+) -> RankOutcome:
     """Run one rank to its end, forwarding its messages to the driver's queue.
 
-    Stops the rank when the stop event is set (another rank failed), and sets the event
-    itself when this rank fails, so the others stop without waiting for the driver.
+    Stops the rank when the stop event is set (another rank failed), or when the driver's
+    pulse ``pulse_name`` stayed silent for ``launch.driver_timeout_s`` (``driver_pulse``), and
+    sets the event itself when this rank fails, so the others stop without waiting for the
+    driver.
     """
     secede()  # this task only waits on its rank: the worker's thread is free for data tasks
     worker = get_worker().address
     queue, stop = Queue(queue_name), Event(stop_event_name)
+    pulse = None
+    if pulse_name is not None and launch.driver_timeout_s is not None:
+        pulse = PulseWatch(get_client(), pulse_name, launch.driver_timeout_s)
     environment = rank_pool.process_environment(dict(os.environ))
     rank = rank_pool.take(worker, environment)
     send = _locked(rank.connection.send)
@@ -78,8 +85,10 @@ def supervise_rank(launch: RankLaunch, queue_name: str, stop_event_name: str) ->
                 launch.spec_payload,
             )
         )
-        outcome = _relay(launch, rank.process, rank.connection, queue, stop, feeder)
+        outcome = _relay(launch, rank.process, rank.connection, queue, stop, feeder, pulse)
     finally:
+        if pulse is not None:
+            pulse.close()
         command_relay.unregister(queue_name, worker)
         if feeder is not None:
             feeder.close()
@@ -148,6 +157,7 @@ def _relay(
     queue: Queue,
     stop: Event,
     feeder: Feeder | None,
+    pulse: PulseWatch | None,
 ) -> RankOutcome:
     state = _RankTranscript(feeder)
     next_stop_check = 0.0
@@ -167,6 +177,9 @@ def _relay(
         # _POLL_S must still be stopped (a pruned trial's rank reports at every step).
         if time.monotonic() >= next_stop_check:
             next_stop_check = time.monotonic() + _STOP_CHECK_S
+            if pulse is not None and (silent := pulse.silent_for()) is not None:
+                _kill_session(process, grace_s=_TERMINATE_GRACE_S)
+                return RankOutcome(launch.world_rank, fenced(launch, silent, pulse.timeout_s))
             if stop.is_set() or _task_cancelled():
                 _kill_session(process, grace_s=_TERMINATE_GRACE_S)
                 summary = "stopped after another rank failed"
@@ -193,7 +206,7 @@ class _RankTranscript:
         if message is None or message is _CLOSED:
             return False
         if isinstance(message, DriverMessage):
-            queue.put(pickle.dumps(message))
+            queue.put(wire.encode(message))
         elif isinstance(message, DataRequest) and self._feeder is not None:
             self._feeder.request(message.dataset, message.pass_id)
         elif isinstance(message, RankFailure):
@@ -233,6 +246,11 @@ def _wait(process: ForkedProcess) -> int:
 
 def _failure(launch: RankLaunch, kind: Any, summary: str) -> RankFailure:
     return RankFailure(launch.world_rank, launch.host, kind, summary, time=time.time())
+
+
+def fenced(launch: RankLaunch, silent_s: float, timeout_s: float) -> RankFailure:
+    """The rank stopped because its driver was not heard from for ``silent_s`` seconds."""
+    return _failure(launch, "fenced", fence_summary(silent_s, timeout_s))
 
 
 def exit_failure(launch: RankLaunch, code: int) -> RankFailure:

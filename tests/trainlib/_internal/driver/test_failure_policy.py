@@ -60,6 +60,44 @@ def test_preemptions_use_their_own_budget_then_count_as_failures() -> None:
     assert policy.preemptions == 1
 
 
+KINDS = ("exception", "exit", "worker_lost", "preempted", "hang", "stopped", "fenced")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    attempts=st.lists(
+        st.dictionaries(st.integers(0, 3), st.sampled_from(KINDS), min_size=1, max_size=4),
+        min_size=1,
+        max_size=6,
+    ),
+    max_failures=st.integers(-1, 5),
+    max_preemptions=st.integers(-1, 3),
+    allowance=st.none() | st.integers(0, 5),
+)
+def test_a_fenced_attempt_is_never_restarted_whatever_the_budgets(
+    attempts: list[dict[int, str]],
+    max_failures: int,
+    max_preemptions: int,
+    allowance: int | None,
+) -> None:
+    """Generated runs of failed attempts: an attempt with a fenced rank (the driver was silent
+    past DaskConfig.driver_timeout_s) ends the run; the others decide as before."""
+    config = FailureConfig(max_failures=max_failures, max_preemption_failures=max_preemptions)
+    policy = FailurePolicy(config)
+    if allowance is not None:
+        policy.allow_restarts(allowance)
+    for kinds in attempts:
+        failures = {rank: failure(rank, kind) for rank, kind in kinds.items()}
+        status = GroupStatus(4, frozenset(range(4)), failures, stopped=True)
+        decision = decide(policy, status)
+        if "fenced" in kinds.values():
+            assert not decision.restart
+            assert decision.budget_left == 0
+            return
+        if not decision.restart:
+            return
+
+
 def test_recording_a_failure_with_no_restart_counts_it() -> None:
     policy = FailurePolicy(FailureConfig(max_failures=3))
     error = policy.record({0: failure()})

@@ -7,7 +7,6 @@ same calls: no Dask cluster, no rank process.
 
 from __future__ import annotations
 
-import pickle
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -16,6 +15,7 @@ from typing import Any
 import pytest
 
 from trainlib import RankFailure
+from trainlib._internal.common import wire
 from trainlib._internal.common.messages import (
     Command,
     DriverMessage,
@@ -64,21 +64,21 @@ class Task:
 
 
 class Mail:
-    """The group's ``distributed.Queue``: pickled messages."""
+    """The group's ``distributed.Queue``: messages as JSON text, bytes for the driver's own."""
 
     name = "trainlib-reports-test"
 
     def __init__(self) -> None:
-        self._items: queue.Queue[bytes] = queue.Queue()
+        self._items: queue.Queue[str | bytes] = queue.Queue()
 
-    def get(self) -> bytes:
+    def get(self) -> str | bytes:
         return self._items.get()
 
-    def put(self, item: bytes) -> None:
+    def put(self, item: str | bytes) -> None:
         self._items.put(item)
 
     def say(self, message: DriverMessage) -> None:
-        self.put(pickle.dumps(message))
+        self.put(wire.encode(message))
 
     def close(self) -> None:
         pass
@@ -136,8 +136,25 @@ class Client:
         self.runs.append((function, args, workers))
 
 
+class Pulse:
+    """The driver's pulse sender: ``lapsed`` once the driver missed its beats."""
+
+    timeout_s = 4.0
+
+    def __init__(self) -> None:
+        self.silent_for: float | None = None
+        self.closed = False
+
+    def lapsed(self) -> float | None:
+        return self.silent_for
+
+    def close(self) -> None:
+        self.closed = True
+
+
 class Setup:
     def __init__(self, obey: set[int]) -> None:
+        self.pulse = Pulse()
         self.client = Client()
         self.tasks = [Task(0), Task(1)]
         self.mail = Mail()
@@ -150,6 +167,7 @@ class Setup:
             self.mail,  # type: ignore[arg-type]
             self.stop,  # type: ignore[arg-type]
             self.handled.append,
+            self.pulse,  # type: ignore[arg-type]
         )
 
     def settle(self) -> dict[int, RankFailure]:
@@ -186,6 +204,27 @@ def test_worker_group_relays_every_message_until_every_rank_ends(ranks: Setup) -
         ReportMessage(1, 0, None, None),
     ]
     assert not ranks.stop.was_set
+
+
+def test_a_driver_that_missed_its_pulse_takes_every_rank_not_ended_well_for_fenced(
+    ranks: Setup,
+) -> None:
+    """Frozen past its driver timeout, the driver cannot know what its ranks did meanwhile
+    (they stopped themselves, or will): a rank that finished stays finished, the others are
+    fenced, whatever else they said (a hang, an exit), and the group is stopped."""
+    ranks.tasks[0].end(RankOutcome(0, None))
+    assert ranks.group.poll(0.01).healthy
+    ranks.pulse.silent_for = 9.5
+    status = ranks.group.poll(0.01)
+    assert set(status.failures) == {1}
+    assert status.failures[1].kind == "fenced"
+    assert "not heard from for 10 s (DaskConfig(driver_timeout_s=4))" in status.failures[1].summary
+    assert ranks.group.fail({1: failure(1, "hang")}).failures[1].kind == "fenced"
+    final = ranks.group.stop()
+    assert ranks.stop.was_set and final.stopped
+    assert {r: f.kind for r, f in final.failures.items()} == {1: "fenced"}
+    ranks.group._shut_down()
+    assert ranks.pulse.closed
 
 
 def test_worker_group_failure_stops_the_other_ranks(ranks: Setup) -> None:
