@@ -10,7 +10,7 @@ the driver sets a Dask ``Variable`` to a new count every T/4 s from a thread of 
 its own monotonic clock (``PulseWatch``; a scheduler it cannot reach is silence too). Holding a
 lease whose timeout is longer than T, the driver's ranks are gone before the lease can lapse;
 and a driver that finds it missed its own beats for T s (it was frozen) takes its ranks for
-stopped whatever they said, so it never trains on with a lease it may have lost.
+fenced whatever they said, so it never trains on with a lease it may have lost.
 """
 
 from __future__ import annotations
