@@ -53,7 +53,7 @@ class StudySettings:
 
     name: str
     storage_url: str
-    direction: Literal["minimize", "maximize"]
+    directions: list[Literal["minimize", "maximize"]]  # one per objective
     sampler: optuna.samplers.BaseSampler
     pruner: optuna.pruners.BasePruner
     space: dict[str, Any] = field(default_factory=dict)  # the searcher's own distributions
@@ -68,7 +68,10 @@ class StudySettings:
         return cls(
             name=name,
             storage_url=storage_url,
-            direction="minimize" if config.mode == "min" else "maximize",
+            directions=[
+                "minimize" if mode == "min" else "maximize" for _, mode in config.objectives
+            ]
+            or ["maximize"],
             sampler=config.searcher.optuna_sampler(),
             pruner=config.scheduler.optuna_pruner(),
             space=config.searcher.optuna_space(),
@@ -111,7 +114,7 @@ class Study:
                 storage=settings.storage_url,
                 sampler=settings.sampler,
                 pruner=settings.pruner,
-                direction=settings.direction,
+                directions=settings.directions,
                 load_if_exists=True,
             )
         except ValueError as exc:  # e.g. the same name with the other direction
@@ -213,16 +216,17 @@ class Study:
         self,
         trial: optuna.Trial,
         state: TrialState,
-        value: float | None,
+        values: list[float] | None,
         metrics: dict[str, Any],
         error: BaseException | None = None,
     ) -> None:
-        """Tell Optuna how the trial ended, keeping its last metrics (and error) with it."""
+        """Tell Optuna how the trial ended (a complete one's value of each objective),
+        keeping its last metrics (and error) with it."""
         with self._lock:
             trial.set_user_attr(METRICS, _jsonable(metrics))
             if error is not None:
                 trial.set_user_attr(ERROR, f"{type(error).__name__}: {error}")
-            values = value if state == TrialState.COMPLETE else None
+            values = values if state == TrialState.COMPLETE else None
             self._study.tell(trial, values, state=state)
 
 
@@ -290,6 +294,7 @@ def state_name(state: TrialState) -> Ended:
     return _STATE_NAMES[state]
 
 
-def told_value(metrics: dict[str, Any], metric: str | None) -> float:
-    """What Optuna is told of a complete trial: its metric, or 0 in a search without one."""
-    return 0.0 if metric is None else metric_value(metrics, metric)
+def told_values(metrics: dict[str, Any], objectives: list[str]) -> list[float]:
+    """What Optuna is told of a complete trial: each objective's ``metric_value`` (which
+    raises), or 0 in a search without one."""
+    return [metric_value(metrics, metric) for metric in objectives] or [0.0]

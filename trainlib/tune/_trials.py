@@ -28,7 +28,7 @@ from trainlib._internal.driver.controller import RunCancelled, run_training
 from trainlib._internal.driver.interrupt import InterruptWatch
 from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.errors import CheckpointError, NotEnoughWorkersError
-from trainlib.tune._study import Study, state_name, told_value
+from trainlib.tune._study import Study, state_name, told_values
 from trainlib.tune.callback import Trial
 from trainlib.tune.search_events import SearchEvents
 from trainlib.tune.trial_callback import Exploiting, Pruned, Stopped, TrialCallback, TrialSetup
@@ -266,12 +266,12 @@ class TrialRunner:
         if callback.auto:  # Ray Tune's auto-filled fields, of the trial's last result
             auto = {**callback.auto, "done": error is None or isinstance(error, Pruned)}
             result = replace(result, metrics={**result.metrics, **auto})
-        state, value = TrialState.COMPLETE, None
+        state, values = TrialState.COMPLETE, None
         if isinstance(error, Pruned):
             state, error = TrialState.PRUNED, None
         elif error is None:
             try:
-                value = told_value(result.metrics, self._setup.metric)
+                values = told_values(result.metrics, self._setup.told)
             except ValueError as exc:
                 if self._stopping.is_set() and not callback.auto:
                     state = TrialState.PRUNED  # stopped with the search before any result
@@ -285,7 +285,7 @@ class TrialRunner:
                     self._first_failure = self._first_failure or error
                 self.stop_search(f"trial {run_name} failed (FailureConfig(fail_fast=True))")
         result = replace(result, error=error)
-        self._study.finish(trial, state, value, result.metrics, error)
+        self._study.finish(trial, state, values, result.metrics, error)
         seen.state, seen.result = state_name(state), result
         with self._lock:
             self.outcomes.append(seen)

@@ -104,6 +104,15 @@ class TuneConfig:
         for part in (self.search_alg, self.scheduler):
             if part is None or (part.metric is None and part.mode is None):
                 continue
+            if isinstance(part.metric, (list, tuple)):  # multi-objective: the searcher's own
+                if self.metric is not None or self.mode is not None:
+                    raise ConfigError(
+                        f"TuneConfig(metric={self.metric!r}) with {type(part).__name__}("
+                        f"metric={part.metric!r}): a multi-objective search ranks no trials; "
+                        "leave TuneConfig's metric and mode out and name one in "
+                        "ResultGrid.get_best_result(metric, mode)."
+                    )
+                continue
             if (part.metric, part.mode) == (self.metric, self.mode):
                 continue  # the same in both places, as Ray's examples write it
             if self.metric is not None or self.mode is not None:
@@ -126,12 +135,27 @@ class TuneConfig:
         given = [limit for limit in limits if limit is not None]
         return min(given) if given else None
 
+    @property
+    def objectives(self) -> list[tuple[str, Literal["min", "max"]]]:
+        """What Optuna is told of each complete trial: (metric, mode) pairs, its last value of
+        each; none in a search without a metric."""
+        if self.search_alg is not None and (several := self.search_alg.objectives()):
+            return several
+        return [] if self.metric is None or self.mode is None else [(self.metric, self.mode)]
+
     def _check_without_metric(self) -> None:
         if not isinstance(self.scheduler, FIFOScheduler):
             raise ConfigError(
                 f"TuneConfig(scheduler={type(self.scheduler).__name__}(...)) stops trials on a "
-                "metric: give TuneConfig(metric=..., mode=...)."
+                "metric: give TuneConfig(metric=..., mode=...)"
+                + (
+                    " (a multi-objective search takes FIFOScheduler only)."
+                    if self.objectives
+                    else "."
+                )
             )
+        if self.objectives:
+            return  # a multi-objective searcher learns from its own metrics
         if isinstance(self.search_alg, OptunaSearch):
             raise ConfigError(
                 "TuneConfig(search_alg=OptunaSearch(...)) learns from a metric: give "

@@ -70,6 +70,14 @@ class TrialSetup:
     time_attr: str = TIME_ATTR  # the scheduler's: the result that counts a trial's progress
     naming: Callable[[Trial], str] | None = None  # TuneConfig's trial_dirname_creator
     trainable_name: str = ""  # Ray's Trial.trainable_name: the trainable's name
+    objectives: tuple[str, ...] | None = None  # a multi-objective search's; None: ``metric``
+
+    @property
+    def told(self) -> list[str]:
+        """The metrics whose last values Optuna is told of a complete trial."""
+        if self.objectives is not None:
+            return list(self.objectives)
+        return [] if self.metric is None else [self.metric]
 
     def next_trial(self, study: Study) -> tuple[optuna.Trial, str, dict[str, Any]]:
         """The study's next trial, its run name and its config. A new trial is named by

@@ -270,6 +270,7 @@ class Tuner:
             experiment_dir=experiment.run_dir,
             filesystem=experiment.filesystem,
             metric=config.metric,
+            objectives=tuple(metric for metric, _ in config.objectives),
             max_t=config.scheduler.max_t,
             time_attr=config.scheduler.time_attr,
             naming=config.trial_naming,

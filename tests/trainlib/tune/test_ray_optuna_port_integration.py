@@ -143,9 +143,90 @@ def test_optuna_search_refuses_what_it_cannot_take() -> None:
         OptunaSearch(space={"x": (0, 1)})
     with pytest.raises(ConfigError, match="evaluated_rewards"):
         OptunaSearch(points_to_evaluate=[{"x": 1}], evaluated_rewards=[0.5])
-    with pytest.raises(ConfigError, match="optimises one metric"):
-        OptunaSearch(metric=["loss", "accuracy"], mode=["min", "max"])  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="one mode, 'min' or 'max', for each metric"):
+        OptunaSearch(metric=["loss", "accuracy"], mode=["min"])
     wrapped = ConcurrencyLimiter(
         OptunaSearch(space={"x": optuna.distributions.FloatDistribution(0, 1)}), max_concurrent=1
     )
     assert list(wrapped.optuna_space()) == ["x"]
+
+
+# Ray's "Multi-objective optimization" section of the same page, as written there but for the
+# sizes (3 steps, 4 samples, no sleep).
+RAY_OPTUNA_MULTI_OBJECTIVE = """
+from ray import tune
+from ray.tune.search import ConcurrencyLimiter
+from ray.tune.search.optuna import OptunaSearch
+
+
+def evaluate(step, width, height, activation):
+    activation_boost = 10 if activation == "relu" else 0
+    return (0.1 + width * step / 100) ** (-1) + height * 0.1 + activation_boost
+
+
+def multi_objective(config):
+    # Hyperparameters
+    width, height = config["width"], config["height"]
+
+    for step in range(config["steps"]):
+        # Iterative training function - can be any arbitrary training procedure
+        intermediate_score = evaluate(step, config["width"], config["height"], config["activation"])
+        # Feed the score back back to Tune.
+        tune.report({
+           "iterations": step, "loss": intermediate_score, "gain": intermediate_score * width
+        })
+
+
+search_space = {
+    "steps": 3,
+    "width": tune.uniform(0, 20),
+    "height": tune.uniform(-100, 100),
+    "activation": tune.choice(["relu", "tanh"]),
+}
+searcher = OptunaSearch(metric=["loss", "gain"], mode=["min", "max"])
+algo = ConcurrencyLimiter(searcher, max_concurrent=4)
+
+tuner = tune.Tuner(
+    multi_objective,
+    tune_config=tune.TuneConfig(
+        search_alg=algo,
+        num_samples=4,
+    ),
+    param_space=search_space
+)
+results = tuner.fit();
+
+print("Best hyperparameters for loss found were: ", results.get_best_result("loss", "min").config)
+print("Best hyperparameters for gain found were: ", results.get_best_result("gain", "max").config)
+"""
+
+PRINT_MULTI_OBJECTIVE = """
+import json, os
+print("RESULT", json.dumps({
+    "path": results.experiment_path,
+    "trials": [[r.config, r.metrics["loss"], r.metrics["gain"]] for r in results],
+    "best_loss": results.get_best_result("loss", "min").config,
+    "best_gain": results.get_best_result("gain", "max").config,
+}))
+"""
+
+
+def test_ray_optuna_multi_objective_example_runs_with_imports_swapped(tmp_path: Path) -> None:
+    """Optuna's study has Ray's two directions and holds each trial's last loss and gain; the
+    best by either is the trial with the least loss or the most gain."""
+    before = {p.pid for p in trainlib_processes()}
+    result = run_ported(tmp_path, RAY_OPTUNA_MULTI_OBJECTIVE, PRINT_MULTI_OBJECTIVE)
+    trials = result["trials"]
+    assert len(trials) == 4
+    assert result["best_loss"] == min(trials, key=lambda t: t[1])[0]
+    assert result["best_gain"] == max(trials, key=lambda t: t[2])[0]
+    path = Path(result["path"])
+    study = optuna.load_study(study_name=path.name, storage=f"sqlite:///{path / 'study.db'}")
+    assert study.directions == [
+        optuna.study.StudyDirection.MINIMIZE,
+        optuna.study.StudyDirection.MAXIMIZE,
+    ]
+    told = sorted(tuple(t.values) for t in study.trials if t.state.name == "COMPLETE")
+    assert told == sorted((loss, gain) for _, loss, gain in trials)
+    assert len(study.best_trials) >= 1  # the Pareto front Optuna keeps
+    assert {p.pid for p in trainlib_processes()} <= before

@@ -115,7 +115,7 @@ def search(
         StudySettings(
             name="search",
             storage_url=f"sqlite:///{tmp_path / 'study.db'}",
-            direction="minimize",
+            directions=["minimize"],
             sampler=optuna.samplers.RandomSampler(seed=0),
             pruner=pruner or optuna.pruners.NopPruner(),
         ),
@@ -403,7 +403,7 @@ def test_study_a_resumed_trial_gets_the_config_pbt_gave_it(tmp_path: Path) -> No
     settings = StudySettings(
         name="pbt",
         storage_url=f"sqlite:///{tmp_path / 'study.db'}",
-        direction="maximize",
+        directions=["maximize"],
         sampler=optuna.samplers.RandomSampler(seed=0),
         pruner=optuna.pruners.NopPruner(),
     )

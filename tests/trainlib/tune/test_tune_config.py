@@ -7,8 +7,12 @@ from __future__ import annotations
 import optuna
 import pytest
 from fsspec.implementations.local import LocalFileSystem
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainlib import ConfigError, Result, tune
+from trainlib._internal.common.storage import RunStorage
+from trainlib.tune._study import StudySettings, told_values
 from trainlib.tune.flat_space import flatten
 from trainlib.tune.schedulers.hb_bohb import HyperBandForBOHB
 from trainlib.tune.search import BayesOptSearch, ConcurrencyLimiter, OptunaSearch
@@ -114,3 +118,73 @@ def test_tune_config_result_grid_dataframe_filters_each_trials_best_report() -> 
     assert grid.get_dataframe(filter_metric="loss", filter_mode="max")["loss"].tolist() == [3.0]
     with pytest.raises(ConfigError, match="needs both"):
         grid.get_dataframe(filter_metric="loss")
+
+
+def test_tune_config_multi_objective_optuna_search_as_rays() -> None:
+    """Ray's ``OptunaSearch(metric=[...], mode=[...])``: one study direction per metric, the
+    trials' values of each told, no TuneConfig metric (trials are not ranked)."""
+    searcher = OptunaSearch(metric=["loss", "gain"], mode=["min", "max"])
+    for config in (
+        TuneConfig(search_alg=searcher, num_samples=4),
+        TuneConfig(search_alg=ConcurrencyLimiter(searcher, max_concurrent=2)),
+    ):
+        assert (config.metric, config.mode) == (None, None)
+        assert config.objectives == [("loss", "min"), ("gain", "max")]
+    assert TuneConfig(metric="acc", mode="max").objectives == [("acc", "max")]
+    assert TuneConfig().objectives == []
+
+
+def test_tune_config_multi_objective_study_has_a_direction_per_metric(tmp_path) -> None:
+    experiment = RunStorage.create(str(tmp_path), "search", None)
+    searcher = OptunaSearch(metric=["loss", "gain", "size"], mode=["min", "max", "min"])
+    settings_ = StudySettings.of(TuneConfig(search_alg=searcher), "search", experiment)
+    assert settings_.directions == ["minimize", "maximize", "minimize"]
+    one = StudySettings.of(TuneConfig(metric="acc", mode="min"), "search", experiment)
+    assert one.directions == ["minimize"]
+    assert StudySettings.of(TuneConfig(), "search", experiment).directions == ["maximize"]
+    assert told_values({"loss": 1, "gain": 2.5, "x": "y"}, ["loss", "gain"]) == [1.0, 2.5]
+    assert told_values({}, []) == [0.0]
+    with pytest.raises(ValueError, match="without the metric 'gain'"):
+        told_values({"loss": 1}, ["loss", "gain"])
+
+
+def test_tune_config_multi_objective_refuses_what_ray_would_not_run() -> None:
+    multi = OptunaSearch(metric=["loss", "gain"], mode=["min", "max"])
+    with pytest.raises(ConfigError, match="ranks no trials"):
+        TuneConfig(metric="loss", mode="min", search_alg=multi)
+    with pytest.raises(ConfigError, match="multi-objective search takes FIFOScheduler only"):
+        TuneConfig(search_alg=multi, scheduler=tune.ASHAScheduler())
+    for one_metric in (BayesOptSearch, HyperOptSearch, TuneBOHB):
+        with pytest.raises(ConfigError, match="optimises one metric"):
+            one_metric(metric=["loss", "gain"], mode=["min", "max"])
+    with pytest.raises(ConfigError, match="a list of modes goes with a list of metrics"):
+        OptunaSearch(metric="loss", mode=["min"])  # type: ignore[arg-type]
+
+
+_NAMES = st.sampled_from(["loss", "gain", "acc", "", "a/b"])
+_MODES = st.sampled_from(["min", "max", "minimize", None, "MAX"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    metrics=st.lists(_NAMES, max_size=4) | st.tuples(_NAMES, _NAMES),
+    modes=st.none() | st.lists(_MODES, max_size=4) | st.just("min"),
+)
+def test_tune_config_multi_objective_metrics_and_modes_generated(metrics, modes) -> None:
+    """Every list of metrics with every mode given: taken exactly when the names are distinct
+    and not empty and each has its own 'min' or 'max'; else a ConfigError, never another."""
+    good = (
+        bool(metrics)
+        and all(metrics)
+        and len(set(metrics)) == len(metrics)
+        and isinstance(modes, list)
+        and len(modes) == len(metrics)
+        and all(mode in ("min", "max") for mode in modes)
+    )
+    try:
+        config = TuneConfig(search_alg=OptunaSearch(metric=metrics, mode=modes))
+    except ConfigError:
+        assert not good
+    else:
+        assert good
+        assert config.objectives == list(zip(metrics, modes, strict=True))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from trainlib.errors import ConfigError
 
@@ -22,17 +22,22 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+Mode = Literal["min", "max"]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Searcher:
     """Base class: proposes each trial's parameters. ``metric`` and ``mode`` may be given
-    here instead of in ``TuneConfig`` (as Ray allows), not in both. ``points_to_evaluate``:
-    configs (whole or in part, nested as the config) the first trials take, in order; what a
-    point leaves out is searched."""
+    here instead of in ``TuneConfig`` (as Ray allows), not in both; a list of each is a
+    multi-objective search (``OptunaSearch`` only). ``points_to_evaluate``: configs (whole or
+    in part, nested as the config) the first trials take, in order; what a point leaves out
+    is searched."""
 
     seed: int | None = None
-    metric: str | None = None
-    mode: Literal["min", "max"] | None = None
+    metric: str | list[str] | None = None
+    mode: Mode | list[Mode] | None = None
     points_to_evaluate: list[dict[str, Any]] | None = None
+    multi_objective: ClassVar[bool] = False  # whether a list of metrics is taken
 
     def optuna_sampler(self) -> optuna.samplers.BaseSampler:
         """The Optuna sampler doing this searcher's job."""
@@ -46,13 +51,50 @@ class Searcher:
         """A function that suggests each trial's parameters itself (Optuna's define-by-run)."""
         return None
 
+    def objectives(self) -> list[tuple[str, Mode]] | None:
+        """A multi-objective search's (metric, mode) pairs, in order; None for one metric."""
+        if not isinstance(self.metric, (list, tuple)) or not isinstance(self.mode, (list, tuple)):
+            return None
+        return list(zip(self.metric, self.mode, strict=True))
+
     def __post_init__(self) -> None:
-        if isinstance(self.metric, (list, tuple)):
+        if not isinstance(self.metric, (list, tuple)):
+            if isinstance(self.mode, (list, tuple)):
+                raise ConfigError(
+                    f"{type(self).__name__}(metric={self.metric!r}, mode={self.mode!r}): a "
+                    "list of modes goes with a list of metrics, one mode each."
+                )
+            return
+        if not self.multi_objective:
             raise ConfigError(
-                f"{type(self).__name__}(metric={self.metric!r}): a search here optimises one "
-                "metric; combine them into one reported value (e.g. a weighted sum), or report "
-                "the others and compare them with ResultGrid.get_dataframe()."
+                f"{type(self).__name__}(metric={self.metric!r}): this searcher optimises one "
+                "metric; search several with OptunaSearch(metric=[...], mode=[...]), or "
+                "combine them into one reported value (e.g. a weighted sum)."
             )
+        check_objectives(type(self).__name__, self.metric, self.mode)
+
+
+def check_objectives(owner: str, metrics: list[str] | tuple[str, ...], modes: Any) -> None:
+    """A multi-objective search's metrics and modes, as Ray's ``OptunaSearch`` takes them.
+
+    Raises:
+        ConfigError: Not distinct names, or not one mode ('min' or 'max') for each.
+    """
+    names_ok = bool(metrics) and all(isinstance(m, str) and m for m in metrics)
+    if not names_ok or len(set(metrics)) != len(metrics):
+        raise ConfigError(
+            f"{owner}(metric={list(metrics)!r}): a multi-objective search needs distinct, "
+            "non-empty metric names."
+        )
+    if not (
+        isinstance(modes, (list, tuple))
+        and len(modes) == len(metrics)
+        and all(mode in ("min", "max") for mode in modes)
+    ):
+        raise ConfigError(
+            f"{owner}(metric={list(metrics)!r}, mode={modes!r}): give one mode, 'min' or "
+            "'max', for each metric, as a list in the same order."
+        )
 
 
 @dataclass(frozen=True)
@@ -68,6 +110,11 @@ class OptunaSearch(Searcher):
         sampler: An Optuna sampler, e.g. ``optuna.samplers.RandomSampler(seed=0)``; ``None``
             is ``TPESampler(seed=seed)``.
         seed: Seed of the default TPE sampler.
+        metric: One metric, or a list of them for a multi-objective search (Ray's), with
+            ``mode`` a list of as many 'min'/'max': Optuna's study then has one direction per
+            metric and is told each trial's last value of each; trials are not ranked (no
+            ``TuneConfig`` metric, no early stopping: ``FIFOScheduler``), so name one in
+            ``ResultGrid.get_best_result(metric, mode)``.
         points_to_evaluate: Configs the first trials take (see ``Searcher``).
         evaluated_rewards: Ray's results of ``points_to_evaluate`` already run: not taken
             (give the points to run them).
@@ -76,6 +123,7 @@ class OptunaSearch(Searcher):
     space: dict[str, Any] | Callable[[optuna.Trial], dict[str, Any] | None] | None = None
     sampler: optuna.samplers.BaseSampler | None = field(default=None, kw_only=True)
     evaluated_rewards: list[Any] | None = field(default=None, kw_only=True)
+    multi_objective: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
