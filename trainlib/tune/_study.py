@@ -28,19 +28,18 @@ from optuna.trial import FrozenTrial, TrialState
 
 from trainlib.errors import ConfigError
 from trainlib.tune.logger import flatten as flat
+from trainlib.tune.study_file import sqlite_url
 
 if TYPE_CHECKING:
-    from fsspec import AbstractFileSystem
-
     from trainlib._internal.common.storage import RunStorage
     from trainlib.tune.config import TuneConfig
 
-STUDY_FILE = "study.db"  # the study's SQLite file in the search's directory, by default
 RUN_NAME = "trainlib:run_name"
 METRICS = "trainlib:metrics"
 ERROR = "trainlib:error"
 SUPERSEDED = "trainlib:superseded"
 CONFIG = "trainlib:config"  # a config PBT changed: the trial's from then on
+DEFINED = "trainlib:defined"  # what a define-by-run space gave the config, by path
 _GRID_QUEUED = "trainlib:grid_queued"
 _SUPERSEDED_ENDED = "trainlib:superseded_trials"  # ended trials run again, by number
 Failed = Literal["keep", "resume", "restart"]  # what a restored search does with failed trials
@@ -76,7 +75,7 @@ class StudySettings:
             pruner=config.scheduler.optuna_pruner(),
             space=config.searcher.optuna_space(),
             define=config.searcher.define_by_run(),
-            points=[flat(point) for point in config.searcher.points_to_evaluate or []],
+            points=config.searcher.study_points(),
         )
 
 
@@ -168,9 +167,8 @@ class Study:
         that name is new (else the trial resumes a run)."""
         with self._lock:
             trial = self._study.ask(self._distributions)
-            if self._define is not None:  # define-by-run: it suggests, it may return constants
-                for path, value in flat(self._define(trial) or {}).items():
-                    trial.suggest_categorical(path, (value,))  # a param: the config has it
+            if self._define is not None:  # define-by-run: it suggests, it may return values
+                trial.set_user_attr(DEFINED, flat(self._define(trial) or {}))  # the config's
             named = trial.user_attrs.get(RUN_NAME)
             run_name = named or default_run_name.format(trial.number)
             trial.set_user_attr(RUN_NAME, run_name)
@@ -230,6 +228,11 @@ class Study:
             self._study.tell(trial, values, state=state)
 
 
+def trial_params(trial: optuna.Trial | FrozenTrial) -> dict[str, Any]:
+    """The trial's parameters by config path: Optuna's, and what a define-by-run space gave."""
+    return {**trial.params, **trial.user_attrs.get(DEFINED, {})}
+
+
 def _ended(study: optuna.Study, states: tuple[TrialState, ...]) -> list[FrozenTrial]:
     """The study's trials in ``states`` that no later trial took over (oldest first)."""
     superseded = set(study.user_attrs.get(_SUPERSEDED_ENDED, []))
@@ -263,22 +266,6 @@ def _jsonable(metrics: dict[str, Any]) -> dict[str, Any]:
             continue
         kept[key] = value
     return kept
-
-
-def sqlite_url(filesystem: AbstractFileSystem, directory: str) -> str:
-    """The default study storage: a SQLite file in the search's (local) directory.
-
-    Raises:
-        ConfigError: The directory is not on the local filesystem.
-    """
-    protocol = filesystem.protocol
-    protocols = (protocol,) if isinstance(protocol, str) else tuple(protocol)
-    if "file" not in protocols and "local" not in protocols:
-        raise ConfigError(
-            f"The Optuna study cannot be a sqlite file on {directory} ({protocols[0]}); "
-            "give TuneConfig(study_storage='postgresql://...') or a local storage_path."
-        )
-    return f"sqlite:///{directory}/{STUDY_FILE}"
 
 
 Ended = Literal["complete", "pruned", "failed"]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainlib.errors import ConfigError
-from trainlib.tune.search_space import SEPARATOR, Domain, GridSearch, SampleFrom
+from trainlib.tune.search_space import SEARCHER_PARAM, SEPARATOR, Domain, GridSearch, SampleFrom
 
 if TYPE_CHECKING:
     import optuna.distributions as dist
@@ -48,10 +48,11 @@ class FlatSpace:
 
     def config(self, params: Mapping[str, Any], trial_name: str = "") -> dict[str, Any]:
         """The nested config of the trial ``trial_name``: the values of its sampled
-        ``params``, the constants, then the ``sample_from`` values."""
+        ``params`` (not the searcher's own), the constants, then the ``sample_from`` values."""
         values = {
             path: self.domains[path].value(value) if path in self.domains else value
             for path, value in params.items()
+            if not path.startswith(SEARCHER_PARAM)
         }
         nested: dict[str, Any] = {}
         for path, value in {**self.constants, **values}.items():

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     import optuna.distributions as dist
 
 SEPARATOR = "/"
+SEARCHER_PARAM = "searcher:"  # a parameter of the searcher's own, never part of a config
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from trainlib.callbacks import Callback, Report
 from trainlib.config import ScalingConfig
 from trainlib.errors import ConfigError
 from trainlib.result import Result
-from trainlib.tune._study import Study, metric_value
+from trainlib.tune._study import Study, metric_value, trial_params
 from trainlib.tune.callback import Trial
 from trainlib.tune.schedulers.population import Exploit, Population
 from trainlib.tune.schedulers.trial_scheduler import TIME_ATTR
@@ -84,7 +84,7 @@ class TrialSetup:
         ``naming`` if given (from its config, sampled under its default name; the config is
         kept, so a resumed trial gets it again)."""
         trial, run_name, new = study.ask("trial_{:05d}")
-        config = study.config(trial) or self.config_of(trial.params, run_name)
+        config = study.config(trial) or self.config_of(trial_params(trial), run_name)
         if new and self.naming is not None:
             seen = Trial(
                 trial.number, run_name, config, "running", trainable_name=self.trainable_name

@@ -61,7 +61,7 @@ def restored(
     """The Result of a trial that ended in an earlier ``fit()``: its run directory read back,
     its checkpoints kept as ``checkpoints`` keeps them, its metrics, error and config as its
     study recorded them."""
-    from trainlib.tune._study import CONFIG, ERROR, METRICS, RUN_NAME
+    from trainlib.tune._study import CONFIG, ERROR, METRICS, RUN_NAME, trial_params
 
     filesystem, run_name = experiment.filesystem, trial.user_attrs[RUN_NAME]
     stored = Result.from_path(f"{experiment.run_dir}/{run_name}", filesystem)
@@ -74,5 +74,5 @@ def restored(
         checkpoint=latest.checkpoint if latest else None,
         best_checkpoints=manager.kept,
         error=RuntimeError(error) if error else None,
-        config=trial.user_attrs.get(CONFIG) or config_of(trial.params, run_name),
+        config=trial.user_attrs.get(CONFIG) or config_of(trial_params(trial), run_name),
     )

@@ -230,3 +230,115 @@ def test_ray_optuna_multi_objective_example_runs_with_imports_swapped(tmp_path: 
     assert told == sorted((loss, gain) for _, loss, gain in trials)
     assert len(study.best_trials) >= 1  # the Pareto front Optuna keeps
     assert {p.pid for p in trainlib_processes()} <= before
+
+
+# Ray's hyperopt_conditional_search_space_example.py (python/ray/tune/examples), as written there
+# but for the sizes (3 steps, 4 samples), the label typo kept ("heright"); argparse, ray.init
+# and the __main__ guard left out, with one point to evaluate added (Ray's label-keyed form).
+RAY_HYPEROPT_CONDITIONAL = """
+import time
+
+from hyperopt import hp
+
+from ray import tune
+from ray.tune.schedulers import AsyncHyperBandScheduler
+from ray.tune.search import ConcurrencyLimiter
+from ray.tune.search.hyperopt import HyperOptSearch
+
+
+def f_unpack_dict(dct: dict) -> dict:
+    res = {}
+    for k, v in dct.items():
+        if isinstance(v, dict):
+            res = {**res, **f_unpack_dict(v)}
+        else:
+            res[k] = v
+
+    return res
+
+
+def evaluation_fn(step, width, height, mult=1):
+    return (0.1 + width * step / 100) ** (-1) + height * 0.1 * mult
+
+
+def easy_objective(config_in):
+    # Hyperparameters
+    config = f_unpack_dict(config_in)
+    width, height, mult = config["width"], config["height"], config.get("mult", 1)
+    print(config)
+
+    for step in range(config["steps"]):
+        # Iterative training function - can be any arbitrary training procedure
+        intermediate_score = evaluation_fn(step, width, height, mult)
+        # Feed the score back back to Tune.
+        tune.report({"iterations": step, "mean_loss": intermediate_score})
+        time.sleep(0.1)
+
+
+config_space = {
+    "activation": hp.choice(
+        "activation",
+        [
+            {"activation": "relu", "mult": hp.uniform("mult", 1, 2)},
+            {"activation": "tanh"},
+        ],
+    ),
+    "width": hp.uniform("width", 0, 20),
+    "height": hp.uniform("heright", -100, 100),
+    "steps": 3,
+}
+
+
+def run_hyperopt_tune(config_dict=config_space, smoke_test=False):
+    algo = HyperOptSearch(
+        space=config_dict, metric="mean_loss", mode="min",
+        points_to_evaluate=[{"activation": 1, "width": 5.0, "heright": -50.0}],
+    )
+    algo = ConcurrencyLimiter(algo, max_concurrent=4)
+    scheduler = AsyncHyperBandScheduler()
+    tuner = tune.Tuner(
+        easy_objective,
+        tune_config=tune.TuneConfig(
+            metric="mean_loss",
+            mode="min",
+            search_alg=algo,
+            scheduler=scheduler,
+            num_samples=4 if smoke_test else 100,
+        ),
+    )
+    results = tuner.fit()
+    print("Best hyperparameters found were: ", results.get_best_result().config)
+    return results
+
+
+results = run_hyperopt_tune(smoke_test=True)
+"""
+
+PRINT_CONDITIONAL = """
+import json
+print("RESULT", json.dumps({
+    "configs": [r.config for r in results],
+    "errors": len(results.errors),
+    "best": results.get_best_result().config,
+}))
+"""
+
+
+def test_ray_hyperopt_conditional_space_example_runs_with_imports_swapped(tmp_path: Path) -> None:
+    """HyperOpt's conditional space: each config has the shape HyperOpt gives it (``mult`` only
+    under relu), values in HyperOpt's ranges; the point given by labels runs first as given."""
+    before = {p.pid for p in trainlib_processes()}
+    result = run_ported(tmp_path, RAY_HYPEROPT_CONDITIONAL, PRINT_CONDITIONAL)
+    configs = result["configs"]
+    assert len(configs) == 4 and result["errors"] == 0
+    assert {"activation": {"activation": "tanh"}, "width": 5.0, "height": -50.0, "steps": 3} in (
+        configs
+    )
+    for config in configs:
+        assert set(config) == {"activation", "width", "height", "steps"}
+        activation = config["activation"]
+        assert ("mult" in activation) == (activation["activation"] == "relu")
+        assert 1 <= activation.get("mult", 1) <= 2
+        assert 0 <= config["width"] <= 20 and -100 <= config["height"] <= 100
+    assert result["best"] in configs
+    assert {p.pid for p in trainlib_processes()} <= before

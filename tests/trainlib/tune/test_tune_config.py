@@ -57,7 +57,7 @@ def test_hyperopt_and_bohb_are_optunas_tpe_and_hyperband() -> None:
     assert isinstance(pruner, optuna.pruners.HyperbandPruner)
     config = TuneConfig(search_alg=TuneBOHB(), scheduler=HyperBandForBOHB(metric="acc", mode="max"))
     assert (config.metric, config.mode) == ("acc", "max")
-    with pytest.raises(ConfigError, match=r"hp\.\* expressions is not taken"):
+    with pytest.raises(ConfigError, match=r"takes HyperOpt.s hp\.\* expressions or Optuna"):
         HyperOptSearch({"lr": object()})
     with pytest.raises(ConfigError, match="ConfigSpace is not taken"):
         TuneBOHB(space={"lr": (0, 1)})

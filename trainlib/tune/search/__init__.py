@@ -51,6 +51,12 @@ class Searcher:
         """A function that suggests each trial's parameters itself (Optuna's define-by-run)."""
         return None
 
+    def study_points(self) -> list[dict[str, Any]]:
+        """``points_to_evaluate`` as the study's parameters, queued first: flat config paths."""
+        from trainlib.tune.logger import flatten
+
+        return [flatten(point) for point in self.points_to_evaluate or []]
+
     def objectives(self) -> list[tuple[str, Mode]] | None:
         """A multi-objective search's (metric, mode) pairs, in order; None for one metric."""
         if not isinstance(self.metric, (list, tuple)) or not isinstance(self.mode, (list, tuple)):
@@ -276,3 +282,8 @@ class ConcurrencyLimiter(Searcher):
 
     def define_by_run(self) -> Callable[[optuna.Trial], dict[str, Any] | None] | None:
         return self.searcher.define_by_run()
+
+    def study_points(self) -> list[dict[str, Any]]:
+        if self.points_to_evaluate is self.searcher.points_to_evaluate:
+            return self.searcher.study_points()  # the wrapped searcher's points, its way
+        return super().study_points()

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from trainlib.errors import ConfigError
 from trainlib.tune.search import Searcher
+from trainlib.tune.search.hyperopt_space import is_hyperopt_space, label_point, suggest_config
 
 if TYPE_CHECKING:
     import optuna
@@ -22,8 +25,11 @@ class HyperOptSearch(Searcher):
     candidates a proposal).
 
     Args:
-        space: Not taken as HyperOpt's ``hp.*`` expressions: give the space as the Tuner's
-            ``param_space`` (``tune.uniform``, ...) or a dict of Optuna distributions.
+        space: HyperOpt's own space, as Ray takes it: a dict (nested as the config) of
+            ``hp.*`` expressions and constants, conditional ``hp.choice`` options included,
+            each label searched by Optuna define-by-run (``hyperopt_space``; needs the
+            ``hyperopt`` package, the ``[hyperopt]`` extra); or a dict of Optuna
+            distributions; or None: the Tuner's ``param_space`` (``tune.uniform``, ...).
         n_initial_points: Random trials before TPE proposes (Ray's 20).
         random_state_seed: The seed (``seed`` too).
         gamma: HyperOpt's share of good trials (Ray's 0.25): noted, not used (Optuna 4.9
@@ -41,11 +47,18 @@ class HyperOptSearch(Searcher):
         import optuna.distributions as dist
 
         space = self.space or {}
-        if not all(isinstance(value, dist.BaseDistribution) for value in space.values()):
+        if is_hyperopt_space(space):
+            if any(isinstance(value, dist.BaseDistribution) for value in space.values()):
+                raise ConfigError(
+                    "HyperOptSearch(space=...) mixes hp.* expressions and Optuna distributions: "
+                    "give one kind (hp.uniform(...) for each, or Optuna's for each)."
+                )
+            self.study_points()  # a point naming no label fails here
+        elif not all(isinstance(value, dist.BaseDistribution) for value in space.values()):
             raise ConfigError(
-                "HyperOptSearch(space=...) with HyperOpt's hp.* expressions is not taken: give "
-                "the space as Tuner(param_space={'x': tune.uniform(...)}) or as a dict of "
-                "Optuna distributions."
+                "HyperOptSearch(space=...) takes HyperOpt's hp.* expressions or Optuna "
+                "distributions; give the space that way, or as the Tuner's "
+                "param_space={'x': tune.uniform(...)}."
             )
         if self.n_initial_points < 1 or not 0 < self.gamma < 1:
             raise ConfigError(
@@ -54,7 +67,17 @@ class HyperOptSearch(Searcher):
             )
 
     def optuna_space(self) -> dict[str, optuna.distributions.BaseDistribution]:
-        return dict(self.space or {})
+        return {} if is_hyperopt_space(self.space) else dict(self.space or {})
+
+    def define_by_run(self) -> Callable[[optuna.Trial], dict[str, Any] | None] | None:
+        return partial(suggest_config, self.space or {}) if is_hyperopt_space(self.space) else None
+
+    def study_points(self) -> list[dict[str, Any]]:
+        """With an ``hp.*`` space, each point is keyed by labels, as Ray's (a choice given the
+        value of one of its options)."""
+        if not is_hyperopt_space(self.space):
+            return super().study_points()
+        return [label_point(self.space or {}, point) for point in self.points_to_evaluate or []]
 
     def optuna_sampler(self) -> optuna.samplers.BaseSampler:
         import optuna
