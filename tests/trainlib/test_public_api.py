@@ -61,12 +61,15 @@ DOCUMENTED_TRAINLIB = {
 DOCUMENTED_COLLECTIVE = {"barrier", "broadcast_from_rank_zero"}
 DOCUMENTED_DATA = {
     "ActorPoolStrategy",
+    "AggregateFn",
     "DataConfig",
     "DataIterator",
     "Dataset",
     "ExecutionOptions",
     "ExecutionResources",
+    "GroupedData",
     "Schema",
+    "from_arrow",
     "from_dask",
     "from_items",
     "from_numpy",
@@ -74,10 +77,13 @@ DOCUMENTED_DATA = {
     "from_torch",
     "get_dataset_shard",
     "range",
+    "read_binary_files",
     "read_csv",
     "read_images",
     "read_json",
+    "read_numpy",
     "read_parquet",
+    "read_text",
 }
 DOCUMENTED_AIR = {
     "Checkpoint",

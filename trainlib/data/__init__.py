@@ -9,20 +9,26 @@ yields this rank's batches. Partitions are computed by Dask tasks on the cluster
 rank that reads them where possible, and reach the rank while it trains.
 """
 
+from trainlib.data.aggregate import AggregateFn
 from trainlib.data.compute import ActorPoolStrategy
 from trainlib.data.dataset import Dataset
+from trainlib.data.grouped_data import GroupedData
 from trainlib.data.iterator import DataIterator
 from trainlib.data.read_api import (
+    from_arrow,
     from_dask,
     from_items,
     from_numpy,
     from_pandas,
     from_torch,
     range,
+    read_binary_files,
     read_csv,
     read_images,
     read_json,
+    read_numpy,
     read_parquet,
+    read_text,
 )
 from trainlib.data.schema import Schema
 from trainlib.data.shard import get_dataset_shard
@@ -31,12 +37,15 @@ from trainlib.execution_options import ExecutionOptions, ExecutionResources
 
 __all__ = [
     "ActorPoolStrategy",
+    "AggregateFn",
     "DataConfig",
     "DataIterator",
     "Dataset",
     "ExecutionOptions",
     "ExecutionResources",
+    "GroupedData",
     "Schema",
+    "from_arrow",
     "from_dask",
     "from_items",
     "from_numpy",
@@ -44,8 +53,11 @@ __all__ = [
     "from_torch",
     "get_dataset_shard",
     "range",
+    "read_binary_files",
     "read_csv",
     "read_images",
     "read_json",
+    "read_numpy",
     "read_parquet",
+    "read_text",
 ]

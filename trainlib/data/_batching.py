@@ -17,7 +17,9 @@ class RowBuffer:
         self.size = 0
 
     def append(self, block: Block) -> None:
-        rows = len(next(iter(block.values()))) if block else 0
+        if not block:  # no columns (a part of map_groups without groups): no rows
+            return
+        rows = len(next(iter(block.values())))
         if not self._columns:
             self._columns = {
                 k: np.empty((max(rows, 1) * 2, *v.shape[1:]), v.dtype) for k, v in block.items()

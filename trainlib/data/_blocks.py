@@ -119,6 +119,37 @@ def tensor(column: str, values: np.ndarray, dtype: Any, device: str) -> torch.Te
         ) from None
 
 
+def tensors(
+    batch: Mapping[str, np.ndarray],
+    dtypes: torch.dtype | Mapping[str, torch.dtype] | None,
+    device: str,
+) -> dict[str, torch.Tensor]:
+    """A batch's columns as tensors of ``dtypes`` (one for all, or by column) on ``device``."""
+    return {
+        k: tensor(k, v, dtypes.get(k) if isinstance(dtypes, Mapping) else dtypes, device)
+        for k, v in batch.items()
+    }
+
+
+def first_rows(blocks: Iterator[pd.DataFrame], limit: int | None) -> pd.DataFrame:
+    """The blocks' rows as one DataFrame (empty blocks skipped); the first ``limit`` only
+    (blocks read until there are) when given."""
+    import pandas as pd
+
+    parts, total, empty = [], 0, None
+    for block in blocks:
+        if not len(block):  # no rows: no say in the columns (a group-less part has none)
+            empty = block if empty is None else empty
+            continue
+        parts.append(block)
+        total += len(block)
+        if limit is not None and total >= limit:
+            break
+    whole = pd.concat(parts, ignore_index=True) if parts else empty
+    whole = pd.DataFrame() if whole is None else whole
+    return whole if limit is None else whole.iloc[:limit]
+
+
 def delayed(value: Any) -> Any:
     """``value`` (a function or a block) as a Dask delayed, a new task each call."""
     from dask.delayed import delayed as dask_delayed

@@ -2,15 +2,13 @@
 
 Each block is a pandas DataFrame (a tensor column holds one array per row) made by a
 ``dask.delayed`` task; transforms add a task per block and run nothing until the data is
-consumed (``take``, ``iter_batches``, ``count``, ...) or trained on:
-``TorchTrainer(datasets={"train": ds})`` streams its blocks into the ranks as it does a Dask
-DataFrame. Consuming runs the tasks on the Dask client of this process if there is one, else
-on Dask's local threads. What differs from Ray: ``concurrency``, ``compute`` and a task's CPU
-and GPU counts are accepted and do not bound anything (Dask runs a task per block on the
-cluster's threads); a callable class is constructed once per process that runs its tasks;
-``limit``, ``split(equal=True)`` and ``train_test_split`` read the rows they need when called;
-``random_shuffle``, ``repartition`` and ``sort`` bring every row into one task (a dataset that
-fits one worker's memory).
+consumed (``take``, ``iter_batches``, ...) or trained on (``TorchTrainer(datasets=)`` streams
+the blocks into the ranks), on this process's Dask client if any, else Dask's local threads.
+Unlike Ray: ``concurrency``, ``compute`` and a task's CPU and GPU counts are accepted and bound
+nothing; a callable class is constructed once per process; ``limit``, ``split(equal=True)``
+and ``train_test_split`` read the rows they need when called; ``random_shuffle``,
+``repartition``, ``sort`` and ``groupby().map_groups`` bring every row into one task (a
+dataset that fits one worker's memory).
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trainlib.data import _blocks
+from trainlib.data.grouped_data import GroupedData
 from trainlib.data.schema import Schema
 
 if TYPE_CHECKING:
@@ -29,6 +28,8 @@ if TYPE_CHECKING:
     import torch
     from dask.dataframe import DataFrame as DaskFrame
     from dask.delayed import Delayed
+
+    from trainlib.data.aggregate import AggregateFn
 
 
 class Dataset:
@@ -146,7 +147,7 @@ class Dataset:
         import pandas as pd
 
         fmt, pending = _blocks.check_format(batch_format), pd.DataFrame()
-        for block in self._iter_blocks():
+        for block in filter(len, self._iter_blocks()):  # an empty block has no say
             pending = pd.concat([pending, block], ignore_index=True) if len(pending) else block
             size = batch_size or len(pending)
             while size and len(pending) >= size:
@@ -167,15 +168,7 @@ class Dataset:
     ) -> Iterator[Any]:
         """Batches as dicts of tensors (of ``dtypes``, on ``device``), or ``collate_fn``'s."""
         for batch in self.iter_batches(batch_size=batch_size, drop_last=drop_last):
-            if collate_fn is not None:
-                yield collate_fn(batch)
-                continue
-            yield {
-                k: _blocks.tensor(
-                    k, v, dtypes.get(k) if isinstance(dtypes, Mapping) else dtypes, device
-                )
-                for k, v in batch.items()
-            }
+            yield collate_fn(batch) if collate_fn else _blocks.tensors(batch, dtypes, device)
 
     def take(self, limit: int = 20) -> list[dict[str, Any]]:
         return list(_blocks.rows(self.to_pandas(limit=limit)))
@@ -218,18 +211,21 @@ class Dataset:
     def mean(self, on: str) -> Any:
         return _blocks.plain(self.to_pandas()[on].mean())
 
+    def std(self, on: str, ddof: int = 1) -> Any:
+        return _blocks.plain(self.to_pandas()[on].std(ddof=ddof))
+
+    def groupby(self, key: str | list[str]) -> GroupedData[Dataset]:
+        """The rows grouped by ``key`` (Ray's ``GroupedData``: aggregations, ``map_groups``)."""
+        return GroupedData(self, key)
+
+    def aggregate(self, *aggs: AggregateFn) -> dict[str, Any]:
+        """Each aggregation (``trainlib.data.aggregate``) over every row, by its name."""
+        rows = self.to_pandas()
+        return {a.name: _blocks.plain(a.of(rows[a.on] if a.on else rows)) for a in aggs}
+
     def to_pandas(self, limit: int | None = None) -> pd.DataFrame:
         """The rows as one DataFrame (the first ``limit``: blocks read until there are)."""
-        import pandas as pd
-
-        parts, total = [], 0
-        for block in self._iter_blocks():
-            parts.append(block)
-            total += len(block)
-            if limit is not None and total >= limit:
-                break
-        whole = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
-        return whole if limit is None else whole.iloc[:limit]
+        return _blocks.first_rows(self._iter_blocks(), limit)
 
     def to_dask(self) -> DaskFrame:
         """A Dask DataFrame of the blocks (its schema read from the first block)."""

@@ -73,6 +73,43 @@ def read_json(paths: str | list[str], *, lines: bool = True, **read_args: Any) -
     return _read(paths, ("json", "jsonl"), _json, {"lines": lines, **read_args})
 
 
+def read_text(
+    paths: str | list[str],
+    *,
+    encoding: str = "utf-8",
+    drop_empty_lines: bool = True,
+    include_paths: bool = False,
+    file_extensions: Sequence[str] | None = None,
+    **hints: Any,
+) -> Dataset:
+    """A row per line of each text file, ``{"text": line}`` (and ``"path"``), empty lines
+    dropped unless ``drop_empty_lines=False``; a block per file."""
+    options = {"encoding": encoding, "drop": drop_empty_lines, "include_paths": include_paths}
+    return _read(paths, tuple(file_extensions or ()), _text, options)
+
+
+def read_binary_files(
+    paths: str | list[str],
+    *,
+    include_paths: bool = False,
+    file_extensions: Sequence[str] | None = None,
+    **hints: Any,
+) -> Dataset:
+    """A row per file, ``{"bytes": its contents}`` (and ``"path"`` with ``include_paths``)."""
+    options = {"include_paths": include_paths}
+    return _read(paths, tuple(file_extensions or ()), _binary, options, per_file=False)
+
+
+def read_numpy(paths: str | list[str], **hints: Any) -> Dataset:
+    """A row per entry of each ``.npy`` file's first axis, as ``{"data": entry}``."""
+    return _read(paths, ("npy",), _numpy, {})
+
+
+def from_arrow(tables: Any) -> Dataset:
+    """A block per pyarrow ``Table`` (one or a list)."""
+    return from_pandas([t.to_pandas() for t in (tables if isinstance(tables, list) else [tables])])
+
+
 def read_images(
     paths: str | list[str],
     *,
@@ -163,6 +200,28 @@ def _json(filesystem: Any, path: str, options: dict[str, Any]) -> pd.DataFrame:
 
     with filesystem.open(path, "rb") as f:
         return pd.read_json(f, **options)
+
+
+def _text(filesystem: Any, path: str, options: dict[str, Any]) -> pd.DataFrame:
+    with filesystem.open(path, "rb") as f:
+        lines = f.read().decode(options["encoding"]).splitlines()
+    rows = [{"text": line} for line in lines if line or not options["drop"]]
+    if options["include_paths"]:
+        rows = [{**row, "path": path} for row in rows]
+    return _blocks.frame(rows) if rows else _blocks.frame({"text": np.array([], dtype=object)})
+
+
+def _binary(files: list[tuple[Any, str]], options: dict[str, Any]) -> pd.DataFrame:
+    rows = []
+    for filesystem, path in files:
+        row: dict[str, Any] = {"bytes": filesystem.cat_file(path)}
+        rows.append({**row, "path": path} if options["include_paths"] else row)
+    return _blocks.frame(rows)
+
+
+def _numpy(filesystem: Any, path: str, options: dict[str, Any]) -> pd.DataFrame:
+    with filesystem.open(path, "rb") as f:
+        return _blocks.frame({"data": np.load(f, allow_pickle=False)})
 
 
 def _images(files: list[tuple[Any, str]], options: dict[str, Any]) -> pd.DataFrame:
