@@ -21,6 +21,8 @@ from trainlib.result import Result
 if TYPE_CHECKING:
     from distributed import Client
 
+    from trainlib.errors import WorkerGroupError
+
 
 @dataclass(frozen=True)
 class Report:
@@ -124,6 +126,10 @@ class Callback:
 
     def on_report(self, report: Report) -> None:
         """Called for each report, in order, after its checkpoint is committed."""
+
+    def on_failure(self, error: WorkerGroupError, restarting: bool) -> None:
+        """Called after each attempt that ranks failed, before its group ends: its failures
+        (``error.worker_failures``) and whether the run restarts (else it raises ``error``)."""
 
     def on_end(self, result: Result) -> None:
         """Called once at the end, also after a failure; ``result.error`` is then set."""

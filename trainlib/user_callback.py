@@ -7,9 +7,9 @@ process that called ``fit()`` (Ray's controller). What differs:
 
 - ``metrics`` is a list of one dict, rank 0's: trainlib keeps rank 0's metrics only (Ray's
   list has one per worker; ``metrics[0]`` is the same in both).
-- ``after_exception`` is called once, when the run fails with ``WorkerGroupError`` (its
-  ``worker_failures``), not after each failed attempt that a restart then recovers;
-  ``on_group_end`` sees every attempt.
+- ``after_exception`` is called after each attempt that ranks failed, as Ray's (once per
+  failed attempt: a restart that recovers still told it), with that attempt's
+  ``WorkerGroupError.worker_failures``.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ class UserCallback(Callback):
     """Base class of Ray Train v2 callbacks; both methods do nothing unless overridden."""
 
     _run_context: TrainRunContext | None = None
+    _told: WorkerGroupError | None = None  # the last failure after_exception heard
 
     def after_report(
         self,
@@ -61,8 +62,8 @@ class UserCallback(Callback):
     def after_exception(
         self, run_context: TrainRunContext, worker_exceptions: dict[int, Exception]
     ) -> None:
-        """Called when the run fails because ranks failed: each failed rank's error (a
-        ``trainlib.RankError``) by world rank."""
+        """Called after each attempt that ranks failed (restarted or not): each failed rank's
+        error (a ``trainlib.RankError``) by world rank."""
 
     def on_start(self, run: RunInfo) -> None:
         self._run_context = TrainRunContext(run.name, run.path, run.world_size)
@@ -70,10 +71,14 @@ class UserCallback(Callback):
     def on_report(self, report: Report) -> None:
         self.after_report(self._context(), [dict(report.metrics)], report.checkpoint)
 
+    def on_failure(self, error: WorkerGroupError, restarting: bool) -> None:
+        self._told = error
+        self.after_exception(self._context(), dict(error.worker_failures))
+
     def on_end(self, result: Result) -> None:
-        if isinstance(result.error, WorkerGroupError):
-            failures: dict[int, Exception] = dict(result.error.worker_failures)
-            self.after_exception(self._context(result), failures)
+        error = result.error
+        if isinstance(error, WorkerGroupError) and error is not self._told:  # not an attempt's
+            self.after_exception(self._context(result), dict(error.worker_failures))
 
     def _context(self, result: Result | None = None) -> TrainRunContext:
         if self._run_context is None:  # no group formed yet: what the result knows

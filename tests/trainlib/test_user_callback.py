@@ -42,8 +42,11 @@ class RecordingCallback(UserCallback):
 
 
 def _train(config: dict[str, Any]) -> None:
+    once = Path(config["fail_once"]) if "fail_once" in config else None
     for epoch in range(config["epochs"]):
-        if epoch == config.get("fail_at"):
+        if epoch == config.get("fail_at") and (once is None or not once.exists()):
+            if once is not None:
+                once.touch()  # the restart passes here
             raise ValueError(f"the loss is NaN at epoch {epoch}")
         if epoch % 2:
             trainlib.report({"epoch": epoch})
@@ -53,7 +56,9 @@ def _train(config: dict[str, Any]) -> None:
             trainlib.report({"epoch": epoch}, checkpoint=Checkpoint.from_directory(directory))
 
 
-def _fit(tmp_path: Path, callback: UserCallback, **config: Any) -> trainlib.Result:
+def _fit(
+    tmp_path: Path, callback: UserCallback, max_failures: int = 0, **config: Any
+) -> trainlib.Result:
     return TorchTrainer(
         _train,
         train_loop_config={"epochs": 3, **config},
@@ -61,7 +66,7 @@ def _fit(tmp_path: Path, callback: UserCallback, **config: Any) -> trainlib.Resu
         run_config=RunConfig(
             name="ray-callback",
             storage_path=str(tmp_path),
-            failure_config=FailureConfig(max_failures=0),
+            failure_config=FailureConfig(max_failures=max_failures),
             callbacks=[callback],
         ),
     ).fit()
@@ -90,6 +95,23 @@ def test_after_exception_hears_each_failed_rank_as_an_exception(tmp_path: Path) 
     assert "ValueError: the loss is NaN at epoch 1" in str(told[0])
     assert told[0].failure == raised.value.failures[0]
     assert raised.value.worker_failures.keys() == told.keys()  # Ray's name, the same errors
+
+
+def test_after_exception_hears_every_failed_attempt_as_rays(tmp_path: Path) -> None:
+    """Ray calls it whenever a poll of the group finds errors: a failure the restart recovers
+    is heard once, and a run that fails each of its attempts is heard once per attempt."""
+    recovered = RecordingCallback()
+    result = _fit(
+        tmp_path / "a", recovered, max_failures=1, fail_at=1, fail_once=str(tmp_path / "once")
+    )
+    assert result.error is None and result.num_restarts == 1
+    (told,) = recovered.exceptions
+    assert "the loss is NaN at epoch 1" in str(told[0])
+    failing = RecordingCallback()
+    with pytest.raises(WorkerGroupError) as raised:
+        _fit(tmp_path / "b", failing, max_failures=2, fail_at=1)
+    assert len(failing.exceptions) == 3  # two attempts restarted, the last raised
+    assert failing.exceptions[-1][0].failure == raised.value.failures[0]
 
 
 def test_ray_paths_and_hierarchy() -> None:

@@ -162,6 +162,8 @@ class TrainController:
         if decision is Pending.STOP:
             decision = policy.decide(current.group.stop())
         if isinstance(decision, FailureDecision):
+            for callback in self.callbacks:
+                callback.after_worker_group_failure(decision)
             if not decision.restart:
                 raise decision.error
             self.record.lifecycle.enter(Restarting(decision))

@@ -2,7 +2,8 @@
 
 A run calls its callbacks through ``with_delivery(callbacks)``: a ``TrackingCallback`` there is
 replaced by its ``Delivery``, which queues its records (``on_start``, ``on_report``,
-``on_end``) for a thread of its own and makes its group calls in place, never raising.
+``on_end``) for a thread of its own and makes its group and failure calls in place, never
+raising.
 ``end_run`` tells every callback the run ended, then waits for the deliveries (each bounded by
 its tracker's ``outage_tolerance_s``).
 """
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainlib.callbacks import Callback, GroupInfo, Report, RunInfo, TrackingCallback
+from trainlib.errors import WorkerGroupError
 from trainlib.result import Result
 
 logger = logging.getLogger(__name__)
@@ -72,9 +74,12 @@ class Delivery(Callback):
     def on_group_end(self, group: GroupInfo) -> None:
         self._in_place(self.tracker.on_group_end, group)
 
-    def _in_place(self, method: Callable[[GroupInfo], None], group: GroupInfo) -> None:
+    def on_failure(self, error: WorkerGroupError, restarting: bool) -> None:
+        self._in_place(self.tracker.on_failure, error, restarting)
+
+    def _in_place(self, method: Callable[..., None], *arguments: Any) -> None:
         try:
-            method(group)
+            method(*arguments)
         except Exception as error:
             name = method.__name__
             logger.warning("%s: %s failed (%s); training goes on", self._name, name, error)

@@ -72,6 +72,7 @@ def test_every_hook_of_the_base_does_nothing() -> None:
         ("after_controller_state_update", (Initializing(), Scheduling(1))),
         ("before_worker_group_start", (None, [])),
         ("after_worker_group_start", (None,)),
+        ("after_worker_group_failure", (None,)),
         ("before_worker_group_shutdown", (None,)),
         ("after_worker_group_shutdown", (None,)),
         ("after_run_trained", ()),

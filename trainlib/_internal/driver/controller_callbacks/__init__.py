@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from distributed import Client
 
     from trainlib._internal.driver.controller_state import ControllerState
+    from trainlib._internal.driver.failure_policy import FailureDecision
     from trainlib._internal.driver.placement import Group
     from trainlib._internal.driver.ranks import WorkerSlot
     from trainlib.callbacks import GroupInfo
@@ -38,6 +39,10 @@ class ControllerCallback:
 
     def after_worker_group_start(self, group: GroupInfo) -> None:
         """An attempt's ranks are started."""
+
+    def after_worker_group_failure(self, decision: FailureDecision) -> None:
+        """An attempt's ranks failed; ``decision``: its failures, and whether the run restarts
+        (else it raises them)."""
 
     def before_worker_group_shutdown(self, group: GroupInfo) -> None:
         """An attempt's ranks are about to be stopped (whatever ended it)."""
