@@ -4,6 +4,7 @@ MLflow run per trial, a Prefect table of the trials."""
 from __future__ import annotations
 
 import contextvars
+import posixpath
 import threading
 import uuid
 from dataclasses import asdict, dataclass, field, replace
@@ -26,6 +27,7 @@ from tasks.search_space import search_space
 from tasks.train import CHECKPOINTS, METRIC, TrainedRun, cifar_trainer
 from tasks.training_slot import training_slot
 from trainlib import DaskConfig, RunConfig, tune
+from trainlib.torch import TorchTrainer
 
 EXPERIMENT = "tune-cifar"
 STUDY_STORAGE_VARIABLE = "CIFAR_STUDY_STORAGE"  # a work pool's study store (an Optuna URL)
@@ -194,24 +196,7 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
     )
     trainer = cifar_trainer(request.base, request.dataset, request.num_workers, request.dask_config)
     space = search_space(request.search_space)
-    tuner = tune.Tuner(
-        trainer,
-        param_space={"train_loop_config": {"hyperparameters": space}},
-        tune_config=tune.TuneConfig(
-            metric=METRIC,
-            mode="max",
-            num_samples=request.num_samples,
-            max_concurrent_trials=request.max_concurrent_trials,
-            scheduler=tune.ASHAScheduler(max_t=request.base.epochs, grace_period=1),
-            study_storage=request.study_storage,
-        ),
-        run_config=RunConfig(
-            name=request.name,
-            storage_path=request.layout.runs,
-            checkpoint_config=CHECKPOINTS,
-            callbacks=[tracker],
-        ),
-    )
+    tuner = _tuner(request, trainer, space, tracker)
     with (
         terminated_run(request.tracking_uri, parent),
         system_metrics(request.tracking_uri, parent, request.system_metrics),
@@ -228,6 +213,38 @@ def run_search(request: TuneRequest, on_table: Any = None) -> TunedSearch:
     )
     config = {**asdict(request.base), **best.config["train_loop_config"]["hyperparameters"]}
     return TunedSearch(parent, trained, config, tracker.rows)
+
+
+def _tuner(
+    request: TuneRequest, trainer: TorchTrainer, space: dict[str, Any], tracker: TrialTracker
+) -> tune.Tuner:
+    """The search named ``request.name``: restored where a try of it stored it (a retried
+    task, or the flow run again with the same name), else a new one."""
+    param_space = {"train_loop_config": {"hyperparameters": space}}
+    run_config = RunConfig(
+        name=request.name,
+        storage_path=request.layout.runs,
+        checkpoint_config=CHECKPOINTS,
+        callbacks=[tracker],
+    )
+    directory = posixpath.join(request.layout.runs, request.name)
+    if tune.Tuner.can_restore(directory):  # a retried task, or the same name again: resumed
+        return tune.Tuner.restore(
+            directory, trainer, param_space=param_space, run_config=run_config
+        )
+    return tune.Tuner(
+        trainer,
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            metric=METRIC,
+            mode="max",
+            num_samples=request.num_samples,
+            max_concurrent_trials=request.max_concurrent_trials,
+            scheduler=tune.ASHAScheduler(max_t=request.base.epochs, grace_period=1),
+            study_storage=request.study_storage,
+        ),
+        run_config=run_config,
+    )
 
 
 @task(name="tune", cache_policy=NO_CACHE)  # no tags: tasks.training_slot

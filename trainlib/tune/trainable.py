@@ -18,6 +18,18 @@ from trainlib.tune.resources import TrainableWithResources
 if TYPE_CHECKING:
     from distributed import Client
 
+    from trainlib._internal.driver.run_plan import RunPlan
+
+
+def check_not_local(num_workers: int) -> None:
+    """Raises ``ConfigError`` for a trainer in local mode: a search's trials need a cluster."""
+    if num_workers == 0:
+        raise ConfigError(
+            "Tuner(TorchTrainer(scaling_config=ScalingConfig(num_workers=0))): local mode runs "
+            "one run in this process; a search runs its trials on a Dask cluster: give "
+            "num_workers=1 or more."
+        )
+
 
 def check_trainer_space(param_space: Mapping[str, Any]) -> None:
     unknown = sorted(set(param_space) - {"train_loop_config", "scaling_config"})
@@ -140,3 +152,14 @@ def sized(config: dict[str, Any], sizes: ScalingConfig | None) -> dict[str, Any]
         resources_per_worker=resources or None,
     )
     return config
+
+
+def trial_plan(
+    trainer: TorchTrainer, run_config: RunConfig, is_function: bool, config: dict[str, Any]
+) -> RunPlan:
+    """The run of a trial of ``config``: the trainer's, with the search's ``run_config`` (its
+    stop conditions left to the search) and the trial's ScalingConfig if it has its own."""
+    train_loop_config = config if is_function else config.get("train_loop_config", {})
+    plan = replace(trainer._plan(train_loop_config), run_config=replace(run_config, stop=None))
+    sizes = None if is_function else config.get("scaling_config")
+    return plan if sizes is None else replace(plan, scaling=sizes)

@@ -69,6 +69,7 @@ class TrialSetup:
     sized_by_config: bool = False  # each trial's config["scaling_config"] says its size
     time_attr: str = TIME_ATTR  # the scheduler's: the result that counts a trial's progress
     naming: Callable[[Trial], str] | None = None  # TuneConfig's trial_dirname_creator
+    run_names: str = "trial_{:05d}"  # a trial's default run name, of its number
     trainable_name: str = ""  # Ray's Trial.trainable_name: the trainable's name
     objectives: tuple[str, ...] | None = None  # a multi-objective search's; None: ``metric``
 
@@ -83,7 +84,7 @@ class TrialSetup:
         """The study's next trial, its run name and its config. A new trial is named by
         ``naming`` if given (from its config, sampled under its default name; the config is
         kept, so a resumed trial gets it again)."""
-        trial, run_name, new = study.ask("trial_{:05d}")
+        trial, run_name, new = study.ask(self.run_names)
         config = study.config(trial) or self.config_of(trial_params(trial), run_name)
         if new and self.naming is not None:
             seen = Trial(

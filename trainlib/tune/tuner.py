@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 import posixpath
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from datetime import datetime, timezone
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from trainlib._internal.common.devices import usable_cores
 from trainlib._internal.common.storage import RunStorage
 from trainlib._internal.driver.interrupt import InterruptWatch
-from trainlib._internal.driver.run_plan import RunPlan
 from trainlib.config import RunConfig, ScalingConfig
 from trainlib.dask_config import DaskConfig
 from trainlib.errors import ConfigError
@@ -24,7 +22,14 @@ from trainlib.tune.flat_space import flatten
 from trainlib.tune.result_grid import ResultGrid
 from trainlib.tune.search_events import SearchEvents
 from trainlib.tune.stopper import as_stopper, combined
-from trainlib.tune.trainable import as_trainer, check_trainer_space, sized, trial_sizes
+from trainlib.tune.trainable import (
+    as_trainer,
+    check_not_local,
+    check_trainer_space,
+    sized,
+    trial_plan,
+    trial_sizes,
+)
 from trainlib.tune.trial_results import result_grid
 
 if TYPE_CHECKING:
@@ -34,8 +39,6 @@ if TYPE_CHECKING:
     from trainlib.tune._study import Failed, Study
     from trainlib.tune.trial_callback import TrialSetup
 
-logger = logging.getLogger(__name__)
-
 
 class Tuner:
     """Runs trials of ``trainable``, each with a config sampled from ``param_space``.
@@ -43,9 +46,10 @@ class Tuner:
     Each trial is a trainlib run on the same Dask cluster, in its own directory
     ``{storage_path}/{name}/trial_NNNNN``, holding its ``num_workers`` workers while it runs.
     Optuna proposes the configs (``TuneConfig.search_alg``) and stops unpromising trials
-    (``TuneConfig.scheduler``); its study is stored in ``{storage_path}/{name}/study.db``, so
-    running a Tuner with the same ``RunConfig(name=...)`` again resumes the search: trials that
-    ended are kept, interrupted ones resume from their latest checkpoint.
+    (``TuneConfig.scheduler``); its study is stored in ``{storage_path}/{name}/study.db``. As
+    in Ray, a new Tuner runs a search of its own (beside earlier ones of the same name:
+    ``saved_search``); ``Tuner.restore`` resumes the latest: trials that ended are kept,
+    interrupted ones resume from their latest checkpoint.
 
     Args:
         trainable: A ``TorchTrainer`` (its ``train_loop_config`` is updated with
@@ -96,12 +100,7 @@ class Tuner:
             self._sizes = searched.pop("scaling_config", None)
             if self._sizes is not None and self._sizes.searched:
                 searched["scaling_config"] = self._sizes.searched
-        if self._num_workers() == 0:
-            raise ConfigError(
-                "Tuner(TorchTrainer(scaling_config=ScalingConfig(num_workers=0))): local mode runs "
-                "one run in this process; a search runs its trials on a Dask cluster: give "
-                "num_workers=1 or more."
-            )
+        check_not_local(self._num_workers())
         self._space = flatten(searched)
         self._tune_config = tune_config or TuneConfig()
         self._run_config = run_config or self._trainer.run_config
@@ -109,6 +108,7 @@ class Tuner:
         self._results: ResultGrid | None = None
         self._failed: Failed = "keep"  # Tuner.restore(resume_errored=, restart_errored=)
         self._resume_unfinished = True
+        self._search: saved_search.Search | None = None  # this Tuner's, from its first fit()
 
     @classmethod
     def restore(
@@ -123,6 +123,7 @@ class Tuner:
         storage_filesystem: AbstractFileSystem | None = None,
         dask_config: DaskConfig | None = None,
         client: Client | None = None,
+        run_config: RunConfig | None = None,
     ) -> Tuner:
         """The search stored at ``path`` (``{storage_path}/{name}``, on
         ``storage_filesystem`` if given), as Ray's ``Tuner.restore``: its param space,
@@ -135,6 +136,8 @@ class Tuner:
                 latest checkpoint; False ends them as failed.
             resume_errored: Failed trials resume from their latest checkpoint (same run).
             restart_errored: Failed trials run again from scratch, under a new run name.
+            run_config: trainlib's: the RunConfig to go on with (callbacks that could not be
+                pickled, say); None: the stored one. Its name and storage are ``path``'s.
 
         Raises:
             ConfigError: No search at ``path``, or both resume_errored and restart_errored.
@@ -145,11 +148,12 @@ class Tuner:
             trainable,
             param_space=saved["param_space"] if param_space is None else param_space,
             tune_config=saved["tune_config"],
-            run_config=saved["run_config"],
+            run_config=saved_search.placed(run_config or saved["run_config"], saved),
             dask_config=dask_config,
             client=client,
         )
         tuner._failed, tuner._resume_unfinished = failed, resume_unfinished
+        tuner._search = saved["search"]
         return tuner
 
     @classmethod
@@ -161,8 +165,8 @@ class Tuner:
         """Run the search to its end and return every trial's result.
 
         Trials that raise are recorded (``ResultGrid.errors``) and the search goes on. Ctrl-C
-        stops every running trial's ranks, then raises ``KeyboardInterrupt``; the same name
-        resumes the search.
+        stops every running trial's ranks, then raises ``KeyboardInterrupt``;
+        ``Tuner.restore`` (or this Tuner's next ``fit()``) resumes the search.
 
         Raises:
             NotEnoughWorkersError: No trial could start within ``DaskConfig.worker_timeout_s``.
@@ -178,11 +182,13 @@ class Tuner:
         experiment = RunStorage.create(
             self._run_config.storage, name, self._run_config.storage_filesystem
         )
+        self._search = self._search or saved_search.new_search(experiment)
         study = self._open_study(
-            name, experiment, failed=self._failed, resume_unfinished=self._resume_unfinished
+            self._search, experiment, self._failed, resume_unfinished=self._resume_unfinished
         )
         self._failed, self._resume_unfinished = "keep", True  # once: the next fit() goes on
-        saved_search.save(experiment, self._param_space, self._tune_config, self._run_config)
+        stored = (self._param_space, self._tune_config, self._run_config)
+        saved_search.save(experiment, self._search, *stored)
         trainer = self._trainer
         with (
             InterruptWatch(),
@@ -206,21 +212,20 @@ class Tuner:
         """
         if self._results is not None:
             return self._results
-        name = self._run_config.name
-        directory = posixpath.join(self._run_config.storage, name or "")
-        if name is None or not Tuner.can_restore(directory):
+        name, config = self._run_config.name, self._run_config
+        stored = saved_search.latest(posixpath.join(config.storage, name)) if name else None
+        search = self._search or stored
+        if name is None or search is None:
             raise ConfigError(
                 "Tuner.get_results(): call fit() first, or Tuner.restore(path, trainable) a "
                 "search stored at {storage_path}/{name}."
             )
-        experiment = RunStorage.create(
-            self._run_config.storage, name, self._run_config.storage_filesystem
-        )
-        return self._grid(self._open_study(name, experiment), [], experiment)
+        experiment = RunStorage.create(config.storage, name, config.storage_filesystem)
+        return self._grid(self._open_study(search, experiment), [], experiment)
 
     def _open_study(
         self,
-        name: str,
+        search: saved_search.Search,
         experiment: RunStorage,
         failed: Failed = "keep",
         resume_unfinished: bool = True,
@@ -229,7 +234,7 @@ class Tuner:
 
         config = self._tune_config
         return Study.open(
-            StudySettings.of(config, name, experiment),
+            StudySettings.of(config, search.study, experiment),
             self._space.distributions(),
             self._space.grid_points(),
             config.num_samples,
@@ -261,7 +266,7 @@ class Tuner:
 
         scaling, config = self._trainer.scaling_config, self._tune_config
         return TrialSetup(
-            make_plan=self._make_plan,
+            make_plan=partial(trial_plan, self._trainer, self._run_config, self._is_function),
             config_of=self._trial_config,
             num_workers=self._num_workers(),
             resources=scaling.resources_per_worker,
@@ -274,6 +279,7 @@ class Tuner:
             max_t=config.scheduler.max_t,
             time_attr=config.scheduler.time_attr,
             naming=config.trial_naming,
+            run_names=(self._search or saved_search.Search("", 1)).trial_names,
             trainable_name=self._trainable_name,
             max_concurrent=config.concurrency,
             worker_timeout_s=self._trainer.dask_config.worker_timeout_s,
@@ -284,13 +290,6 @@ class Tuner:
                 config.scheduler, config.metric, config.mode, config.seed, experiment
             ),
         )
-
-    def _make_plan(self, config: dict[str, Any]) -> RunPlan:
-        train_loop_config = config if self._is_function else config.get("train_loop_config", {})
-        run_config = replace(self._run_config, stop=None)  # the search applies it
-        plan = replace(self._trainer._plan(train_loop_config), run_config=run_config)
-        sizes = None if self._is_function else config.get("scaling_config")
-        return plan if sizes is None else replace(plan, scaling=sizes)
 
     def _grid(self, study: Study, outcomes: list[Trial], experiment: RunStorage) -> ResultGrid:
         checkpoints = self._run_config.checkpoint_config

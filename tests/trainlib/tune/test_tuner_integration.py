@@ -246,11 +246,12 @@ def _resumable_tuner(client: Client, out: Path) -> tune.Tuner:
     )
 
 
-def test_tuner_resumes_by_name_after_ctrl_c(dask_client: Client, tmp_path: Path) -> None:
+def test_tuner_restore_resumes_after_ctrl_c(dask_client: Client, tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         _resumable_tuner(dask_client, tmp_path).fit()
     assert rank_processes() == []  # Ctrl-C stopped the running trial's ranks
-    grid = _resumable_tuner(dask_client, tmp_path).fit()
+    path = str(tmp_path / "runs" / "resumable")
+    grid = tune.Tuner.restore(path, interrupted_once, client=dask_client).fit()
     assert grid.trial_states == ["complete", "complete"]
     assert [r.config["x"] for r in grid] == [1, 2]
     starts = [(e["x"], e["epoch"]) for e in _events(tmp_path) if e["event"] == "start"]
@@ -378,6 +379,34 @@ def test_tuner_restore_resumes_a_search_from_its_directory(
         tune.Tuner.restore(str(tmp_path / "nothing"), count_and_report)
     with pytest.raises(ConfigError, match="call fit"):
         tune.Tuner(count_and_report, client=dask_client).get_results()
+
+
+def test_a_new_tuner_of_the_same_name_runs_a_search_of_its_own(
+    dask_client: Client, tmp_path: Path
+) -> None:
+    """As in Ray: a second Tuner named as the first runs all its trials, in directories beside
+    the first's; Tuner.restore and get_results take the latest search."""
+
+    def tuner(xs: list[int]) -> tune.Tuner:
+        return tune.Tuner(
+            count_and_report,
+            param_space={"x": tune.grid_search(xs), "out": str(tmp_path)},
+            tune_config=tune.TuneConfig(metric="score", mode="max"),
+            run_config=tune.RunConfig(name="twice", storage_path=str(tmp_path / "runs")),
+            client=dask_client,
+        )
+
+    first = tuner([1, 2]).fit()
+    second = tuner([3]).fit()
+    assert sorted(r.config["x"] for r in first) == [1, 2]
+    assert [r.config["x"] for r in second] == [3]
+    assert sorted((tmp_path / "runs.txt").read_text().split()) == ["1", "2", "3"]  # once each
+    experiment = tmp_path / "runs" / "twice"
+    trials = {p.name for p in experiment.iterdir() if p.name.startswith("trial_")}
+    assert trials == {"trial_00000", "trial_00001", "trial_2_00000"}
+    restored = tune.Tuner.restore(str(experiment), count_and_report).get_results()
+    assert [r.config["x"] for r in restored] == [3]
+    assert [r.config["x"] for r in tuner([9]).get_results()] == [3]  # not fit: the latest
 
 
 @pytest.mark.parametrize("how", ["resume_errored", "restart_errored"])
