@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from trainlib.config import DEFAULT_STORAGE_PATH, FailureConfig, RunConfig
 from trainlib.dask_config import DaskConfig
+from trainlib.errors import ConfigError
 from trainlib.ray_hints import SyncConfig
 from trainlib.torch.trainer import TorchTrainer
 from trainlib.tune.analysis import ExperimentAnalysis
@@ -43,6 +45,7 @@ def run(
     reuse_actors: bool | None = None,
     sync_config: SyncConfig | None = None,
     log_to_file: bool | str | tuple[str, str] = False,
+    resume: bool | str = False,
 ) -> ExperimentAnalysis:
     """``Tuner(run_or_experiment, param_space=config, ...).fit()`` in one call.
 
@@ -51,7 +54,11 @@ def run(
     Ray's (``best_config``, ``best_trial``, ``dataframe()``...), which is a ``ResultGrid``
     too (``get_best_result()``). ``verbose``, ``progress_reporter``, ``reuse_actors``,
     ``sync_config`` and ``log_to_file`` are Ray's, accepted for ported scripts
-    (``trainlib.ray_hints``).
+    (``trainlib.ray_hints``). ``resume`` as Ray's: False, a new search; ``"AUTO"``, the search
+    stored under ``name`` goes on if there is one (``Tuner.restore``), else a new one; True,
+    ``"LOCAL"`` or ``"REMOTE"``, it must be there; a suffix ``+ERRORED`` resumes failed
+    trials, ``+RESTART_ERRORED`` runs them again from scratch, ``_ONLY`` after either leaves
+    interrupted trials ended.
 
     Example:
         >>> grid = tune.run(train_fn, config={"lr": tune.loguniform(1e-4, 1e-1)},
@@ -77,12 +84,63 @@ def run(
         sync_config=sync_config,
         log_to_file=log_to_file,
     )
-    tuner = Tuner(
-        run_or_experiment,
-        param_space=config,
-        tune_config=tune_config,
-        run_config=run_config,
-        dask_config=dask_config,
-        client=client,
-    )
+    restore = _resumed(resume, name, storage_path)
+    if restore is not None:
+        unfinished, errored, restarted = restore
+        tuner = Tuner.restore(
+            posixpath.join(storage_path, name or ""),
+            run_or_experiment,
+            resume_unfinished=unfinished,
+            resume_errored=errored,
+            restart_errored=restarted,
+            dask_config=dask_config,
+            client=client,
+        )
+    else:
+        tuner = Tuner(
+            run_or_experiment,
+            param_space=config,
+            tune_config=tune_config,
+            run_config=run_config,
+            dask_config=dask_config,
+            client=client,
+        )
     return ExperimentAnalysis.of(tuner.fit())
+
+
+_SUFFIXES = {  # Tuner.restore's resume_unfinished, resume_errored, restart_errored
+    "": (True, False, False),
+    "+ERRORED": (True, True, False),
+    "+RESTART_ERRORED": (True, False, True),
+    "+ERRORED_ONLY": (False, True, False),
+    "+RESTART_ERRORED_ONLY": (False, False, True),
+}
+
+
+def _resumed(
+    resume: bool | str, name: str | None, storage_path: str
+) -> tuple[bool, bool, bool] | None:
+    """``Tuner.restore``'s flags (``_SUFFIXES``) for Ray's ``resume=``; None: a new search.
+
+    Raises:
+        ConfigError: A ``resume`` Ray does not take, ``"PROMPT"``, or a search that must be
+            resumed and is not stored under ``name``.
+    """
+    if resume is False or resume is None:
+        return None
+    text = "LOCAL" if resume is True else str(resume).upper()
+    base, plus, suffix = text.partition("+")
+    if base not in ("AUTO", "LOCAL", "REMOTE") or plus + suffix not in _SUFFIXES:
+        raise ConfigError(
+            f"tune.run(resume={resume!r}): give False, True, 'AUTO', 'LOCAL' or 'REMOTE', "
+            "optionally + 'ERRORED', 'RESTART_ERRORED', 'ERRORED_ONLY' or "
+            "'RESTART_ERRORED_ONLY' ('PROMPT' asks at a terminal: not here)."
+        )
+    stored = name is not None and Tuner.can_restore(posixpath.join(storage_path, name))
+    if not stored and base != "AUTO":
+        raise ConfigError(
+            f"tune.run(resume={resume!r}): no search is stored under name={name!r} in "
+            f"{storage_path}; give the name of an earlier search, or resume='AUTO' to start "
+            "one when there is none."
+        )
+    return _SUFFIXES[plus + suffix] if stored else None

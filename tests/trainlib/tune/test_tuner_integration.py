@@ -407,6 +407,20 @@ def test_a_new_tuner_of_the_same_name_runs_a_search_of_its_own(
     restored = tune.Tuner.restore(str(experiment), count_and_report).get_results()
     assert [r.config["x"] for r in restored] == [3]
     assert [r.config["x"] for r in tuner([9]).get_results()] == [3]  # not fit: the latest
+    resumed = tune.run(  # Ray's older form: resume="AUTO" goes on with the stored search
+        count_and_report,
+        config={"x": tune.grid_search([4]), "out": str(tmp_path)},
+        metric="score",
+        mode="max",
+        name="twice",
+        storage_path=str(tmp_path / "runs"),
+        resume="AUTO",
+        client=dask_client,
+    )
+    assert [r.config["x"] for r in resumed] == [3]
+    assert sorted((tmp_path / "runs.txt").read_text().split()) == ["1", "2", "3"]  # no new run
+    with pytest.raises(ConfigError, match="no search is stored under name='never'"):
+        tune.run(count_and_report, name="never", storage_path=str(tmp_path), resume=True)
 
 
 @pytest.mark.parametrize("how", ["resume_errored", "restart_errored"])
