@@ -1,21 +1,25 @@
-"""The training service's MLflow account, with what it needs and no more.
+"""The pipeline's MLflow accounts, each with what it needs and no more.
 
     python -m deployments.mlflow_access
 
 Run as MLflow's administrator against a server with authentication (``mlflow server
---app-name basic-auth``): ``MLFLOW_TRACKING_URI``, ``MLFLOW_TRACKING_USERNAME`` and
-``MLFLOW_TRACKING_PASSWORD`` are the admin's. The account is ``$MLFLOW_TRAINER_USER`` with the
-password ``$MLFLOW_TRAINER_PASSWORD`` (from the environment only, never an argument). Safe to
-run again (the compose stack's ``deploy`` step runs it each time), and when a reply is lost
-(MLflow's client sends the request again, and finds done what the first one did):
+--app-name basic-auth``, ``default_permission = NO_PERMISSIONS``: an account sees only what it
+was granted): ``MLFLOW_TRACKING_URI``, ``MLFLOW_TRACKING_USERNAME`` and
+``MLFLOW_TRACKING_PASSWORD`` are the admin's. Passwords come from the environment only, never
+an argument. Safe to run again (the compose stack's ``deploy`` step runs it each time), and
+when a reply is lost (MLflow's client sends the request again, and finds done what the first
+one did):
 
-- the account exists, with that password;
 - the pipeline's experiments (``train-cifar``, ``tune-cifar``) and registered models
   (``cifar10-classifier``, ``cifar10-classifier-synthetic``, and those named in
   ``$CIFAR_REGISTERED_MODELS``, comma-separated) exist, created by the admin;
-- the account has EDIT on each: it creates and ends runs, logs to them, registers versions,
-  tags them and moves their aliases; it cannot delete an experiment, a run, a registered model
-  or a version (MLflow's MANAGE, which the admin keeps). Everyone else who logs in can read.
+- the publisher, ``$MLFLOW_TRAINER_USER`` (``$MLFLOW_TRAINER_PASSWORD``), the Prefect
+  worker's account, has EDIT on each: it creates and ends runs, logs to them, registers
+  versions, tags them (``withdrawn`` included) and moves their aliases; it cannot delete an
+  experiment, a run, a registered model or a version (MLflow's MANAGE, which the admin keeps);
+- the users' account, ``$MLFLOW_USER`` (``$MLFLOW_USER_PASSWORD``), what people who start runs
+  are given, has READ on each: it reads runs, metrics, artifacts, versions and aliases, and
+  can neither write an artifact, tag a version nor move an alias.
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from tasks.tune import EXPERIMENT as TUNE_EXPERIMENT
 EXPERIMENTS = (TRAIN_EXPERIMENT, TUNE_EXPERIMENT)
 MODELS = (DEFAULT_MODEL_NAME, DEFAULT_MODEL_NAME + SYNTHETIC_SUFFIX)
 MODELS_VARIABLE = "CIFAR_REGISTERED_MODELS"
-PERMISSION = "EDIT"
+PUBLISHER, USERS = "EDIT", "READ"  # the publisher's permission, the users' account's
 
 
 def _exists(error: MlflowException) -> bool:
@@ -72,8 +76,15 @@ def ensure_user(tracking_uri: str, username: str, password: str) -> None:
     print(f"MLflow user {username!r} has its password")
 
 
-def grant(tracking_uri: str, username: str, experiments: list[str], models: list[str]) -> None:
-    """Create what is missing as the admin, and give ``username`` EDIT on all of it."""
+def grant(
+    tracking_uri: str,
+    username: str,
+    experiments: list[str],
+    models: list[str],
+    permission: str = PUBLISHER,
+) -> None:
+    """Create what is missing as the admin, and give ``username`` ``permission`` on all of
+    it (whatever it had)."""
     client = MlflowClient(tracking_uri)
     auth = get_app_client("basic-auth", tracking_uri=tracking_uri)
     resources = []
@@ -91,38 +102,55 @@ def grant(tracking_uri: str, username: str, experiments: list[str], models: list
                 raise
             _create(client.create_registered_model, name)
         resources.append(("registered_model", name, f"registered model {name!r}"))
+    verb = {PUBLISHER: "edit", USERS: "read"}.get(permission, permission)
     for resource_type, resource_id, what in resources:
-        _edit(auth, username, resource_type, resource_id)
-        print(f"{username!r} may edit {what}")
+        _permit(auth, username, resource_type, resource_id, permission)
+        print(f"{username!r} may {verb} {what}")
 
 
-def _edit(auth: Any, username: str, resource_type: str, resource_id: str) -> None:
-    """``username`` has EDIT on the resource, whatever it had (each step safe to repeat)."""
-    if auth.get_user_permission(username, resource_type, resource_id).permission == PERMISSION:
+def _permit(
+    auth: Any, username: str, resource_type: str, resource_id: str, permission: str
+) -> None:
+    """``username`` has ``permission`` on the resource, whatever it had (each step safe to
+    repeat): granted, or found granted (an earlier deploy, or this grant's lost reply) and
+    changed if it differs."""
+    try:
+        auth.grant_user_permission(username, resource_type, resource_id, permission)
+        return
+    except MlflowException as error:
+        if not _exists(error):
+            raise
+    if auth.get_user_permission(username, resource_type, resource_id).permission == permission:
         return
     try:
         auth.revoke_user_permission(username, resource_type, resource_id)  # whatever it was
     except MlflowException as error:
         if not _missing(error):
             raise
-    _create(auth.grant_user_permission, username, resource_type, resource_id, PERMISSION)
+    _create(auth.grant_user_permission, username, resource_type, resource_id, permission)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.parse_args(argv)
-    missing = [
-        name
-        for name in ("MLFLOW_TRACKING_URI", "MLFLOW_TRAINER_USER", "MLFLOW_TRAINER_PASSWORD")
-        if not os.environ.get(name)
-    ]
+    needed = ("MLFLOW_TRACKING_URI", "MLFLOW_TRAINER_USER", "MLFLOW_TRAINER_PASSWORD")
+    missing = [name for name in (*needed, "MLFLOW_USER", "MLFLOW_USER_PASSWORD")]
+    missing = [name for name in missing if not os.environ.get(name)]
     if missing:
         raise SystemExit(f"mlflow_access: set {', '.join(missing)} (see docker/.env.example)")
-    tracking_uri = os.environ["MLFLOW_TRACKING_URI"]
-    username = os.environ["MLFLOW_TRAINER_USER"]
+    tracking_uri, publisher = os.environ["MLFLOW_TRACKING_URI"], os.environ["MLFLOW_TRAINER_USER"]
+    users = os.environ["MLFLOW_USER"]
+    if users == publisher:
+        raise SystemExit(
+            "mlflow_access: MLFLOW_USER is MLFLOW_TRAINER_USER: the users' account must not be "
+            "the publisher's (it could overwrite artifacts and move aliases); give another name."
+        )
     extra = [m.strip() for m in os.environ.get(MODELS_VARIABLE, "").split(",") if m.strip()]
-    ensure_user(tracking_uri, username, os.environ["MLFLOW_TRAINER_PASSWORD"])
-    grant(tracking_uri, username, list(EXPERIMENTS), [*MODELS, *extra])
+    models = [*MODELS, *extra]
+    ensure_user(tracking_uri, publisher, os.environ["MLFLOW_TRAINER_PASSWORD"])
+    grant(tracking_uri, publisher, list(EXPERIMENTS), models, PUBLISHER)
+    ensure_user(tracking_uri, users, os.environ["MLFLOW_USER_PASSWORD"])
+    grant(tracking_uri, users, list(EXPERIMENTS), models, USERS)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ restarted, in the compose file's order (servers before their clients):
   ``OPTUNA_DB_PASSWORD``): ``ALTER ROLE`` in the running postgres, as its superuser over the
   container's own socket, the password on psql's input (never a command line);
 - MLflow's admin password: changed through MLflow's API inside its container, as the admin;
-  the training account's (``MLFLOW_TRAINER_PASSWORD``) is set by the deploy one-shot, run again;
+  the publisher's and the users' accounts' (``MLFLOW_TRAINER_PASSWORD``,
+  ``MLFLOW_USER_PASSWORD``) are set by the deploy one-shot, run again;
 - S3's identities, Prefect's auth string, MLflow's Flask key: read by their services at start;
 - the alert webhook: the sentinel restarted, and the deploy one-shot rewrites Prefect's block.
 
@@ -44,6 +45,7 @@ READ_BY: dict[str, tuple[str, ...]] = {
     "mlflow_flask_secret_key": ("mlflow",),
     "mlflow_admin_password": ("mlflow-maintenance",),
     "mlflow_trainer_password": ("prefect-worker",),
+    "mlflow_user_password": (),  # the deploy one-shot's only
     "prefect_auth_string": ("prefect-server", "prefect-worker", "sentinel"),
     "alerts_url": ("sentinel",),
     "sentinel_heartbeat_url": ("sentinel",),
@@ -63,7 +65,13 @@ ORDER = (
 )  # fmt: skip
 # The secrets the deploy one-shot reads, and so runs again for
 DEPLOY_READS = frozenset(
-    {"prefect_auth_string", "mlflow_admin_password", "mlflow_trainer_password", "alerts_url"}
+    {
+        "prefect_auth_string",
+        "mlflow_admin_password",
+        "mlflow_trainer_password",
+        "mlflow_user_password",
+        "alerts_url",
+    }
 )
 ROLES = {  # secret file -> PostgreSQL role
     "postgres_password": "postgres",

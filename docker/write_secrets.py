@@ -29,12 +29,13 @@ VALUE = re.compile(r"[A-Za-z0-9._-]+")
 URL = re.compile(r"https?://[^\s\"'\\]+")  # the alert webhook (its token is a credential)
 URLS = ("CIFAR_ALERTS_URL", "CIFAR_SENTINEL_HEARTBEAT_URL")
 OPTIONAL = ("CIFAR_SENTINEL_HEARTBEAT_URL",)  # empty: none
-MLFLOW_PASSWORDS = ("MLFLOW_ADMIN_PASSWORD", "MLFLOW_TRAINER_PASSWORD")
+MLFLOW_PASSWORDS = ("MLFLOW_ADMIN_PASSWORD", "MLFLOW_TRAINER_PASSWORD", "MLFLOW_USER_PASSWORD")
 MLFLOW_MIN_LENGTH = 12
 
+# NO_PERMISSIONS: an account sees only what deployments/mlflow_access.py granted it
 AUTH_INI = """\
 [mlflow]
-default_permission = READ
+default_permission = NO_PERMISSIONS
 database_uri = postgresql://mlflow@postgres:5432/mlflow_auth
 admin_username = {MLFLOW_ADMIN_USER}
 admin_password = {MLFLOW_ADMIN_PASSWORD}
@@ -111,6 +112,7 @@ def secret_files(v: dict[str, str]) -> dict[str, str]:
         "optuna_db_password": v["OPTUNA_DB_PASSWORD"],
         "mlflow_admin_password": v["MLFLOW_ADMIN_PASSWORD"],
         "mlflow_trainer_password": v["MLFLOW_TRAINER_PASSWORD"],
+        "mlflow_user_password": v["MLFLOW_USER_PASSWORD"],
         "mlflow_flask_secret_key": v["MLFLOW_FLASK_SECRET_KEY"],
         "alerts_url": v["CIFAR_ALERTS_URL"],
         "sentinel_heartbeat_url": v.get("CIFAR_SENTINEL_HEARTBEAT_URL", ""),

@@ -1,7 +1,9 @@
-"""The training service's MLflow account on a server with authentication (``mlflow server
---app-name basic-auth``), as the compose stack runs it: made by ``deployments.mlflow_access``,
-it registers and promotes versions but deletes nothing; a failed publish withdraws its version
-instead of deleting it; a request without credentials gets 401."""
+"""The pipeline's MLflow accounts on a server with authentication (``mlflow server --app-name
+basic-auth``, ``default_permission = NO_PERMISSIONS``), as the compose stack runs it, made by
+``deployments.mlflow_access``: the publisher registers and promotes versions but deletes
+nothing, and a failed publish withdraws its version instead of deleting it; the users' account
+reads and cannot write an artifact, tag a version or move an alias; an account granted nothing
+sees nothing; a request without credentials gets 401."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import requests
 from mlflow.exceptions import MlflowException
+from mlflow.server import get_app_client
 from mlflow.tracking import MlflowClient
 
 from cifar.models import build_model
@@ -31,13 +35,14 @@ from tests.mlflow_rig import mlflow_server
 
 ADMIN, ADMIN_PASSWORD = "admin", "admin0password0for0tests"
 TRAINER, TRAINER_PASSWORD = "trainer", "trainer0password0for0tests"
+USER, USER_PASSWORD = "someone", "user0password0for0tests"
 MODEL = "access-classifier"
 
 
 def _started(root: Path) -> Iterator[str]:
     config = root / "basic_auth.ini"
     config.write_text(
-        "[mlflow]\ndefault_permission = READ\n"
+        "[mlflow]\ndefault_permission = NO_PERMISSIONS\n"
         f"database_uri = sqlite:///{root}/auth.db\n"
         f"admin_username = {ADMIN}\nadmin_password = {ADMIN_PASSWORD}\n"
         "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n"
@@ -71,6 +76,8 @@ def _mlflow_access(tracking_uri: str, user: str, password: str) -> subprocess.Co
         "MLFLOW_TRACKING_PASSWORD": ADMIN_PASSWORD,
         "MLFLOW_TRAINER_USER": user,
         "MLFLOW_TRAINER_PASSWORD": password,
+        "MLFLOW_USER": USER,
+        "MLFLOW_USER_PASSWORD": USER_PASSWORD,
         "CIFAR_REGISTERED_MODELS": MODEL,
     }
     done = subprocess.run(
@@ -83,6 +90,7 @@ def _mlflow_access(tracking_uri: str, user: str, password: str) -> subprocess.Co
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert password not in done.stdout + done.stderr
+    assert USER_PASSWORD not in done.stdout + done.stderr
     return done
 
 
@@ -92,6 +100,7 @@ def granted(server: str) -> str:
     for _ in range(2):
         done = _mlflow_access(server, TRAINER, TRAINER_PASSWORD)
     assert f"'{TRAINER}' may edit registered model '{MODEL}'" in done.stdout
+    assert f"'{USER}' may read registered model '{MODEL}'" in done.stdout
     return server
 
 
@@ -163,3 +172,92 @@ def test_mlflow_access_wrong_password_is_refused(
     _as(TRAINER, "not" + TRAINER_PASSWORD, monkeypatch)
     with pytest.raises(MlflowException, match="401"):
         MlflowClient(granted).search_experiments()
+
+
+def test_mlflow_access_users_account_reads_and_rewrites_nothing(
+    granted: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """What people who start runs are given: they read the champion, its run and its files,
+    and cannot overwrite a file of it, tag its version withdrawn or move @champion."""
+    _as(TRAINER, TRAINER_PASSWORD, monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    run_id = start_run(granted, "train-cifar", "users-read", {}, {})
+    model = build_model("small_cnn", (0.5,) * 3, (0.25,) * 3)
+    version = register_model(model, run_id, MODEL, granted)
+    publisher = MlflowClient(granted)
+    publisher.set_registered_model_alias(MODEL, "champion", version)
+    evidence = tmp_path / "evaluation.json"
+    evidence.write_text('{"accuracy": 0.9}')
+    publisher.log_artifact(run_id, str(evidence))
+    _as(USER, USER_PASSWORD, monkeypatch)
+    user = MlflowClient(granted)
+    assert user.get_model_version_by_alias(MODEL, "champion").version == version
+    assert user.get_run(run_id).info.run_id == run_id
+    assert "evaluation.json" in [f.path for f in user.list_artifacts(run_id)]
+    forged = tmp_path / "forged" / "evaluation.json"
+    forged.parent.mkdir()
+    forged.write_text('{"accuracy": 1.0}')
+    with pytest.raises(requests.HTTPError) as refused:  # the champion's evidence overwritten
+        user.log_artifact(run_id, str(forged))  # (MLflow's artifact proxy answers 403)
+    assert refused.value.response.status_code == 403
+    for rewrite in (
+        lambda: user.set_model_version_tag(MODEL, version, WITHDRAWN_TAG, "by a user"),
+        lambda: user.set_registered_model_alias(MODEL, "champion", version),
+        lambda: user.delete_registered_model_alias(MODEL, "champion"),
+        lambda: user.log_metric(run_id, "accuracy", 1.0),
+        lambda: user.create_run(user.get_experiment_by_name("train-cifar").experiment_id),
+    ):
+        with pytest.raises(MlflowException) as caught:
+            rewrite()
+        assert caught.value.error_code == "PERMISSION_DENIED"
+    _as(TRAINER, TRAINER_PASSWORD, monkeypatch)
+    kept = publisher.get_model_version(MODEL, version)
+    assert WITHDRAWN_TAG not in kept.tags
+    assert publisher.get_model_version_by_alias(MODEL, "champion").version == version
+    downloaded = publisher.download_artifacts(run_id, "evaluation.json", str(tmp_path / "back"))
+    assert Path(downloaded).read_text() == '{"accuracy": 0.9}'
+
+
+def test_mlflow_access_an_account_granted_nothing_sees_nothing(
+    granted: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """default_permission NO_PERMISSIONS: a logged-in account the deploy step did not grant reads no
+    experiment and no registered model of the pipeline."""
+    _as(ADMIN, ADMIN_PASSWORD, monkeypatch)
+    auth = get_app_client("basic-auth", tracking_uri=granted)
+    try:
+        auth.create_user("stranger", "stranger0password0x")
+    except MlflowException as error:
+        assert error.error_code == "RESOURCE_ALREADY_EXISTS"
+    _as("stranger", "stranger0password0x", monkeypatch)
+    stranger = MlflowClient(granted)
+    for read in (
+        lambda: stranger.get_registered_model(MODEL),
+        lambda: stranger.get_experiment_by_name("train-cifar"),
+    ):
+        with pytest.raises(MlflowException) as caught:
+            read()
+        assert caught.value.error_code == "PERMISSION_DENIED"
+
+
+def test_mlflow_access_refuses_the_publisher_as_the_users_account(server: str) -> None:
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": server,
+        "MLFLOW_TRACKING_USERNAME": ADMIN,
+        "MLFLOW_TRACKING_PASSWORD": ADMIN_PASSWORD,
+        "MLFLOW_TRAINER_USER": TRAINER,
+        "MLFLOW_TRAINER_PASSWORD": TRAINER_PASSWORD,
+        "MLFLOW_USER": TRAINER,
+        "MLFLOW_USER_PASSWORD": TRAINER_PASSWORD,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "deployments.mlflow_access"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "the users' account must not be the publisher's" in done.stderr

@@ -49,7 +49,7 @@ def _write(tmp_path: Path, values: dict[str, str]) -> subprocess.CompletedProces
 
 def test_secrets_the_example_lists_every_credential_and_each_is_used() -> None:
     names = _module("write_secrets").variables()
-    assert len(names) == len(set(names)) == 21
+    assert len(names) == len(set(names)) == 23
     assert all(n.endswith(("_USER", "_PASSWORD", "_KEY", "_URL")) for n in names), names
     values = _values()
     files = "".join(_module("write_secrets").secret_files(values).values())
