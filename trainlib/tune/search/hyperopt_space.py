@@ -2,8 +2,8 @@
 by Optuna define-by-run: the space's expression graph (HyperOpt's ``pyll``) is evaluated for
 each trial, each ``hp`` label suggested by the trial under ``searcher:<label>`` (a parameter of
 the search, not of the config), ``hp.choice`` taking only the option it chose (a conditional
-space), other ``pyll`` functions (``scope.int``, arithmetic) run by HyperOpt's own
-implementations. What the evaluation returns is the trial's config, nested as the space.
+space), other ``pyll`` functions (``scope.int``, arithmetic) applied by HyperOpt's own ``rec_eval``
+to their evaluated inputs. What the evaluation returns is the trial's config, nested as the space.
 """
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ def _leaves(space: Any) -> list[Any]:
 
 
 def _evaluate(node: Any, trial: optuna.Trial) -> Any:
-    from hyperopt.pyll.base import Apply, Literal, scope
+    from hyperopt.pyll import rec_eval
+    from hyperopt.pyll.base import Apply, Literal
 
     if isinstance(node, Mapping):
         return {key: _evaluate(value, trial) for key, value in node.items()}
@@ -145,11 +146,8 @@ def _evaluate(node: Any, trial: optuna.Trial) -> Any:
         return {key: _evaluate(value, trial) for key, value in node.named_args}
     if node.name == "pos_args":
         return [_evaluate(value, trial) for value in node.pos_args]
-    if node.name not in scope._impls:
-        raise ConfigError(f"HyperOptSearch(space=...): the function {node.name!r} is unknown.")
-    args = [_evaluate(value, trial) for value in node.pos_args]
-    kwargs = {key: _evaluate(value, trial) for key, value in node.named_args}
-    return scope._impls[node.name](*args, **kwargs)
+    inputs = [*node.pos_args, *(value for _, value in node.named_args)]
+    return rec_eval(node, memo={arg: _evaluate(arg, trial) for arg in inputs})  # HyperOpt's
 
 
 def _choose(index_node: Any, options: int, trial: optuna.Trial) -> int:
