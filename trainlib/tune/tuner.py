@@ -213,8 +213,9 @@ class Tuner:
         if self._results is not None:
             return self._results
         name, config = self._run_config.name, self._run_config
-        stored = saved_search.latest(posixpath.join(config.storage, name)) if name else None
-        search = self._search or stored
+        search = self._search or (
+            saved_search.latest(posixpath.join(config.storage, name)) if name else None
+        )
         if name is None or search is None:
             raise ConfigError(
                 "Tuner.get_results(): call fit() first, or Tuner.restore(path, trainable) a "

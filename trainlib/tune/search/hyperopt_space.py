@@ -49,7 +49,7 @@ def suggest_config(space: Mapping[str, Any], trial: optuna.Trial) -> dict[str, A
     """The config of ``trial``: ``space`` evaluated with the trial's suggestions.
 
     Raises:
-        ConfigError: A HyperOpt distribution or function this cannot evaluate.
+        ConfigError: A HyperOpt distribution this cannot sample.
     """
     return {key: _evaluate(value, trial) for key, value in space.items()}
 
